@@ -1,0 +1,52 @@
+// Package gotp is the runtime of gotp: Erlang/OTP's processes, for Go.
+//
+// A [Node] owns processes. A process has a [PID], an unbounded mailbox and
+// an exit reason; it fails alone, and the processes that care learn of it
+// through links and monitors:
+//
+//	n := gotp.NewNode(gotp.Options{Name: "demo"})
+//	defer n.Stop(context.Background())
+//
+//	echo, _ := n.Spawn(func(p *gotp.Process) error {
+//		for {
+//			msg, err := p.Receive(p.Context())
+//			if err != nil {
+//				return err
+//			}
+//			req := msg.(request)
+//			p.Send(req.from, "echo: "+req.text)
+//		}
+//	})
+//	n.Send(echo, request{from: me, text: "hello"})
+//
+// # Processes
+//
+// A process is either a function with its own goroutine ([Node.Spawn]),
+// which receives in a loop with [Process.Receive], or a handler
+// ([Node.SpawnHandler]) that runs only while it has messages: an idle
+// handler-mode process holds no goroutine, which is how a gen_server (package
+// server) waits for work at the cost of a few hundred bytes.
+//
+// # Failure
+//
+// A process ends with a reason: nil is normal, anything else is an error,
+// and a panic becomes a [*PanicError]. [ErrShutdown], [ErrKill],
+// [ErrKilled], [ErrNoProc] and [ErrNoConnection] are Erlang's special
+// reasons. When a process ends, every linked process receives an exit
+// signal with its reason and dies too if the reason is abnormal, unless it
+// traps exits, in which case it receives an [Exit] message. Every monitor
+// delivers one [Down] message. [Node.Exit] sends an exit signal; ErrKill
+// cannot be trapped.
+//
+// # Messages
+//
+// Send never blocks and never fails: a message to a process that is gone is
+// dropped. Messages from one sender to one receiver arrive in the order they
+// were sent; there is no order across senders. Mailboxes are unbounded.
+//
+// # Concurrency
+//
+// A Node is safe for concurrent use. The methods of a [Process] that act for
+// it must be called by the process itself; see Process. There is no
+// package-level state: run as many nodes in one program as you like.
+package gotp

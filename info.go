@@ -1,0 +1,91 @@
+package gotp
+
+import (
+	"slices"
+	"time"
+)
+
+// Status is what a process is doing, for introspection.
+type Status string
+
+// Process statuses, as Erlang's process_info reports them.
+const (
+	StatusRunning Status = "running" // handling a message, or running its function
+	StatusWaiting Status = "waiting" // waiting for a message (or idle, for a handler)
+	StatusExited  Status = "exited"
+)
+
+// ProcessInfo describes one process at one moment.
+type ProcessInfo struct {
+	PID         PID
+	Name        string    // local name, if any
+	Behaviour   string    // label given at spawn (for example "server")
+	Status      Status    // what it is doing
+	MailboxLen  int       // messages waiting
+	Handled     uint64    // messages received or handled so far
+	Links       []PID     // linked processes
+	Monitors    []PID     // processes this one monitors
+	MonitoredBy []PID     // processes that monitor this one (zero PIDs for MonitorFunc watchers)
+	TrapExit    bool      // whether it traps exits
+	Started     time.Time // when it was spawned
+	Handler     bool      // a handler-mode process (no goroutine while idle)
+}
+
+// ProcessInfo returns a snapshot of the process pid, or false if it is not
+// a live process of this node. It takes the process's lock briefly and
+// allocates only the returned slices.
+func (n *Node) ProcessInfo(pid PID) (ProcessInfo, bool) {
+	p := n.lookup(pid)
+	if p == nil {
+		return ProcessInfo{}, false
+	}
+	return p.info(), true
+}
+
+// Info returns a snapshot of this process, as Node.ProcessInfo.
+func (p *Process) Info() ProcessInfo { return p.info() }
+
+func (p *Process) info() ProcessInfo {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	in := ProcessInfo{
+		PID:        p.pid,
+		Name:       p.name,
+		Behaviour:  p.behaviour,
+		MailboxLen: int(p.mlen.Load()),
+		Handled:    p.handled.Load(),
+		TrapExit:   p.trap,
+		Started:    time.Unix(0, p.started),
+		Handler:    p.mode == modeHandler,
+	}
+	switch {
+	case p.dead.Load():
+		in.Status = StatusExited
+	case p.mode == modeFunc && p.waiting, p.mode == modeHandler && !p.running:
+		in.Status = StatusWaiting
+	default:
+		in.Status = StatusRunning
+	}
+	for l := range p.links {
+		in.Links = append(in.Links, l)
+	}
+	for _, t := range p.monitoring {
+		in.Monitors = append(in.Monitors, t)
+	}
+	for _, w := range p.monitors {
+		in.MonitoredBy = append(in.MonitoredBy, w.pid)
+	}
+	byID := func(a, b PID) int {
+		switch {
+		case a.id < b.id:
+			return -1
+		case a.id > b.id:
+			return 1
+		}
+		return 0
+	}
+	slices.SortFunc(in.Links, byID)
+	slices.SortFunc(in.Monitors, byID)
+	slices.SortFunc(in.MonitoredBy, byID)
+	return in
+}

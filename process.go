@@ -1,0 +1,541 @@
+package gotp
+
+import (
+	"context"
+	"runtime/debug"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+type procMode uint8
+
+const (
+	modeFunc    procMode = iota // a function with its own goroutine
+	modeHandler                 // a Handler run on demand
+)
+
+// A Process is a running process as seen from its own code: the handle
+// passed to its function or handler. Methods that act for the process
+// (Receive, Link, Monitor, Demonitor, TrapExit, Send, Spawn, Register,
+// Exit) must be called only from the process itself: from its function's
+// goroutine, or from its handler while it handles a message. Self, Node and
+// Context are safe from any goroutine.
+type Process struct {
+	n         *Node
+	pid       PID
+	mode      procMode
+	handler   Handler
+	behaviour string
+	started   int64 // unix nanoseconds
+	handled   atomic.Uint64
+	mlen      atomic.Int64 // mailbox length, for introspection
+	dead      atomic.Bool
+	done      chan struct{} // closed when the process has exited
+
+	mu         sync.Mutex // guards the fields below
+	reason     error
+	trap       bool
+	name       string
+	queue      []any         // messages not yet moved to the receiver's buffer
+	wake       chan struct{} // function mode: signals a waiting receiver
+	waiting    bool          // function mode: the receiver waits on wake
+	running    bool          // handler mode: a goroutine handles messages (or Init runs)
+	links      map[PID]struct{}
+	monitors   map[Ref]watcher // monitors of this process
+	monitoring map[Ref]PID     // monitors this process holds
+	ctx        context.Context
+	cancel     context.CancelFunc
+	values     map[any]any // process dictionary, set by behaviours
+
+	// Owned by the goroutine that receives (function mode) or handles
+	// (handler mode); never touched by senders.
+	rbuf  []any
+	rhead int
+}
+
+// A Handler handles the messages of a handler-mode process (see
+// Node.SpawnHandler). A handler-mode process has no goroutine while its
+// mailbox is empty: one is started when a message arrives and ends when the
+// mailbox is drained, so an idle process costs only its memory.
+type Handler interface {
+	// HandleMessage handles one message. It is never called concurrently
+	// for one process. Returning stop == true ends the process with reason
+	// (nil is a normal exit). A panic ends the process with a *PanicError.
+	HandleMessage(p *Process, msg any) (stop bool, reason error)
+}
+
+// HandlerFunc adapts a function to the Handler interface.
+type HandlerFunc func(p *Process, msg any) (stop bool, reason error)
+
+// HandleMessage calls f(p, msg).
+func (f HandlerFunc) HandleMessage(p *Process, msg any) (bool, error) { return f(p, msg) }
+
+type watcher struct {
+	pid    PID        // receives a Down message, or
+	fn     func(Down) // is called, or
+	remote bool       // the Down goes back through the transport to Ref's node
+}
+
+// SpawnOption configures Spawn and SpawnHandler.
+type SpawnOption interface{ apply(*spawnConfig) }
+
+type spawnConfig struct {
+	link      PID
+	name      string
+	trap      bool
+	behaviour string
+}
+
+type optionFunc func(*spawnConfig)
+
+func (f optionFunc) apply(c *spawnConfig) { f(c) }
+
+// LinkTo links the new process to pid before it runs, atomically (Erlang's
+// spawn_link). If pid is not alive, the spawn fails with ErrNoProc.
+func LinkTo(pid PID) SpawnOption { return optionFunc(func(c *spawnConfig) { c.link = pid }) }
+
+// Named registers the new process under a local name before it runs. If
+// the name is taken the spawn fails with *AlreadyRegisteredError.
+func Named(name string) SpawnOption { return optionFunc(func(c *spawnConfig) { c.name = name }) }
+
+// TrapExit sets whether the new process traps exits from its start.
+func TrapExit(on bool) SpawnOption { return optionFunc(func(c *spawnConfig) { c.trap = on }) }
+
+// Behaviour labels the new process for introspection (for example
+// "server" or "supervisor").
+func Behaviour(label string) SpawnOption {
+	return optionFunc(func(c *spawnConfig) { c.behaviour = label })
+}
+
+// Spawn starts fn as a new process with its own goroutine and returns its
+// PID. The process ends when fn returns, with fn's error as its reason (nil
+// is normal), or when an exit signal kills it; a panic in fn ends it with a
+// *PanicError. A killed process is dead at once for everyone else (links
+// and monitors fire, its name is freed, messages to it are dropped); its
+// goroutine learns it from Receive or from Context and should return.
+//
+// Spawn fails only when the node is stopping (ErrNodeStopped), when the
+// name of Named is taken, or when the process of LinkTo is not alive.
+func (n *Node) Spawn(fn func(p *Process) error, opts ...SpawnOption) (PID, error) {
+	p, err := n.newProcess(modeFunc, nil, opts)
+	if err != nil {
+		return PID{}, err
+	}
+	n.goroutines.add()
+	if err := n.publish(p, opts); err != nil {
+		n.goroutines.done()
+		return PID{}, err
+	}
+	go p.runFunc(fn)
+	return p.pid, nil
+}
+
+// SpawnHandler starts a handler-mode process that runs h for each message,
+// and returns its PID. If init is not nil it runs first, on the caller's
+// goroutine, as the new process: Self, Link, Monitor and TrapExit work in
+// it, and messages sent meanwhile wait in the mailbox. If init returns an
+// error or panics, the process exits with that reason and SpawnHandler
+// returns it. Failures are otherwise those of Spawn.
+func (n *Node) SpawnHandler(h Handler, init func(p *Process) error, opts ...SpawnOption) (PID, error) {
+	p, err := n.newProcess(modeHandler, h, opts)
+	if err != nil {
+		return PID{}, err
+	}
+	p.running = true // hold messages until init is done
+	if err := n.publish(p, opts); err != nil {
+		return PID{}, err
+	}
+	if init != nil {
+		if err := p.runInit(init); err != nil {
+			p.exit(err)
+			return PID{}, err
+		}
+	}
+	p.mu.Lock()
+	if p.dead.Load() {
+		reason := p.reason
+		p.mu.Unlock()
+		if reason == nil {
+			reason = ErrNoProc
+		}
+		return PID{}, reason
+	}
+	if len(p.queue) == 0 {
+		p.running = false
+		p.mu.Unlock()
+	} else {
+		n.goroutines.add()
+		p.mu.Unlock()
+		go p.runHandler()
+	}
+	return p.pid, nil
+}
+
+func (p *Process) runInit(init func(p *Process) error) (err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			err = &PanicError{Value: v, Stack: debug.Stack()}
+		}
+	}()
+	return init(p)
+}
+
+func (n *Node) newProcess(mode procMode, h Handler, opts []SpawnOption) (*Process, error) {
+	if n.stopping.Load() {
+		return nil, ErrNodeStopped
+	}
+	var c spawnConfig
+	for _, o := range opts {
+		o.apply(&c)
+	}
+	p := &Process{
+		n:         n,
+		pid:       PID{node: n.name, creation: n.creation, id: n.nextID.Add(1)},
+		mode:      mode,
+		handler:   h,
+		behaviour: c.behaviour,
+		started:   time.Now().UnixNano(),
+		trap:      c.trap,
+		done:      make(chan struct{}),
+	}
+	if mode == modeFunc {
+		p.wake = make(chan struct{}, 1)
+	}
+	return p, nil
+}
+
+// publish makes p visible: named, linked, in the table. On failure p is
+// discarded as if it never existed.
+func (n *Node) publish(p *Process, opts []SpawnOption) error {
+	var c spawnConfig
+	for _, o := range opts {
+		o.apply(&c)
+	}
+	n.table.put(p)
+	n.count.Add(1)
+	fail := func(err error) error {
+		n.table.delete(p.pid.id)
+		n.count.Add(-1)
+		p.dead.Store(true)
+		return err
+	}
+	if n.stopping.Load() { // Stop may have listed the table before put
+		return fail(ErrNodeStopped)
+	}
+	if c.name != "" {
+		if err := n.register(c.name, p); err != nil {
+			return fail(err)
+		}
+	}
+	if !c.link.IsZero() {
+		if err := p.link(c.link); err != nil {
+			if c.name != "" {
+				n.unregisterProcName(c.name, p)
+			}
+			return fail(err)
+		}
+	}
+	return nil
+}
+
+func (p *Process) runFunc(fn func(p *Process) error) {
+	defer p.n.goroutines.done()
+	if p.dead.Load() {
+		return
+	}
+	var reason error
+	func() {
+		defer func() {
+			if v := recover(); v != nil {
+				reason = &PanicError{Value: v, Stack: debug.Stack()}
+			}
+		}()
+		reason = fn(p)
+	}()
+	p.exit(reason)
+}
+
+func (p *Process) runHandler() {
+	defer p.n.goroutines.done()
+	for {
+		if p.rhead == len(p.rbuf) && !p.refill() {
+			return
+		}
+		if p.dead.Load() {
+			p.mu.Lock()
+			p.running = false
+			p.mu.Unlock()
+			return
+		}
+		msg := p.rbuf[p.rhead]
+		p.rbuf[p.rhead] = nil
+		p.rhead++
+		p.mlen.Add(-1)
+		p.handled.Add(1)
+		if stop, reason := p.handle(msg); stop {
+			p.exit(reason)
+			p.mu.Lock()
+			p.running = false
+			p.mu.Unlock()
+			return
+		}
+	}
+}
+
+// refill moves queued messages to the handler's buffer. When there are
+// none it marks the process idle and returns false; the goroutine then
+// ends.
+func (p *Process) refill() bool {
+	p.mu.Lock()
+	if len(p.queue) == 0 || p.dead.Load() {
+		p.running = false
+		if cap(p.rbuf) > 256 { // do not keep a burst's buffer while idle
+			p.rbuf = nil
+		} else {
+			p.rbuf = p.rbuf[:0]
+		}
+		p.rhead = 0
+		p.mu.Unlock()
+		return false
+	}
+	p.rbuf, p.queue = p.queue, p.rbuf[:0]
+	p.rhead = 0
+	p.mu.Unlock()
+	return true
+}
+
+func (p *Process) handle(msg any) (stop bool, reason error) {
+	defer func() {
+		if v := recover(); v != nil {
+			stop, reason = true, &PanicError{Value: v, Stack: debug.Stack()}
+		}
+	}()
+	return p.handler.HandleMessage(p, msg)
+}
+
+// deliver appends msg to the mailbox and wakes the process.
+func (p *Process) deliver(msg any) {
+	p.mu.Lock()
+	p.deliverLocked(msg)
+}
+
+// deliverLocked appends msg with p.mu held, and unlocks it.
+func (p *Process) deliverLocked(msg any) {
+	if p.dead.Load() {
+		p.mu.Unlock()
+		return
+	}
+	p.queue = append(p.queue, msg)
+	p.mlen.Add(1)
+	if p.mode == modeFunc {
+		if p.waiting {
+			p.waiting = false
+			p.mu.Unlock()
+			select {
+			case p.wake <- struct{}{}:
+			default:
+			}
+			return
+		}
+	} else if !p.running {
+		p.running = true
+		p.n.goroutines.add()
+		p.mu.Unlock()
+		go p.runHandler()
+		return
+	}
+	p.mu.Unlock()
+}
+
+// Self returns the process's PID.
+func (p *Process) Self() PID { return p.pid }
+
+// Node returns the node the process runs on.
+func (p *Process) Node() *Node { return p.n }
+
+// Context returns a context that is cancelled when the process exits. It
+// is made on first use.
+func (p *Process) Context() context.Context {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.ctx == nil {
+		p.ctx, p.cancel = context.WithCancel(context.Background())
+		if p.dead.Load() {
+			p.cancel()
+		}
+	}
+	return p.ctx
+}
+
+// Done returns a channel that is closed when the process has exited.
+func (p *Process) Done() <-chan struct{} { return p.done }
+
+// Receive returns the next message in the mailbox, waiting for one until
+// ctx ends (it then returns ctx.Err()). If the process has been killed it
+// returns *ExitedError with the exit reason; the function should then
+// return. Only a function process (Spawn) may receive.
+func (p *Process) Receive(ctx context.Context) (any, error) {
+	return p.receive(ctx, nil)
+}
+
+// ReceiveFunc is a selective receive: it returns the oldest message for
+// which match returns true, leaving the others in the mailbox in order.
+// match runs on the calling goroutine and must not block. Errors are those
+// of Receive.
+func (p *Process) ReceiveFunc(ctx context.Context, match func(msg any) bool) (any, error) {
+	return p.receive(ctx, match)
+}
+
+// ExitedError is returned by Receive when the process has been ended by an
+// exit signal while its goroutine was still running.
+type ExitedError struct{ Reason error }
+
+func (e *ExitedError) Error() string {
+	if e.Reason == nil {
+		return "gotp: process exited"
+	}
+	return "gotp: process exited: " + e.Reason.Error()
+}
+
+// Unwrap returns the exit reason.
+func (e *ExitedError) Unwrap() error { return e.Reason }
+
+func (p *Process) receive(ctx context.Context, match func(any) bool) (any, error) {
+	if p.mode != modeFunc {
+		return nil, ErrNotProcess
+	}
+	scanned := p.rhead
+	for {
+		if msg, ok := p.takeLocal(match, scanned); ok {
+			return msg, nil
+		}
+		scanned = len(p.rbuf)
+		p.mu.Lock()
+		if p.dead.Load() {
+			reason := p.reason
+			p.mu.Unlock()
+			return nil, &ExitedError{Reason: reason}
+		}
+		if len(p.queue) > 0 {
+			if p.rhead == len(p.rbuf) {
+				p.rbuf, p.queue = p.queue, p.rbuf[:0]
+				p.rhead, scanned = 0, 0
+			} else {
+				p.rbuf = append(p.rbuf, p.queue...)
+				clear(p.queue)
+				p.queue = p.queue[:0]
+			}
+			p.mu.Unlock()
+			continue
+		}
+		p.waiting = true
+		p.mu.Unlock()
+		select {
+		case <-p.wake:
+		case <-ctx.Done():
+			p.mu.Lock()
+			p.waiting = false
+			p.mu.Unlock()
+			return nil, ctx.Err()
+		}
+	}
+}
+
+// takeLocal takes a message from the receiver's buffer: the first one, or
+// with match the first that matches at or after index from.
+func (p *Process) takeLocal(match func(any) bool, from int) (any, bool) {
+	if match == nil {
+		if p.rhead == len(p.rbuf) {
+			return nil, false
+		}
+		msg := p.rbuf[p.rhead]
+		p.rbuf[p.rhead] = nil
+		p.rhead++
+		if p.rhead == len(p.rbuf) {
+			p.rbuf, p.rhead = p.rbuf[:0], 0
+		}
+		p.mlen.Add(-1)
+		p.handled.Add(1)
+		return msg, true
+	}
+	from = max(from, p.rhead)
+	for i := from; i < len(p.rbuf); i++ {
+		if msg := p.rbuf[i]; match(msg) {
+			p.removeLocal(i)
+			p.mlen.Add(-1)
+			p.handled.Add(1)
+			return msg, true
+		}
+	}
+	return nil, false
+}
+
+func (p *Process) removeLocal(i int) {
+	copy(p.rbuf[i:], p.rbuf[i+1:])
+	p.rbuf[len(p.rbuf)-1] = nil
+	p.rbuf = p.rbuf[:len(p.rbuf)-1]
+	if p.rhead == len(p.rbuf) {
+		p.rbuf, p.rhead = p.rbuf[:0], 0
+	}
+}
+
+// Send sends msg to the process to, from this process. See Node.Send.
+func (p *Process) Send(to PID, msg any) { p.n.send(p.pid, to, msg) }
+
+// Spawn starts a process, as Node.Spawn.
+func (p *Process) Spawn(fn func(p *Process) error, opts ...SpawnOption) (PID, error) {
+	return p.n.Spawn(fn, opts...)
+}
+
+// SpawnLink starts a process linked to this one (Erlang's spawn_link).
+func (p *Process) SpawnLink(fn func(p *Process) error, opts ...SpawnOption) (PID, error) {
+	return p.n.Spawn(fn, append(opts, LinkTo(p.pid))...)
+}
+
+// TrapExit sets whether exit signals reach this process as Exit messages
+// instead of ending it, and returns the previous setting. ErrKill is never
+// trapped.
+func (p *Process) TrapExit(on bool) (was bool) {
+	p.mu.Lock()
+	was, p.trap = p.trap, on
+	p.mu.Unlock()
+	return was
+}
+
+// Exit sends an exit signal with reason from this process to pid; see
+// Node.Exit for its effect. Sent to Self with a non-nil reason, it ends this
+// process (unless it traps exits, when an Exit message arrives instead).
+func (p *Process) Exit(pid PID, reason error) { p.n.exitSignal(p.pid, pid, reason, false) }
+
+// Register registers this process under a local name. See Node.Register.
+func (p *Process) Register(name string) error { return p.n.register(name, p) }
+
+// SetValue stores a value in the process dictionary; behaviours use it to
+// attach what introspection shows. It is safe from any goroutine.
+func (p *Process) SetValue(key, value any) {
+	p.mu.Lock()
+	if p.values == nil {
+		p.values = make(map[any]any)
+	}
+	p.values[key] = value
+	p.mu.Unlock()
+}
+
+// Value returns a value from the process dictionary. It is safe from any
+// goroutine.
+func (p *Process) Value(key any) any {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.values[key]
+}
+
+// waitDead waits until the process has exited or ctx ends.
+func (p *Process) waitDead(ctx context.Context) error {
+	select {
+	case <-p.done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}

@@ -1,0 +1,282 @@
+package gotp
+
+// exit ends the process with reason: it is dead for everyone from here
+// on. It reports whether this call ended it (false if it was already dead).
+func (p *Process) exit(reason error) bool {
+	if reason == ErrKill {
+		reason = ErrKilled
+	}
+	p.mu.Lock()
+	if p.dead.Load() {
+		p.mu.Unlock()
+		return false
+	}
+	p.dead.Store(true)
+	p.reason = reason
+	links, mons, monitoring := p.links, p.monitors, p.monitoring
+	p.links, p.monitors, p.monitoring = nil, nil, nil
+	name := p.name
+	p.queue = nil
+	p.mlen.Store(0)
+	if p.mode == modeFunc {
+		p.waiting = false
+		select {
+		case p.wake <- struct{}{}:
+		default:
+		}
+	}
+	cancel := p.cancel
+	p.mu.Unlock()
+
+	n := p.n
+	if cancel != nil {
+		cancel()
+	}
+	n.table.delete(p.pid.id)
+	n.count.Add(-1)
+	if name != "" {
+		n.unregisterProcName(name, p)
+	}
+	for ref, target := range monitoring {
+		n.dropMonitor(ref, target)
+	}
+	for pid := range links {
+		n.exitSignal(p.pid, pid, reason, true)
+	}
+	for ref, w := range mons {
+		n.fire(w, Down{Ref: ref, PID: p.pid, Reason: reason})
+	}
+	close(p.done)
+	return true
+}
+
+// exitSignal applies an exit signal from the process from. viaLink marks a
+// signal caused by the death of a linked process: it is ignored unless
+// from is still linked, and it removes the link.
+func (p *Process) exitSignal(from PID, reason error, viaLink bool) {
+	p.mu.Lock()
+	if p.dead.Load() {
+		p.mu.Unlock()
+		return
+	}
+	if viaLink {
+		if _, ok := p.links[from]; !ok {
+			p.mu.Unlock() // unlinked meanwhile: the signal is void
+			return
+		}
+		delete(p.links, from)
+	} else if reason == ErrKill {
+		p.mu.Unlock()
+		p.exit(ErrKilled)
+		return
+	}
+	if p.trap {
+		p.deliverLocked(Exit{From: from, Reason: reason})
+		return
+	}
+	p.mu.Unlock()
+	if reason == nil && from != p.pid {
+		return // a normal exit signal does not end a process that does not trap
+	}
+	p.exit(reason)
+}
+
+// Link links this process with pid: when either ends with an abnormal
+// reason, the other receives an exit signal with that reason (and dies,
+// unless it traps exits). Linking is idempotent, and linking to oneself does
+// nothing. Linking to a process that is not alive returns ErrNoProc.
+func (p *Process) Link(pid PID) error { return p.link(pid) }
+
+func (p *Process) link(pid PID) error {
+	if pid == p.pid {
+		return nil
+	}
+	n := p.n
+	q := n.lookup(pid)
+	if q == nil {
+		if !n.isLocal(pid) && pid.node != n.name && !pid.IsZero() {
+			if r := n.remote.Load(); r != nil {
+				p.mu.Lock()
+				if p.links == nil {
+					p.links = make(map[PID]struct{})
+				}
+				p.links[pid] = struct{}{}
+				p.mu.Unlock()
+				r.t.Link(p.pid, pid)
+				return nil
+			}
+		}
+		return ErrNoProc
+	}
+	a, b := p, q
+	if a.pid.id > b.pid.id {
+		a, b = b, a
+	}
+	a.mu.Lock()
+	b.mu.Lock()
+	defer a.mu.Unlock()
+	defer b.mu.Unlock()
+	if q.dead.Load() || p.dead.Load() {
+		return ErrNoProc
+	}
+	if p.links == nil {
+		p.links = make(map[PID]struct{})
+	}
+	if q.links == nil {
+		q.links = make(map[PID]struct{})
+	}
+	p.links[pid] = struct{}{}
+	q.links[p.pid] = struct{}{}
+	return nil
+}
+
+// Unlink removes the link between this process and pid, if any. After
+// Unlink returns, no exit signal caused by the link reaches this process.
+func (p *Process) Unlink(pid PID) {
+	p.mu.Lock()
+	delete(p.links, pid)
+	p.mu.Unlock()
+	n := p.n
+	if q := n.lookup(pid); q != nil {
+		q.mu.Lock()
+		delete(q.links, p.pid)
+		q.mu.Unlock()
+		return
+	}
+	if pid.node != n.name && !pid.IsZero() {
+		if r := n.remote.Load(); r != nil {
+			r.t.Unlink(p.pid, pid)
+		}
+	}
+}
+
+// Monitor starts monitoring pid: when it exits this process receives one
+// Down message with the reason. If pid is not alive, Down arrives at once
+// with ErrNoProc. Each call makes a new monitor.
+func (p *Process) Monitor(pid PID) Ref {
+	ref := p.n.MakeRef()
+	p.mu.Lock()
+	if p.dead.Load() {
+		p.mu.Unlock()
+		return ref
+	}
+	if p.monitoring == nil {
+		p.monitoring = make(map[Ref]PID)
+	}
+	p.monitoring[ref] = pid
+	p.mu.Unlock()
+	p.n.monitor(ref, pid, watcher{pid: p.pid})
+	return ref
+}
+
+// Demonitor ends the monitor ref. It reports whether the monitor was still
+// active (false if its Down was already sent). With flush, a Down of this
+// monitor already in the mailbox is removed, so none is received after
+// Demonitor returns.
+func (p *Process) Demonitor(ref Ref, flush bool) bool {
+	p.mu.Lock()
+	target, ok := p.monitoring[ref]
+	delete(p.monitoring, ref)
+	if flush {
+		for i, m := range p.queue {
+			if d, isDown := m.(Down); isDown && d.Ref == ref {
+				p.queue = append(p.queue[:i], p.queue[i+1:]...)
+				p.mlen.Add(-1)
+				break
+			}
+		}
+	}
+	p.mu.Unlock()
+	if flush {
+		for i := p.rhead; i < len(p.rbuf); i++ {
+			if d, isDown := p.rbuf[i].(Down); isDown && d.Ref == ref {
+				p.removeLocal(i)
+				p.mlen.Add(-1)
+				break
+			}
+		}
+	}
+	if !ok {
+		return false
+	}
+	return p.n.dropMonitor(ref, target)
+}
+
+// MonitorFunc calls fn once when the process pid exits, with the Down it
+// would have sent; if pid is not alive, fn is called at once on the
+// caller's goroutine with ErrNoProc. Otherwise fn runs on the goroutine
+// that ends the process, after the process is dead; it must be quick and
+// must not block (send a message, close a channel). It is the building
+// block for calls and registries that must learn of exits without a
+// process of their own. Cancel with Node.Demonitor.
+func (n *Node) MonitorFunc(pid PID, fn func(Down)) Ref {
+	ref := n.MakeRef()
+	n.monitor(ref, pid, watcher{fn: fn})
+	return ref
+}
+
+// Demonitor cancels a monitor made with MonitorFunc and reports whether it
+// was still active. After it returns true, fn is not called.
+func (n *Node) Demonitor(ref Ref, pid PID) bool { return n.dropMonitor(ref, pid) }
+
+func (n *Node) monitor(ref Ref, pid PID, w watcher) {
+	q := n.lookup(pid)
+	if q == nil {
+		if pid.node != n.name && !pid.IsZero() {
+			if r := n.remote.Load(); r != nil {
+				r.monitor(ref, pid, w)
+				return
+			}
+		}
+		n.fire(w, Down{Ref: ref, PID: pid, Reason: ErrNoProc})
+		return
+	}
+	q.mu.Lock()
+	if q.dead.Load() {
+		q.mu.Unlock()
+		n.fire(w, Down{Ref: ref, PID: pid, Reason: ErrNoProc})
+		return
+	}
+	if q.monitors == nil {
+		q.monitors = make(map[Ref]watcher)
+	}
+	q.monitors[ref] = w
+	q.mu.Unlock()
+}
+
+// dropMonitor removes the monitor ref from its target and reports whether
+// it was there.
+func (n *Node) dropMonitor(ref Ref, target PID) bool {
+	if q := n.lookup(target); q != nil {
+		q.mu.Lock()
+		_, ok := q.monitors[ref]
+		delete(q.monitors, ref)
+		q.mu.Unlock()
+		return ok
+	}
+	if target.node != n.name && !target.IsZero() {
+		if r := n.remote.Load(); r != nil {
+			return r.demonitor(ref, target)
+		}
+	}
+	return false
+}
+
+// fire delivers a Down to its watcher.
+func (n *Node) fire(w watcher, d Down) {
+	if w.fn != nil {
+		w.fn(d)
+		return
+	}
+	if w.remote {
+		if r := n.remote.Load(); r != nil {
+			r.t.Down(d.Ref, w.pid, d.PID, d.Reason)
+		}
+		return
+	}
+	if q := n.lookup(w.pid); q != nil {
+		q.mu.Lock()
+		delete(q.monitoring, d.Ref)
+		q.deliverLocked(d)
+	}
+}
