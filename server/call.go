@@ -1,0 +1,212 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/gotp/gotp"
+)
+
+// DefaultCallTimeout bounds a Call whose context has no deadline, as
+// Erlang's default of five seconds does.
+const DefaultCallTimeout = 5 * time.Second
+
+// NoReply, returned by HandleCall as its reply, means the server will
+// answer later with Reply.
+var NoReply any = noReply{}
+
+type noReply struct{}
+
+// From names the caller of a Call: keep it to answer later with Reply.
+type From struct {
+	c   *call
+	n   *gotp.Node
+	pid gotp.PID // for callers on another node: the process that takes the reply
+	ref gotp.Ref
+}
+
+// Ref returns the reference of the call, unique on the caller's node.
+func (f From) Ref() gotp.Ref { return f.ref }
+
+type call struct {
+	ch chan any // buffered 1: a late reply lands here and is collected with the call
+}
+
+// ReplyMessage is how a reply reaches a caller on another node: sent to
+// the process that waits for it.
+type ReplyMessage struct {
+	Ref   gotp.Ref
+	Value any
+}
+
+// Reply answers a call whose HandleCall returned NoReply. It may be called
+// from any goroutine, at most once per call; a reply to a caller that has
+// given up is dropped.
+func Reply(from From, value any) { from.reply(value) }
+
+func (f From) reply(v any) {
+	if f.c != nil {
+		select {
+		case f.c.ch <- v:
+		default:
+		}
+		return
+	}
+	if f.n != nil && !f.pid.IsZero() {
+		f.n.Send(f.pid, ReplyMessage{Ref: f.ref, Value: v})
+	}
+}
+
+// CallError is the error of a Call that got no reply: Reason is
+// gotp.ErrNoProc for a server that is not running, the server's exit
+// reason when it died during the call, or the context's error when the
+// deadline passed first.
+type CallError struct {
+	Server gotp.PID
+	Reason error
+}
+
+func (e *CallError) Error() string {
+	return fmt.Sprintf("server: call to %v: %v", e.Server, e.Reason)
+}
+
+// Unwrap returns Reason, so errors.Is(err, gotp.ErrNoProc) and
+// errors.Is(err, context.DeadlineExceeded) work.
+func (e *CallError) Unwrap() error { return e.Reason }
+
+// ReplyTypeError is returned by Call when the reply is not of the type the
+// caller asked for.
+type ReplyTypeError struct {
+	Reply any
+	Want  string
+}
+
+func (e *ReplyTypeError) Error() string {
+	return fmt.Sprintf("server: reply %T is not %s", e.Reply, e.Want)
+}
+
+// Call sends req to the server to and waits for its reply, which it returns
+// as an R. The wait ends at ctx's deadline, or after DefaultCallTimeout if
+// ctx has none. It fails with *CallError when the server is not running,
+// dies during the call, or does not answer in time; with the reply itself
+// when the reply is an error value; and with *ReplyTypeError when the reply
+// is neither an R nor an error. A reply that comes after Call has returned
+// is dropped: it never reaches the caller's mailbox. Call may be used from
+// any goroutine, inside a process or not.
+func Call[R any](ctx context.Context, n *gotp.Node, to gotp.Dest, req any) (R, error) {
+	var zero R
+	reply, err := call1(ctx, n, to, req)
+	if err != nil {
+		return zero, err
+	}
+	if e, ok := reply.(error); ok {
+		return zero, e
+	}
+	if r, ok := reply.(R); ok {
+		return r, nil
+	}
+	if reply == nil {
+		return zero, nil
+	}
+	return zero, &ReplyTypeError{Reply: reply, Want: fmt.Sprintf("%T", (*R)(nil))[1:]}
+}
+
+func call1(ctx context.Context, n *gotp.Node, to gotp.Dest, req any) (any, error) {
+	pid, ok := to.Resolve(n)
+	if !ok {
+		return nil, &CallError{Reason: gotp.ErrNoProc}
+	}
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, DefaultCallTimeout)
+		defer cancel()
+	}
+	c := &call{ch: make(chan any, 1)}
+	died := make(chan error, 1)
+	mon := n.MonitorFunc(pid, func(d gotp.Down) { died <- d.Reason })
+	from := From{c: c, n: n, ref: mon}
+	local := pid.Node() == n.Name() && pid.Creation() == n.Creation()
+	var proxy gotp.PID
+	if !local {
+		// A caller on this node is reached by a reply from another node
+		// through a handler process that completes the call.
+		var err error
+		proxy, err = n.SpawnHandler(gotp.HandlerFunc(func(_ *gotp.Process, msg any) (bool, error) {
+			if r, ok := msg.(ReplyMessage); ok && r.Ref == mon {
+				select {
+				case c.ch <- r.Value:
+				default:
+				}
+				return true, nil
+			}
+			return false, nil
+		}), nil, gotp.Behaviour("server call proxy"))
+		if err != nil {
+			n.Demonitor(mon, pid)
+			return nil, &CallError{Server: pid, Reason: err}
+		}
+		from = From{n: n, pid: proxy, ref: mon}
+	}
+	n.Send(pid, callRequest{from: from, req: req})
+	defer func() {
+		n.Demonitor(mon, pid)
+		if !proxy.IsZero() {
+			n.Exit(proxy, gotp.ErrKill)
+		}
+	}()
+	select {
+	case v := <-c.ch:
+		return v, nil
+	case reason := <-died:
+		// The reply may have been sent just before the server died.
+		select {
+		case v := <-c.ch:
+			return v, nil
+		default:
+		}
+		return nil, &CallError{Server: pid, Reason: reasonOrNoProc(reason)}
+	case <-ctx.Done():
+		return nil, &CallError{Server: pid, Reason: ctx.Err()}
+	}
+}
+
+func reasonOrNoProc(reason error) error {
+	if reason == nil {
+		return errNormal
+	}
+	return reason
+}
+
+// errNormal is the reason a CallError carries when the server ended
+// normally during the call.
+var errNormal = fmt.Errorf("server exited normally")
+
+// Cast sends msg to the server's HandleCast and returns at once. A cast to
+// a server that is not running is dropped.
+func Cast(n *gotp.Node, to gotp.Dest, msg any) {
+	n.SendTo(to, castMessage{msg: msg})
+}
+
+// Stop asks the server to stop with reason (nil is normal), and waits until
+// it has run Terminate and exited, or ctx ends. It fails with *CallError
+// (gotp.ErrNoProc) if the server is not running.
+func Stop(ctx context.Context, n *gotp.Node, to gotp.Dest, reason error) error {
+	pid, ok := to.Resolve(n)
+	if !ok {
+		return &CallError{Reason: gotp.ErrNoProc}
+	}
+	died := make(chan error, 1)
+	mon := n.MonitorFunc(pid, func(d gotp.Down) { died <- d.Reason })
+	n.Send(pid, stopRequest{reason: reason})
+	select {
+	case r := <-died:
+		if r == gotp.ErrNoProc {
+			return &CallError{Server: pid, Reason: r}
+		}
+		return nil
+	case <-ctx.Done():
+		n.Demonitor(mon, pid)
+		return &CallError{Server: pid, Reason: ctx.Err()}
+	}
+}

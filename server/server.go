@@ -1,0 +1,244 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"reflect"
+	"runtime/debug"
+
+	"github.com/gotp/gotp"
+)
+
+// Behaviour is the callback module of a server: the methods the server
+// process runs. Embed Defaults to implement only what you need.
+//
+// Every callback runs as the server process, one message at a time, so the
+// behaviour's fields need no lock as long as only the callbacks touch them.
+// A non-nil error returned by any callback stops the server with that error
+// as its exit reason (after Terminate). Errors meant for a caller are
+// replies: a reply that is an error value is what Call returns as its
+// error, and the server goes on.
+type Behaviour interface {
+	// Init runs before any message is handled, on the goroutine of Start
+	// (ctx is Start's), as the server process: p.Self, p.Link and
+	// p.TrapExit work. An error fails Start with it; ErrIgnore makes Start
+	// return ErrIgnore and the process end normally.
+	Init(ctx context.Context, p *gotp.Process) error
+	// HandleCall answers a Call. Return the reply, or NoReply and answer
+	// later with Reply(from, ...). A non-nil error stops the server; a
+	// reply returned with it is sent first.
+	HandleCall(p *gotp.Process, from From, req any) (reply any, err error)
+	// HandleCast handles a Cast.
+	HandleCast(p *gotp.Process, msg any) error
+	// HandleInfo handles any other message: plain sends, Down and (when
+	// the server traps exits) Exit messages from processes other than its
+	// parent.
+	HandleInfo(p *gotp.Process, msg any) error
+	// Terminate runs when the server stops by its own decision, by Stop,
+	// or by an exit signal from its parent (or the node) while it traps
+	// exits. It is not called when the server is killed, or when an exit
+	// signal ends it while it does not trap exits.
+	Terminate(p *gotp.Process, reason error)
+}
+
+// Defaults implements every Behaviour method with OTP's defaults; embed it
+// in a behaviour and override what you need. HandleCall replies
+// ErrUnhandled; HandleCast and HandleInfo log the unexpected message at
+// warning level and go on.
+type Defaults struct{}
+
+// Init does nothing.
+func (Defaults) Init(context.Context, *gotp.Process) error { return nil }
+
+// HandleCall replies ErrUnhandled.
+func (Defaults) HandleCall(p *gotp.Process, _ From, req any) (any, error) {
+	return fmt.Errorf("%w: call %T", ErrUnhandled, req), nil
+}
+
+// HandleCast logs the message and ignores it.
+func (Defaults) HandleCast(p *gotp.Process, msg any) error {
+	p.Node().Logger().Warn("server: unhandled cast", "pid", p.Self(), "msg", fmt.Sprintf("%T", msg))
+	return nil
+}
+
+// HandleInfo logs the message and ignores it.
+func (Defaults) HandleInfo(p *gotp.Process, msg any) error {
+	p.Node().Logger().Warn("server: unhandled message", "pid", p.Self(), "msg", fmt.Sprintf("%T", msg))
+	return nil
+}
+
+// Terminate does nothing.
+func (Defaults) Terminate(*gotp.Process, error) {}
+
+var (
+	// ErrUnhandled is the reply of Defaults.HandleCall.
+	ErrUnhandled = errors.New("server: unhandled call")
+	// ErrIgnore, returned by Init, makes Start return it without starting
+	// the server (supervisors then keep the child as not running).
+	ErrIgnore = errors.New("server: ignore")
+	// ErrAlreadyStarted matches *AlreadyStartedError with errors.Is.
+	ErrAlreadyStarted = errors.New("server: already started")
+)
+
+// AlreadyStartedError is returned by Start when the name is held by a
+// running process (Erlang's already_started).
+type AlreadyStartedError struct{ PID gotp.PID }
+
+func (e *AlreadyStartedError) Error() string {
+	return fmt.Sprintf("server: already started as %v", e.PID)
+}
+
+// Is makes errors.Is(err, ErrAlreadyStarted) true.
+func (e *AlreadyStartedError) Is(target error) bool { return target == ErrAlreadyStarted }
+
+// Option configures Start.
+type Option interface{ apply(*config) }
+
+type config struct {
+	name   string
+	via    gotp.Via
+	link   gotp.PID
+	trap   bool
+	parent gotp.PID
+}
+
+type optionFunc func(*config)
+
+func (f optionFunc) apply(c *config) { f(c) }
+
+// Named registers the server under a local name before Init runs.
+func Named(name string) Option { return optionFunc(func(c *config) { c.name = name }) }
+
+// WithVia registers the server under a name held by a name service (for
+// example a unique registry) before Init runs.
+func WithVia(v gotp.Via) Option { return optionFunc(func(c *config) { c.via = v }) }
+
+// TrapExit makes the server trap exits from its start (Init may also call
+// p.TrapExit).
+func TrapExit(on bool) Option { return optionFunc(func(c *config) { c.trap = on }) }
+
+// LinkTo links the server to pid, atomically with its start, and makes pid
+// its parent: an exit signal from the parent stops a server that traps
+// exits, with Terminate.
+func LinkTo(pid gotp.PID) Option {
+	return optionFunc(func(c *config) { c.link, c.parent = pid, pid })
+}
+
+// Start starts a server running b on node n and returns when Init has
+// returned. It fails with Init's error, with *AlreadyStartedError when the
+// name is taken, or with gotp.ErrNodeStopped. The server holds no goroutine
+// while its mailbox is empty.
+func Start(ctx context.Context, n *gotp.Node, b Behaviour, opts ...Option) (gotp.PID, error) {
+	var c config
+	for _, o := range opts {
+		o.apply(&c)
+	}
+	g := &gen{b: b, parent: c.parent}
+	sopts := []gotp.SpawnOption{gotp.Behaviour(behaviourLabel(b)), gotp.TrapExit(c.trap)}
+	if c.name != "" {
+		sopts = append(sopts, gotp.Named(c.name))
+	}
+	if !c.link.IsZero() {
+		sopts = append(sopts, gotp.LinkTo(c.link))
+	}
+	init := func(p *gotp.Process) error {
+		if c.via != nil {
+			if err := c.via.RegisterName(n, p.Self()); err != nil {
+				if e, ok := errors.AsType[*gotp.AlreadyRegisteredError](err); ok {
+					return &AlreadyStartedError{PID: e.Owner}
+				}
+				return err
+			}
+		}
+		return b.Init(ctx, p)
+	}
+	pid, err := n.SpawnHandler(g, init, sopts...)
+	if err != nil {
+		if e, ok := errors.AsType[*gotp.AlreadyRegisteredError](err); ok && e.Name == c.name {
+			return gotp.PID{}, &AlreadyStartedError{PID: e.Owner}
+		}
+		return gotp.PID{}, err
+	}
+	return pid, nil
+}
+
+// StartLink starts a server linked to the calling process parent, which
+// becomes its parent (see LinkTo).
+func StartLink(ctx context.Context, parent *gotp.Process, b Behaviour, opts ...Option) (gotp.PID, error) {
+	return Start(ctx, parent.Node(), b, append(opts, LinkTo(parent.Self()))...)
+}
+
+func behaviourLabel(b Behaviour) string {
+	t := reflect.TypeOf(b)
+	return "server " + t.String()
+}
+
+// gen is the gotp.Handler that runs a Behaviour.
+type gen struct {
+	b      Behaviour
+	parent gotp.PID
+}
+
+type callRequest struct {
+	from From
+	req  any
+}
+
+type castMessage struct{ msg any }
+
+type stopRequest struct{ reason error }
+
+func (g *gen) HandleMessage(p *gotp.Process, msg any) (stop bool, reason error) {
+	var reply any
+	var from From
+	var replying bool
+	err := func() (err error) {
+		defer func() {
+			if v := recover(); v != nil {
+				err = &gotp.PanicError{Value: v, Stack: debug.Stack()}
+			}
+		}()
+		switch m := msg.(type) {
+		case callRequest:
+			from, replying = m.from, true
+			reply, err = g.b.HandleCall(p, m.from, m.req)
+			return err
+		case castMessage:
+			return g.b.HandleCast(p, m.msg)
+		case stopRequest:
+			return stopping{m.reason}
+		case gotp.Exit:
+			if m.From == g.parent || m.From.IsZero() {
+				return stopping{m.Reason}
+			}
+		}
+		return g.b.HandleInfo(p, msg)
+	}()
+	if replying && reply != NoReply && (err == nil || reply != nil) {
+		from.reply(reply)
+	}
+	if err == nil {
+		return false, nil
+	}
+	if s, ok := err.(stopping); ok {
+		err = s.reason
+	}
+	g.terminate(p, err)
+	return true, err
+}
+
+// stopping carries a requested stop reason (which may be nil) through the
+// callback error path.
+type stopping struct{ reason error }
+
+func (s stopping) Error() string { return fmt.Sprint("stop: ", s.reason) }
+
+func (g *gen) terminate(p *gotp.Process, reason error) {
+	defer func() {
+		if v := recover(); v != nil {
+			p.Node().Logger().Error("server: terminate panicked", "pid", p.Self(), "panic", v)
+		}
+	}()
+	g.b.Terminate(p, reason)
+}
