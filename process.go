@@ -407,6 +407,11 @@ func (p *Process) receive(ctx context.Context, match func(any) bool) (any, error
 	}
 	scanned := p.rhead
 	for {
+		// A killed process must not go on taking messages it had already
+		// moved out of its (now discarded) mailbox.
+		if p.dead.Load() {
+			return nil, p.exitedError()
+		}
 		if msg, ok := p.takeLocal(match, scanned); ok {
 			return msg, nil
 		}
@@ -440,6 +445,12 @@ func (p *Process) receive(ctx context.Context, match func(any) bool) (any, error
 			return nil, ctx.Err()
 		}
 	}
+}
+
+func (p *Process) exitedError() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return &ExitedError{Reason: p.reason}
 }
 
 // takeLocal takes a message from the receiver's buffer: the first one, or
