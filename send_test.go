@@ -1,0 +1,311 @@
+package gotp_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gotp/gotp"
+)
+
+func TestSendToDeadUnknownOrZeroPIDIsNoOp(t *testing.T) {
+	n := newNode(t)
+	dead := waiter(t, n)
+	down := watch(n, dead)
+	n.Send(dead, nil)
+	recv(t, down)
+
+	other := gotp.NewNode(gotp.Options{Name: "other"})
+	defer other.Stop(t.Context())
+	foreign := waiter(t, other) // alive, but on a node with no transport between them
+
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for _, to := range []gotp.PID{
+			dead,
+			{},
+			gotp.NewPID(n.Name(), n.Creation(), 1<<40),       // never spawned
+			gotp.NewPID(n.Name(), n.Creation()+1, dead.ID()), // an earlier incarnation
+			gotp.NewPID("elsewhere", 1, 1),
+			foreign,
+		} {
+			for range 1000 {
+				n.Send(to, "hello")
+			}
+			if n.SendTo(to, "x") != !to.IsZero() {
+				t.Errorf("SendTo(%v) reported wrongly", to)
+			}
+		}
+	}()
+	recv(t, done)
+	if in, ok := other.ProcessInfo(foreign); !ok || in.MailboxLen != 0 {
+		t.Errorf("a message crossed between nodes without a transport: %+v", in)
+	}
+}
+
+func TestSendFIFOFromOneSender(t *testing.T) {
+	n := newNode(t)
+	to, got := sink(t, n)
+	const count = 10000
+	for i := range count {
+		n.Send(to, i)
+	}
+	for i := range count {
+		if v := recv(t, got); v != i {
+			t.Fatalf("message %d = %v", i, v)
+		}
+	}
+}
+
+func TestSendFIFOFromProcessSender(t *testing.T) {
+	n := newNode(t)
+	to, got := sink(t, n)
+	const count = 5000
+	_, done := run(t, n, func(p *gotp.Process) error {
+		for i := range count {
+			p.Send(to, i)
+		}
+		return nil
+	})
+	recv(t, done)
+	for i := range count {
+		if v := recv(t, got); v != i {
+			t.Fatalf("message %d = %v", i, v)
+		}
+	}
+}
+
+type seq struct{ sender, n int }
+
+func TestManySendersOneReceiver(t *testing.T) {
+	n := newNode(t)
+	to, got := sink(t, n)
+	const senders, each = 16, 2000
+	var wg sync.WaitGroup
+	for s := range senders {
+		if s%2 == 0 {
+			wg.Go(func() {
+				for i := range each {
+					n.Send(to, seq{s, i})
+				}
+			})
+			continue
+		}
+		wg.Add(1)
+		_, err := n.Spawn(func(p *gotp.Process) error {
+			defer wg.Done()
+			for i := range each {
+				p.Send(to, seq{s, i})
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	next := make([]int, senders)
+	for range senders * each {
+		m := recv(t, got).(seq)
+		if m.n != next[m.sender] {
+			t.Fatalf("sender %d: got message %d, want %d", m.sender, m.n, next[m.sender])
+		}
+		next[m.sender]++
+	}
+	wg.Wait()
+	for s, c := range next {
+		if c != each {
+			t.Errorf("sender %d: %d messages arrived, want %d", s, c, each)
+		}
+	}
+}
+
+func TestSendNeverBlocksOnSlowReceiver(t *testing.T) {
+	n := newNode(t)
+	release := make(chan struct{})
+	slow := blocker(t, n, release) // never receives until released
+	defer close(release)
+	const count = 200000
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := range count {
+			n.Send(slow, i)
+		}
+	}()
+	recv(t, done)
+	in, ok := n.ProcessInfo(slow)
+	if !ok || in.MailboxLen != count {
+		t.Fatalf("mailbox length = %d (ok %v), want %d", in.MailboxLen, ok, count)
+	}
+}
+
+func TestReceiveContextDeadline(t *testing.T) {
+	n := newNode(t)
+	start := time.Now()
+	_, res := run(t, n, func(p *gotp.Process) error {
+		ctx, cancel := context.WithTimeout(p.Context(), 20*time.Millisecond)
+		defer cancel()
+		msg, err := p.Receive(ctx)
+		if msg != nil {
+			return fmt.Errorf("got message %v", msg)
+		}
+		return err
+	})
+	if err := recv(t, res); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Receive = %v, want DeadlineExceeded", err)
+	}
+	if d := time.Since(start); d < 20*time.Millisecond {
+		t.Errorf("Receive returned after %v, before its deadline", d)
+	}
+
+	// A cancelled context; then the process still receives later messages.
+	ctx, cancel := context.WithCancel(context.Background())
+	between := make(chan struct{})
+	pid, res2 := run(t, n, func(p *gotp.Process) error {
+		if _, err := p.Receive(ctx); !errors.Is(err, context.Canceled) {
+			return fmt.Errorf("first Receive = %v, want Canceled", err)
+		}
+		close(between)
+		msg, err := p.Receive(context.Background())
+		if err != nil || msg != "after" {
+			return fmt.Errorf("second Receive = %v, %v", msg, err)
+		}
+		return nil
+	})
+	eventually(t, "the process to wait", func() bool { return status(n, pid) == gotp.StatusWaiting })
+	cancel()
+	recv(t, between)
+	n.Send(pid, "after")
+	if err := recv(t, res2); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestReceiveFuncSelective(t *testing.T) {
+	n := newNode(t)
+	start := make(chan struct{})
+	pid, res := run(t, n, func(p *gotp.Process) []any {
+		<-start
+		var got []any
+		ctx := context.Background()
+		m, _ := p.ReceiveFunc(ctx, func(m any) bool { return m == 4 })
+		got = append(got, m)
+		// "go" is not there yet: the scan must wait for it.
+		m, _ = p.ReceiveFunc(ctx, func(m any) bool { return m == "go" })
+		got = append(got, m)
+		for range 6 {
+			m, _ := p.Receive(ctx)
+			got = append(got, m)
+		}
+		return got
+	})
+	for i := 1; i <= 5; i++ {
+		n.Send(pid, i)
+	}
+	close(start)
+	eventually(t, "the scan for go to wait", func() bool {
+		in, _ := n.ProcessInfo(pid)
+		return in.Status == gotp.StatusWaiting && in.Handled == 1
+	})
+	n.Send(pid, 6)
+	n.Send(pid, "go")
+	n.Send(pid, 7)
+	got := recv(t, res)
+	want := []any{4, "go", 1, 2, 3, 5, 6, 7}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("received %v, want %v", got, want)
+	}
+}
+
+func TestReceiveFuncDeadlineKeepsMessages(t *testing.T) {
+	n := newNode(t)
+	pid, res := run(t, n, func(p *gotp.Process) []any {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
+		defer cancel()
+		if _, err := p.ReceiveFunc(ctx, func(any) bool { return false }); !errors.Is(err, context.DeadlineExceeded) {
+			return []any{err}
+		}
+		var got []any
+		for range 3 {
+			m, _ := p.Receive(context.Background())
+			got = append(got, m)
+		}
+		return got
+	}, gotp.Named("selective"))
+	for i := range 3 {
+		n.Send(pid, i)
+	}
+	if got := recv(t, res); fmt.Sprint(got) != "[0 1 2]" {
+		t.Fatalf("got %v, want [0 1 2]", got)
+	}
+}
+
+func TestReceiveInHandlerModeIsNotAllowed(t *testing.T) {
+	n := newNode(t)
+	errs := make(chan error, 2)
+	pid, err := n.SpawnHandler(gotp.HandlerFunc(func(p *gotp.Process, msg any) (bool, error) {
+		_, err := p.Receive(context.Background())
+		errs <- err
+		_, err = p.ReceiveFunc(context.Background(), func(any) bool { return true })
+		errs <- err
+		return false, nil
+	}), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.Send(pid, "x")
+	for range 2 {
+		if err := recv(t, errs); !errors.Is(err, gotp.ErrNotProcess) {
+			t.Fatalf("Receive in a handler = %v, want ErrNotProcess", err)
+		}
+	}
+}
+
+func TestReceiveAfterKillReturnsExitedError(t *testing.T) {
+	n := newNode(t)
+	pid, res := run(t, n, func(p *gotp.Process) error {
+		_, err := p.Receive(context.Background())
+		return err
+	})
+	eventually(t, "the process to wait", func() bool { return status(n, pid) == gotp.StatusWaiting })
+	n.Exit(pid, errBoom)
+	err := recv(t, res)
+	var ee *gotp.ExitedError
+	if !errors.As(err, &ee) || !errors.Is(err, errBoom) || ee.Reason != errBoom {
+		t.Fatalf("Receive = %v, want *ExitedError wrapping boom", err)
+	}
+}
+
+// A process that already moved messages out of its mailbox, then is
+// killed, must learn of its death from its next Receive rather than be
+// handed the rest of a mailbox that is gone.
+func TestReceiveAfterKillWithBufferedMessages(t *testing.T) {
+	n := newNode(t)
+	first := make(chan struct{})
+	release := make(chan struct{})
+	pid, res := run(t, n, func(p *gotp.Process) error {
+		if _, err := p.Receive(context.Background()); err != nil {
+			return err
+		}
+		close(first)
+		<-release
+		msg, err := p.Receive(context.Background())
+		if err == nil {
+			return fmt.Errorf("dead process received %v", msg)
+		}
+		return err
+	})
+	for i := range 3 {
+		n.Send(pid, i)
+	}
+	<-first
+	n.Exit(pid, gotp.ErrKill)
+	close(release)
+	if err := recv(t, res); !errors.Is(err, gotp.ErrKilled) {
+		t.Fatalf("Receive after kill = %v, want *ExitedError wrapping ErrKilled", err)
+	}
+}
