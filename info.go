@@ -89,3 +89,17 @@ func (p *Process) info() ProcessInfo {
 	slices.SortFunc(in.MonitoredBy, byID)
 	return in
 }
+
+// ProcessValue returns the value stored under key in the process
+// dictionary of the live local process pid (see Process.SetValue), and
+// whether pid is such a process. It lets introspection (an observer, a
+// supervisor tree walk) read what a behaviour publishes without a message
+// round trip. It takes the process's lock briefly and is safe from any
+// goroutine.
+func (n *Node) ProcessValue(pid PID, key any) (any, bool) {
+	p := n.lookup(pid)
+	if p == nil {
+		return nil, false
+	}
+	return p.Value(key), true
+}
