@@ -1,0 +1,98 @@
+package inbox
+
+import (
+	"errors"
+	"fmt"
+)
+
+// ErrLeaseLost is matched (errors.Is) by every *LeaseLostError.
+var ErrLeaseLost = errors.New("inbox: lease lost")
+
+// ErrStopped is returned by Start on a Subscription that was already started or stopped:
+// a Subscription runs once.
+var ErrStopped = errors.New("inbox: subscription already started or stopped")
+
+// LeaseLostError reports that a settlement or lease extension found the row no longer
+// under the claim that took it: the lease expired and the row was claimed again (or
+// settled) by someone else. The write was not made, so the newer claim's result stands.
+type LeaseLostError struct {
+	Table string
+	ID    int64
+	// Op is the fenced statement that found no row: "ack", "retry", "dead", "drop",
+	// "extend" or "release".
+	Op string
+}
+
+func (e *LeaseLostError) Error() string {
+	return fmt.Sprintf("inbox: lease lost on %s job %d (%s)", e.Table, e.ID, e.Op)
+}
+
+// Is makes errors.Is(err, ErrLeaseLost) true.
+func (e *LeaseLostError) Is(target error) bool { return target == ErrLeaseLost }
+
+// ConfigError reports a Config or SubscribeOptions value the inbox refuses.
+type ConfigError struct {
+	Field  string
+	Reason string
+}
+
+func (e *ConfigError) Error() string { return "inbox: " + e.Field + ": " + e.Reason }
+
+// FormError reports a claim form, or a form and clock, that a database cannot do.
+// It is returned by Subscribe, before any job is claimed.
+type FormError struct {
+	Form    Form
+	Dialect Dialect
+	Reason  string
+}
+
+func (e *FormError) Error() string {
+	return fmt.Sprintf("inbox: %s form on %s: %s", e.Form, e.Dialect, e.Reason)
+}
+
+// StatementError reports a statement that the real table refused when a subscription
+// checked it at start: most often a missing table or column.
+type StatementError struct {
+	Table     string
+	Statement string
+	Err       error
+}
+
+func (e *StatementError) Error() string {
+	return fmt.Sprintf("inbox: table %s refuses statement %q: %v", e.Table, e.Statement, e.Err)
+}
+
+func (e *StatementError) Unwrap() error { return e.Err }
+
+// DecodeError reports a payload the codec could not decode. The job is dead-lettered
+// with this error as its last error, and the worker goes on.
+type DecodeError struct {
+	ID  int64
+	Err error
+}
+
+func (e *DecodeError) Error() string {
+	return fmt.Sprintf("inbox: job %d: cannot decode payload: %v", e.ID, e.Err)
+}
+
+func (e *DecodeError) Unwrap() error { return e.Err }
+
+// PanicError is the failure recorded for a handler that panicked. The job is retried
+// like any failed attempt.
+type PanicError struct {
+	Value any
+	Stack []byte
+}
+
+func (e *PanicError) Error() string { return fmt.Sprintf("inbox: handler panicked: %v", e.Value) }
+
+// DialectError reports a call that needs another database, such as a pgx
+// transaction given to a SQLite queue.
+type DialectError struct {
+	Want, Got Dialect
+	Op        string
+}
+
+func (e *DialectError) Error() string {
+	return fmt.Sprintf("inbox: %s needs a %s queue, got %s", e.Op, e.Want, e.Got)
+}

@@ -1,0 +1,225 @@
+package inbox
+
+import (
+	"strings"
+	"time"
+)
+
+// settleKind is a write that ends or extends an attempt.
+type settleKind uint8
+
+const (
+	skAck settleKind = iota
+	skRetry
+	skDead
+	skDrop
+	skRelease
+	skExtend
+)
+
+func (k settleKind) String() string {
+	return [...]string{"ack", "retry", "dead", "drop", "release", "extend"}[k]
+}
+
+func kindOf(o Outcome) settleKind {
+	switch o {
+	case Acked:
+		return skAck
+	case Retried:
+		return skRetry
+	case DeadLettered:
+		return skDead
+	case Dropped:
+		return skDrop
+	default:
+		return skRelease
+	}
+}
+
+// stmt accumulates a statement and its arguments with numbered placeholders.
+type stmt[T any] struct {
+	q    *Queue[T]
+	args []any
+}
+
+func (s *stmt[T]) arg(v any) string {
+	s.args = append(s.args, v)
+	return s.q.p(len(s.args))
+}
+
+// now returns SQL for the current time: the host's (as an argument) or the database's.
+func (s *stmt[T]) now(host time.Time) string {
+	if s.q.clock == DatabaseClock {
+		return "(" + s.q.dbNow() + ")"
+	}
+	return s.arg(s.q.ts(host))
+}
+
+// after returns SQL for now + d.
+func (s *stmt[T]) after(host time.Time, d time.Duration) string {
+	if s.q.clock == DatabaseClock {
+		if s.q.dialect == SQLite {
+			return "(" + s.q.dbNow() + " + " + s.arg(d.Microseconds()) + ")"
+		}
+		return "(" + s.q.dbNow() + " + " + s.arg(d.Microseconds()) + " * interval '1 microsecond')"
+	}
+	return s.arg(s.q.ts(host.Add(d)))
+}
+
+// settleSQL builds the statement for one settlement of row id. With fence non-nil the
+// write happens only while the row's lock deadline still equals *fence (the lease
+// form); the row-lock and advisory forms hold the row otherwise and pass nil.
+func (q *Queue[T]) settleSQL(k settleKind, id int64, fence *time.Time, now time.Time, delay time.Duration, lastErr string, newDeadline time.Time) (string, []any) {
+	s := &stmt[T]{q: q}
+	c := q.c
+	var set []string
+	lu := col(c.LockedUntil)
+	clearClaim := func() {
+		if c.ClaimedAt != "" {
+			set = append(set, col(c.ClaimedAt)+" = NULL")
+		}
+	}
+	setErr := func() {
+		if c.LastError != "" {
+			set = append(set, col(c.LastError)+" = "+s.arg(lastErr))
+		}
+	}
+	done := false
+	switch k {
+	case skAck, skDrop:
+		if c.ProcessedAt == "" {
+			done = true
+		} else {
+			set = append(set, col(c.ProcessedAt)+" = "+s.now(now), lu+" = "+s.arg(q.ts(farFuture())))
+			clearClaim()
+		}
+	case skRetry:
+		set = append(set, lu+" = "+s.after(now, delay))
+		clearClaim()
+		setErr()
+	case skDead:
+		set = append(set, lu+" = "+s.arg(q.ts(farFuture())))
+		clearClaim()
+		setErr()
+		if c.DeadAt != "" {
+			set = append(set, col(c.DeadAt)+" = "+s.now(now))
+		}
+	case skRelease:
+		set = append(set, lu+" = "+s.now(now))
+		clearClaim()
+		if c.Attempts != "" {
+			set = append(set, col(c.Attempts)+" = "+col(c.Attempts)+" - 1")
+		}
+	case skExtend:
+		set = append(set, lu+" = "+s.arg(q.ts(newDeadline)))
+	}
+	var b strings.Builder
+	if done {
+		b.WriteString("DELETE FROM " + q.table)
+	} else {
+		b.WriteString("UPDATE " + q.table + " SET " + strings.Join(set, ", "))
+	}
+	b.WriteString(" WHERE " + col(c.ID) + " = " + s.arg(id))
+	if fence != nil {
+		b.WriteString(" AND " + lu + " = " + s.arg(q.ts(*fence)))
+	}
+	return b.String(), s.args
+}
+
+// claimSet is the SET list of a claim: attempts and claimed_at, when present.
+func (q *Queue[T]) claimSet(s *stmt[T], now string) []string {
+	var set []string
+	if q.c.Attempts != "" {
+		set = append(set, col(q.c.Attempts)+" = "+col(q.c.Attempts)+" + 1")
+	}
+	if q.c.ClaimedAt != "" {
+		set = append(set, col(q.c.ClaimedAt)+" = "+now)
+	}
+	return set
+}
+
+func (q *Queue[T]) attemptsCol() string {
+	if q.c.Attempts != "" {
+		return col(q.c.Attempts)
+	}
+	return "0"
+}
+
+// leaseClaimSQL (SQLite) takes up to limit claimable rows, writes the lease deadline,
+// counts the attempt and returns id, attempts and payload, in one statement.
+func (q *Queue[T]) leaseClaimSQL(deadline, now time.Time, limit int) (string, []any) {
+	s := &stmt[T]{q: q}
+	dl := s.arg(q.ts(deadline))
+	n := s.arg(q.ts(now))
+	set := append([]string{col(q.c.LockedUntil) + " = " + dl}, q.claimSet(s, n)...)
+	sql := "UPDATE " + q.table + " SET " + strings.Join(set, ", ") +
+		" WHERE " + col(q.c.ID) + " IN (SELECT " + col(q.c.ID) + " FROM " + q.table +
+		" WHERE " + q.claimable(n) + " ORDER BY " + q.order() + " LIMIT " + s.arg(limit) + ")" +
+		" RETURNING " + col(q.c.ID) + ", " + q.attemptsCol() + ", " + col(q.c.Payload)
+	return sql, s.args
+}
+
+// pgAckClaimSQL (Postgres) settles a batch of acks (fenced) and claims up to limit rows
+// in one statement: one round trip and one commit per cycle. Result rows are
+// (acked bool, id, attempts, payload).
+func (q *Queue[T]) pgAckClaimSQL(ids []int64, fences []time.Time, deadline, now time.Time, limit int) (string, []any) {
+	s := &stmt[T]{q: q}
+	c := q.c
+	idsA := s.arg(ids)
+	fA := s.arg(fences)
+	var ack string
+	match := " FROM unnest(" + idsA + "::bigint[], " + fA + "::timestamptz[]) AS a(id, lu) WHERE t." + col(c.ID) + " = a.id AND t." + col(c.LockedUntil) + " = a.lu RETURNING t." + col(c.ID) + " AS id"
+	if c.ProcessedAt == "" {
+		ack = "DELETE FROM " + q.table + " AS t USING unnest(" + idsA + "::bigint[], " + fA + "::timestamptz[]) AS a(id, lu) WHERE t." + col(c.ID) + " = a.id AND t." + col(c.LockedUntil) + " = a.lu RETURNING t." + col(c.ID) + " AS id"
+	} else {
+		set := col(c.ProcessedAt) + " = " + s.arg(q.ts(now)) + ", " + col(c.LockedUntil) + " = " + s.arg(q.ts(farFuture()))
+		if c.ClaimedAt != "" {
+			set += ", " + col(c.ClaimedAt) + " = NULL"
+		}
+		ack = "UPDATE " + q.table + " AS t SET " + set + match
+	}
+	sql := "WITH acked AS (" + ack + ")"
+	if limit > 0 {
+		dl := s.arg(q.ts(deadline))
+		n := s.arg(q.ts(now))
+		set := append([]string{col(c.LockedUntil) + " = " + dl}, q.claimSet(s, n)...)
+		sql += ", claimed AS (UPDATE " + q.table + " SET " + strings.Join(set, ", ") +
+			" WHERE " + col(c.ID) + " IN (SELECT " + col(c.ID) + " FROM " + q.table +
+			" WHERE " + q.claimable(n) + " AND " + col(c.ID) + " <> ALL(" + idsA + "::bigint[])" +
+			" ORDER BY " + q.order() + " LIMIT " + s.arg(limit) + " FOR UPDATE SKIP LOCKED)" +
+			" RETURNING " + col(c.ID) + ", " + q.attemptsCol() + ", " + col(c.Payload) + ")" +
+			" SELECT true, id, 0, NULL::bytea FROM acked UNION ALL SELECT false, " + col(c.ID) + ", " + q.attemptsCol() + ", " + col(c.Payload) + " FROM claimed"
+	} else {
+		sql += " SELECT true, id, 0, NULL::bytea FROM acked"
+	}
+	return sql, s.args
+}
+
+// lockClaimSQL (row-lock form) selects one claimable row FOR UPDATE SKIP LOCKED.
+func (q *Queue[T]) lockClaimSQL(now time.Time) (string, []any) {
+	s := &stmt[T]{q: q}
+	n := s.now(now)
+	return "SELECT " + col(q.c.ID) + " FROM " + q.table + " WHERE " + q.claimable(n) +
+		" ORDER BY " + q.order() + " LIMIT 1 FOR UPDATE SKIP LOCKED", s.args
+}
+
+// candidatesSQL (advisory form) lists up to limit claimable ids in claim order.
+func (q *Queue[T]) candidatesSQL(now time.Time, limit int) (string, []any) {
+	s := &stmt[T]{q: q}
+	n := s.now(now)
+	return "SELECT " + col(q.c.ID) + " FROM " + q.table + " WHERE " + q.claimable(n) +
+		" ORDER BY " + q.order() + " LIMIT " + s.arg(limit), s.args
+}
+
+// takeSQL (row-lock and advisory forms) counts the attempt on a held row and reads
+// it, provided it is still claimable.
+func (q *Queue[T]) takeSQL(id int64, now time.Time) (string, []any) {
+	s := &stmt[T]{q: q}
+	n := s.now(now)
+	set := q.claimSet(s, n)
+	if len(set) == 0 {
+		set = []string{col(q.c.ID) + " = " + col(q.c.ID)}
+	}
+	return "UPDATE " + q.table + " SET " + strings.Join(set, ", ") + " WHERE " + col(q.c.ID) + " = " + s.arg(id) +
+		" AND " + q.claimable(n) + " RETURNING " + q.attemptsCol() + ", " + col(q.c.Payload), s.args
+}

@@ -1,0 +1,373 @@
+package inbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime/debug"
+	"sync"
+	"time"
+)
+
+// Form is how a subscription claims rows.
+type Form uint8
+
+const (
+	// Lease (the default; SQLite and Postgres): a claim writes a lock deadline, counts
+	// the attempt and commits in one statement; the handler holds no connection; the
+	// lease is extended every half lease while the handler runs, and every settlement
+	// and extension is fenced by the deadline the claim wrote.
+	Lease Form = iota
+	// RowLock (Postgres): SELECT ... FOR UPDATE SKIP LOCKED in a transaction held,
+	// with its connection, while the handler runs; the settlement commits with it.
+	RowLock
+	// AdvisoryLock (Postgres): a session advisory lock on the row's id, held with its
+	// connection while the handler runs.
+	AdvisoryLock
+)
+
+// String names the form.
+func (f Form) String() string {
+	switch f {
+	case Lease:
+		return "lease"
+	case RowLock:
+		return "row lock"
+	case AdvisoryLock:
+		return "advisory lock"
+	}
+	return fmt.Sprintf("Form(%d)", uint8(f))
+}
+
+// Defaults of SubscribeOptions.
+const (
+	DefaultLease        = 30 * time.Second
+	DefaultPollInterval = time.Second
+	DefaultMaxAttempts  = 25
+)
+
+// SubscribeOptions configure a Subscription. The zero value is valid.
+type SubscribeOptions struct {
+	// Workers is how many jobs this subscription has in work at once. Defaults to 1.
+	Workers int
+	// Form is the claim form. Defaults to Lease.
+	Form Form
+	// Lease is the lease length of the Lease form. Defaults to DefaultLease (30 s);
+	// it is extended every half lease while a handler runs.
+	Lease time.Duration
+	// PollInterval is how long the subscription waits after a claim that came back
+	// short before claiming again, unless woken. Defaults to DefaultPollInterval (1 s).
+	PollInterval time.Duration
+	// MaxAttempts dead-letters a job whose attempt fails when it has been claimed this
+	// many times. Defaults to DefaultMaxAttempts; negative means never (on a table
+	// without an Attempts column, never).
+	MaxAttempts int
+	// Backoff is the delay before retrying a failed attempt (1-based). Defaults to
+	// DefaultBackoff.
+	Backoff func(attempt int) time.Duration
+	// Observe, if set, is called once for every settled attempt, from the
+	// subscription's goroutines; it must not block for long.
+	Observe func(Result)
+}
+
+// Job is one claimed job as its handler sees it.
+type Job[T any] struct {
+	ID int64
+	// Attempt counts the claims of this row, this one included (0 on a table without
+	// an Attempts column).
+	Attempt int
+	Payload T
+}
+
+// Handler handles one job. Return nil to ack; Retry, Drop or DeadLetter to say so;
+// any other error (or a panic) is a failed attempt, retried after Backoff and
+// dead-lettered at MaxAttempts. ctx is cancelled when the lease is lost (cause
+// ErrLeaseLost), when Stop's deadline passes, or when Start's context ends; a handler
+// must return soon after.
+type Handler[T any] func(ctx context.Context, job Job[T]) error
+
+// Causes of the work context's cancellation.
+var (
+	errAbandon = errors.New("inbox: subscription abandoned (start context ended)")
+	errRelease = errors.New("inbox: subscription stopping (stop deadline passed)")
+)
+
+// Subscription handles a queue's jobs with up to Workers of them in work at once.
+// Start it, then Stop it; it runs once. Its goroutines are its own: Stop (or the end
+// of Start's context) ends them all, and Done is closed when they have returned.
+type Subscription[T any] struct {
+	q *Queue[T]
+	h Handler[T]
+	o SubscribeOptions
+
+	w         *waker
+	conns     chan struct{} // one token per connection the subscription may hold
+	stopClaim chan struct{} // closed by Stop: claim no more
+	done      chan struct{} // closed when every goroutine has returned
+
+	mu      sync.Mutex // guards started, stopped
+	started bool
+	stopped bool
+
+	workCtx    context.Context // parent of every handler context
+	workCancel context.CancelCauseFunc
+	stopWatch  func() bool // stops the AfterFunc on Start's ctx
+
+	// lease form
+	jobs     chan *leased
+	settleCh chan settlement
+}
+
+// Subscribe makes a subscription of h on the queue's table. It checks the options and
+// that the database can do the form (a *FormError otherwise); Start checks the table.
+func (q *Queue[T]) Subscribe(h Handler[T], o SubscribeOptions) (*Subscription[T], error) {
+	if h == nil {
+		return nil, &ConfigError{Field: "handler", Reason: "nil"}
+	}
+	if o.Workers == 0 {
+		o.Workers = 1
+	}
+	if o.Workers < 0 {
+		return nil, &ConfigError{Field: "Workers", Reason: "negative"}
+	}
+	if o.Lease == 0 {
+		o.Lease = DefaultLease
+	}
+	if o.Lease < 2*time.Millisecond {
+		return nil, &ConfigError{Field: "Lease", Reason: "shorter than 2ms"}
+	}
+	if o.PollInterval == 0 {
+		o.PollInterval = DefaultPollInterval
+	}
+	if o.PollInterval < 0 {
+		return nil, &ConfigError{Field: "PollInterval", Reason: "negative"}
+	}
+	if o.MaxAttempts == 0 {
+		o.MaxAttempts = DefaultMaxAttempts
+	}
+	if o.Backoff == nil {
+		o.Backoff = DefaultBackoff
+	}
+	switch o.Form {
+	case Lease:
+		if q.clock == DatabaseClock {
+			return nil, &FormError{Form: o.Form, Dialect: q.dialect, Reason: "the lease form keeps the host clock; a DatabaseClock queue uses RowLock or AdvisoryLock"}
+		}
+	case RowLock, AdvisoryLock:
+		if q.dialect != Postgres {
+			return nil, &FormError{Form: o.Form, Dialect: q.dialect, Reason: "needs Postgres; SQLite has the lease form only"}
+		}
+	default:
+		return nil, &FormError{Form: o.Form, Dialect: q.dialect, Reason: "unknown form"}
+	}
+	s := &Subscription[T]{
+		q: q, h: h, o: o,
+		w:         &waker{},
+		stopClaim: make(chan struct{}),
+		done:      make(chan struct{}),
+	}
+	// Pool rule: never more than pool size - 1 connections (at least one).
+	limit := o.Workers + 1
+	if size := q.poolSize(); size > 0 {
+		limit = max(1, size-1)
+	}
+	s.conns = make(chan struct{}, limit)
+	return s, nil
+}
+
+// poolSize reports the pool's maximum connections, 0 if unlimited.
+func (q *Queue[T]) poolSize() int {
+	if q.dialect == SQLite {
+		return q.sqldb.Stats().MaxOpenConnections
+	}
+	return int(q.pool.Config().MaxConns)
+}
+
+// Start checks every statement of the subscription against the real table (a
+// *StatementError names the table and the statement it refuses), then starts the
+// subscription's goroutines and returns. ctx is the subscription's lifetime: when it
+// ends, handlers are cancelled and jobs in work are abandoned unsettled, as in a
+// crash (leased jobs are claimed again once their lease expires); use Stop to end
+// gracefully. A second Start returns ErrStopped.
+func (s *Subscription[T]) Start(ctx context.Context) error {
+	s.mu.Lock()
+	if s.started || s.stopped {
+		s.mu.Unlock()
+		return ErrStopped
+	}
+	s.started = true
+	s.mu.Unlock()
+	if err := s.check(ctx); err != nil {
+		s.mu.Lock()
+		s.stopped = true
+		s.mu.Unlock()
+		close(s.done)
+		return err
+	}
+	s.workCtx, s.workCancel = context.WithCancelCause(context.WithoutCancel(ctx))
+	s.stopWatch = context.AfterFunc(ctx, func() { s.workCancel(errAbandon) })
+	s.q.addWaker(s.w)
+	if s.q.notify {
+		s.q.listen(s.w)
+	}
+	var wg sync.WaitGroup
+	if s.o.Form == Lease {
+		s.jobs = make(chan *leased, s.o.Workers)
+		s.settleCh = make(chan settlement, s.o.Workers)
+		for range s.o.Workers {
+			wg.Go(s.leaseWorker)
+		}
+		wg.Go(func() {
+			s.leaseLoop(ctx)
+			close(s.jobs)
+		})
+	} else {
+		for range s.o.Workers {
+			wg.Go(func() { s.lockWorker(ctx) })
+		}
+	}
+	go func() {
+		wg.Wait()
+		s.q.removeWaker(s.w)
+		if s.q.notify {
+			s.q.unlisten(s.w)
+		}
+		s.stopWatch()
+		s.workCancel(context.Canceled)
+		close(s.done)
+	}()
+	return nil
+}
+
+// Stop ends the subscription gracefully: it claims no more, waits for jobs in work to
+// finish and settles them. If ctx ends first, it cancels the handlers, releases the
+// jobs they had not finished (ready at once for another instance, their attempt not
+// counted), waits for the workers to return, and returns ctx's error. Stop on a
+// subscription never started, or stopped already, returns nil.
+func (s *Subscription[T]) Stop(ctx context.Context) error {
+	s.mu.Lock()
+	if !s.started {
+		if !s.stopped {
+			s.stopped = true
+			close(s.done)
+		}
+		s.mu.Unlock()
+		return nil
+	}
+	if !s.stopped {
+		s.stopped = true
+		close(s.stopClaim)
+	}
+	s.mu.Unlock()
+	select {
+	case <-s.done:
+		return nil
+	case <-ctx.Done():
+	}
+	s.workCancel(errRelease)
+	<-s.done
+	return ctx.Err()
+}
+
+// Done is closed once every goroutine of the subscription has returned: after Stop,
+// or after Start's context ended.
+func (s *Subscription[T]) Done() <-chan struct{} { return s.done }
+
+// check prepares every statement the subscription will run against the real table.
+func (s *Subscription[T]) check(ctx context.Context) error {
+	q := s.q
+	now := q.now()
+	var stmts []string
+	add := func(sql string, _ []any) { stmts = append(stmts, sql) }
+	switch s.o.Form {
+	case Lease:
+		if q.dialect == SQLite {
+			add(q.leaseClaimSQL(now, now, 1))
+		} else {
+			add(q.pgAckClaimSQL(nil, nil, now, now, 1))
+			add(q.pgAckClaimSQL(nil, nil, now, now, 0))
+		}
+		add(q.settleSQL(skExtend, 0, &now, now, 0, "", now))
+		for _, k := range []settleKind{skAck, skRetry, skDead, skRelease} {
+			add(q.settleSQL(k, 0, &now, now, time.Second, "", now))
+		}
+	case RowLock, AdvisoryLock:
+		if s.o.Form == RowLock {
+			add(q.lockClaimSQL(now))
+		} else {
+			add(q.candidatesSQL(now, 1))
+		}
+		add(q.takeSQL(0, now))
+		for _, k := range []settleKind{skAck, skRetry, skDead, skRelease} {
+			add(q.settleSQL(k, 0, nil, now, time.Second, "", now))
+		}
+	}
+	for _, st := range stmts {
+		if err := q.prepare(ctx, st); err != nil {
+			return &StatementError{Table: q.name, Statement: st, Err: err}
+		}
+	}
+	return nil
+}
+
+// prepare asks the database to prepare a statement without running it.
+func (q *Queue[T]) prepare(ctx context.Context, sql string) error {
+	if q.dialect == SQLite {
+		st, err := q.sqldb.PrepareContext(ctx, sql)
+		if err != nil {
+			return err
+		}
+		return st.Close()
+	}
+	c, err := q.pool.Acquire(ctx)
+	if err != nil {
+		return err
+	}
+	defer c.Release()
+	_, err = c.Conn().PgConn().Prepare(ctx, "", sql, nil)
+	return err
+}
+
+// run calls the handler, turning a panic into a *PanicError.
+func (s *Subscription[T]) run(ctx context.Context, id int64, attempt int, payload []byte) (err error) {
+	v, derr := s.q.codec.Decode(payload)
+	if derr != nil {
+		return &DecodeError{ID: id, Err: derr}
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = &PanicError{Value: r, Stack: debug.Stack()}
+		}
+	}()
+	return s.h(ctx, Job[T]{ID: id, Attempt: attempt, Payload: v})
+}
+
+// observe reports a settled attempt to Observe and the log.
+func (s *Subscription[T]) observe(r Result) {
+	log := s.q.log
+	switch {
+	case r.SettleErr != nil && errors.Is(r.SettleErr, ErrLeaseLost):
+		log.Warn("inbox: lease lost; the newer claim's result stands", "table", s.q.name, "id", r.ID, "outcome", r.Outcome.String())
+	case r.SettleErr != nil:
+		log.Error("inbox: settlement failed", "table", s.q.name, "id", r.ID, "outcome", r.Outcome.String(), "err", r.SettleErr)
+	case r.Outcome == Dropped:
+		log.Warn("inbox: job dropped", "table", s.q.name, "id", r.ID, "err", r.Err)
+	case r.Outcome == DeadLettered:
+		log.Warn("inbox: job dead-lettered", "table", s.q.name, "id", r.ID, "attempt", r.Attempt, "err", r.Err)
+	}
+	if s.o.Observe != nil {
+		s.o.Observe(r)
+	}
+}
+
+// pause waits d, or less if the subscription is abandoned; it reports false then.
+func pause(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
