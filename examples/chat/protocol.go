@@ -1,0 +1,383 @@
+package chat
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"unicode"
+	"unicode/utf8"
+)
+
+// MaxLine is the longest command line the TCP protocol accepts, in bytes,
+// without its line ending. A longer line gets ERROR line_too_long and the
+// connection is closed.
+const MaxLine = 64 << 10
+
+// MaxName is the longest user or room name, in runes.
+const MaxName = 64
+
+// A Command is what a client asks of its connection. The concrete types
+// are Connect, Send, History, Join, Leave, Say, Who and Quit.
+type Command interface{ command() }
+
+// Connect names the user of this connection; it must come first.
+type Connect struct{ Name string }
+
+// Send sends Text to the online user To.
+type Send struct{ To, Text string }
+
+// History asks for the messages between the caller and With, oldest first.
+type History struct{ With string }
+
+// Join makes the caller a member of Room.
+type Join struct{ Room string }
+
+// Leave ends the caller's membership of Room.
+type Leave struct{ Room string }
+
+// Say sends Text to every member of Room, on every node.
+type Say struct{ Room, Text string }
+
+// Who asks for the users online.
+type Who struct{}
+
+// Quit ends the session.
+type Quit struct{}
+
+func (Connect) command() {}
+func (Send) command()    {}
+func (History) command() {}
+func (Join) command()    {}
+func (Leave) command()   {}
+func (Say) command()     {}
+func (Who) command()     {}
+func (Quit) command()    {}
+
+// A Reply is what a connection answers to one command, or an event it
+// pushes (Msg, RoomMsg). The concrete types are OK, Sent, HistoryReply,
+// Online, Bye, Error, Msg and RoomMsg.
+type Reply interface{ reply() }
+
+// OK acknowledges Connect, Join, Leave and Say.
+type OK struct{}
+
+// Sent acknowledges a Send to To.
+type Sent struct{ To string }
+
+// HistoryReply carries the messages of a History, oldest first.
+type HistoryReply struct{ Messages []Message }
+
+// Online lists the users online, sorted.
+type Online struct{ Names []string }
+
+// Bye acknowledges Quit; the connection closes after it.
+type Bye struct{}
+
+// Error reports why a command failed.
+type Error struct{ Reason Reason }
+
+// Msg is a direct message pushed to its recipient.
+type Msg struct{ From, Text string }
+
+// RoomMsg is a room message pushed to every member of the room.
+type RoomMsg struct{ Room, From, Text string }
+
+func (OK) reply()           {}
+func (Sent) reply()         {}
+func (HistoryReply) reply() {}
+func (Online) reply()       {}
+func (Bye) reply()          {}
+func (Error) reply()        {}
+func (Msg) reply()          {}
+func (RoomMsg) reply()      {}
+
+// Message is one stored direct message.
+type Message struct {
+	From string `json:"from"`
+	To   string `json:"to"`
+	Text string `json:"text"`
+}
+
+// Reason says why a command failed.
+type Reason string
+
+// The reasons of the protocol: the seed's two, and those of the wire.
+const (
+	NotConnected     Reason = "not_connected"     // a command other than CONNECT before CONNECT
+	UnknownRecipient Reason = "unknown_recipient" // SEND to a user who is not online
+	NameTaken        Reason = "name_taken"        // CONNECT with a name held by another user
+	AlreadyConnected Reason = "already_connected" // a second CONNECT on one connection
+	BadCommand       Reason = "bad_command"       // not a command of the protocol
+	BadName          Reason = "bad_name"          // a name that is empty, too long or has spaces or controls
+	BadEncoding      Reason = "bad_encoding"      // a line that is not UTF-8
+	LineTooLong      Reason = "line_too_long"     // a line over MaxLine bytes
+	NotMember        Reason = "not_member"        // LEAVE or SAY of a room the user is not in
+	Unavailable      Reason = "unavailable"       // the service could not do it now (retry)
+)
+
+// ProtocolError is the error of a command that cannot be parsed or is not
+// valid; Reason is what the client is told.
+type ProtocolError struct{ Reason Reason }
+
+func (e *ProtocolError) Error() string { return "chat: " + string(e.Reason) }
+
+func protoErr(r Reason) error { return &ProtocolError{Reason: r} }
+
+// ParseLine parses one line of the TCP protocol (without its line ending;
+// a trailing "\r" is ignored). It returns *ProtocolError for anything that
+// is not a valid command; it never panics, whatever the input.
+func ParseLine(line []byte) (Command, error) {
+	if len(line) > MaxLine {
+		return nil, protoErr(LineTooLong)
+	}
+	line = bytes.TrimSuffix(line, []byte("\r"))
+	if !utf8.Valid(line) {
+		return nil, protoErr(BadEncoding)
+	}
+	s := string(line)
+	verb, rest, _ := strings.Cut(s, " ")
+	switch strings.ToUpper(verb) {
+	case "CONNECT":
+		return oneName(rest, func(n string) Command { return Connect{Name: n} })
+	case "HISTORY":
+		return oneName(rest, func(n string) Command { return History{With: n} })
+	case "JOIN":
+		return oneName(rest, func(n string) Command { return Join{Room: n} })
+	case "LEAVE":
+		return oneName(rest, func(n string) Command { return Leave{Room: n} })
+	case "SEND":
+		name, text, ok := strings.Cut(rest, " ")
+		if !ok || text == "" {
+			return nil, protoErr(BadCommand)
+		}
+		return checked(Send{To: name, Text: text})
+	case "SAY":
+		name, text, ok := strings.Cut(rest, " ")
+		if !ok || text == "" {
+			return nil, protoErr(BadCommand)
+		}
+		return checked(Say{Room: name, Text: text})
+	case "WHO":
+		if rest != "" {
+			return nil, protoErr(BadCommand)
+		}
+		return Who{}, nil
+	case "QUIT":
+		if rest != "" {
+			return nil, protoErr(BadCommand)
+		}
+		return Quit{}, nil
+	}
+	return nil, protoErr(BadCommand)
+}
+
+func oneName(rest string, mk func(string) Command) (Command, error) {
+	if rest == "" || strings.Contains(rest, " ") {
+		if strings.TrimSpace(rest) == "" {
+			return nil, protoErr(BadCommand)
+		}
+		return nil, protoErr(BadName)
+	}
+	return checked(mk(rest))
+}
+
+// checked returns c if it is valid, or nil and Validate's error.
+func checked(c Command) (Command, error) {
+	if err := Validate(c); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// ValidName reports whether s can name a user or a room: 1 to MaxName
+// runes of valid UTF-8, none of them a space or a control character.
+func ValidName(s string) bool {
+	if s == "" || !utf8.ValidString(s) || utf8.RuneCountInString(s) > MaxName {
+		return false
+	}
+	for _, r := range s {
+		if unicode.IsSpace(r) || unicode.IsControl(r) {
+			return false
+		}
+	}
+	return true
+}
+
+func validText(s string) bool {
+	if s == "" || len(s) > MaxLine || !utf8.ValidString(s) {
+		return false
+	}
+	return !strings.ContainsAny(s, "\r\n")
+}
+
+// Validate checks the fields of a command built by hand or decoded from
+// JSON, with the rules of ParseLine, and returns *ProtocolError.
+func Validate(c Command) error {
+	name := func(s string) error {
+		if !ValidName(s) {
+			if !utf8.ValidString(s) {
+				return protoErr(BadEncoding)
+			}
+			return protoErr(BadName)
+		}
+		return nil
+	}
+	text := func(s string) error {
+		if !utf8.ValidString(s) {
+			return protoErr(BadEncoding)
+		}
+		if !validText(s) {
+			return protoErr(BadCommand)
+		}
+		return nil
+	}
+	switch c := c.(type) {
+	case Connect:
+		return name(c.Name)
+	case History:
+		return name(c.With)
+	case Join:
+		return name(c.Room)
+	case Leave:
+		return name(c.Room)
+	case Send:
+		return errors.Join(name(c.To), text(c.Text))
+	case Say:
+		return errors.Join(name(c.Room), text(c.Text))
+	case Who, Quit:
+		return nil
+	case nil:
+		return protoErr(BadCommand)
+	}
+	return protoErr(BadCommand)
+}
+
+// FormatReply writes r as lines of the TCP protocol, each ending in "\n".
+func FormatReply(r Reply) []byte {
+	var b bytes.Buffer
+	switch r := r.(type) {
+	case OK:
+		b.WriteString("OK\n")
+	case Sent:
+		fmt.Fprintf(&b, "SENT %s\n", r.To)
+	case HistoryReply:
+		b.WriteString("HISTORY " + strconv.Itoa(len(r.Messages)) + "\n")
+		for _, m := range r.Messages {
+			fmt.Fprintf(&b, "%s %s\n", m.From, m.Text)
+		}
+	case Online:
+		b.WriteString("ONLINE " + strconv.Itoa(len(r.Names)))
+		for _, n := range r.Names {
+			b.WriteString(" " + n)
+		}
+		b.WriteString("\n")
+	case Bye:
+		b.WriteString("BYE\n")
+	case Error:
+		fmt.Fprintf(&b, "ERROR %s\n", r.Reason)
+	case Msg:
+		fmt.Fprintf(&b, "MSG %s %s\n", r.From, r.Text)
+	case RoomMsg:
+		fmt.Fprintf(&b, "ROOM %s %s %s\n", r.Room, r.From, r.Text)
+	}
+	return b.Bytes()
+}
+
+// jsonCommand is the JSON form of a command on the WebSocket:
+// {"cmd":"send","to":"ana","text":"olá"}.
+type jsonCommand struct {
+	Cmd  string `json:"cmd"`
+	Name string `json:"name,omitempty"`
+	To   string `json:"to,omitempty"`
+	With string `json:"with,omitempty"`
+	Room string `json:"room,omitempty"`
+	Text string `json:"text,omitempty"`
+}
+
+// ParseJSON parses one WebSocket message. Errors are *ProtocolError.
+func ParseJSON(data []byte) (Command, error) {
+	if len(data) > MaxLine {
+		return nil, protoErr(LineTooLong)
+	}
+	if !utf8.Valid(data) {
+		return nil, protoErr(BadEncoding)
+	}
+	var j jsonCommand
+	if err := json.Unmarshal(data, &j); err != nil {
+		return nil, protoErr(BadCommand)
+	}
+	var c Command
+	switch strings.ToLower(j.Cmd) {
+	case "connect":
+		c = Connect{Name: j.Name}
+	case "send":
+		c = Send{To: j.To, Text: j.Text}
+	case "history":
+		c = History{With: j.With}
+	case "join":
+		c = Join{Room: j.Room}
+	case "leave":
+		c = Leave{Room: j.Room}
+	case "say":
+		c = Say{Room: j.Room, Text: j.Text}
+	case "who":
+		c = Who{}
+	case "quit":
+		c = Quit{}
+	default:
+		return nil, protoErr(BadCommand)
+	}
+	return checked(c)
+}
+
+// jsonReply is the JSON form of a reply or event on the WebSocket.
+type jsonReply struct {
+	Type     string    `json:"type"`
+	To       string    `json:"to,omitempty"`
+	From     string    `json:"from,omitempty"`
+	Room     string    `json:"room,omitempty"`
+	Text     string    `json:"text,omitempty"`
+	Reason   Reason    `json:"reason,omitempty"`
+	Names    []string  `json:"names,omitempty"`
+	Messages []Message `json:"messages,omitempty"`
+}
+
+// FormatJSON encodes r for the WebSocket:
+// {"type":"sent","to":"ana"}, {"type":"msg","from":"ana","text":"olá"}, ...
+func FormatJSON(r Reply) []byte {
+	var j jsonReply
+	switch r := r.(type) {
+	case OK:
+		j.Type = "ok"
+	case Sent:
+		j = jsonReply{Type: "sent", To: r.To}
+	case HistoryReply:
+		j = jsonReply{Type: "history", Messages: r.Messages}
+		if j.Messages == nil {
+			j.Messages = []Message{}
+		}
+	case Online:
+		j = jsonReply{Type: "online", Names: r.Names}
+	case Bye:
+		j.Type = "bye"
+	case Error:
+		j = jsonReply{Type: "error", Reason: r.Reason}
+	case Msg:
+		j = jsonReply{Type: "msg", From: r.From, Text: r.Text}
+	case RoomMsg:
+		j = jsonReply{Type: "room", Room: r.Room, From: r.From, Text: r.Text}
+	}
+	b, _ := json.Marshal(j)
+	return b
+}
+
+// ReasonOf returns the Reason an error carries, or Unavailable.
+func ReasonOf(err error) Reason {
+	if e, ok := errors.AsType[*ProtocolError](err); ok {
+		return e.Reason
+	}
+	return Unavailable
+}
