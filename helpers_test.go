@@ -51,7 +51,9 @@ func recv[T any](t testing.TB, ch <-chan T) T {
 }
 
 // sink spawns a process that forwards every message it receives to the
-// returned channel, until it is killed.
+// returned channel, until it is killed. If it traps exits, it ends after
+// forwarding an exit signal with ErrShutdown from outside any process (as
+// Node.Stop sends).
 func sink(t testing.TB, n *gotp.Node, opts ...gotp.SpawnOption) (gotp.PID, <-chan any) {
 	t.Helper()
 	ch := make(chan any, 1<<14)
@@ -62,6 +64,9 @@ func sink(t testing.TB, n *gotp.Node, opts ...gotp.SpawnOption) (gotp.PID, <-cha
 				return nil
 			}
 			ch <- msg
+			if msg == (gotp.Exit{Reason: gotp.ErrShutdown}) {
+				return gotp.ErrShutdown
+			}
 		}
 	}, opts...)
 	if err != nil {
