@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -20,10 +21,9 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m,
-		// database/sql keeps one opener goroutine per *sql.DB until Close; every test
-		// closes its DBs in Cleanup, so none is left when the leak check runs.
-	)
+	goleak.VerifyTestMain(m)// database/sql keeps one opener goroutine per *sql.DB until Close; every test
+	// closes its DBs in Cleanup, so none is left when the leak check runs.
+
 }
 
 // msg is the payload of every test job.
@@ -53,6 +53,9 @@ func newQueue(t *testing.T, b *backend, cfg inbox.Config[msg]) *inbox.Queue[msg]
 	t.Helper()
 	if cfg.Table == "" {
 		cfg.Table = b.table
+	}
+	if cfg.Logger == nil && os.Getenv("INBOX_TEST_LOG") == "" {
+		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	var q *inbox.Queue[msg]
 	var err error

@@ -339,7 +339,7 @@ func (q *Queue[T]) CreateTable(ctx context.Context) error {
 }
 
 // NotifyTriggerSQL returns Postgres SQL that creates a trigger announcing every row
-// inserted into the table, by any program, with pg_notify(channel, ''): the empty
+// inserted into the table, by any program, with pg_notify(channel, ”): the empty
 // payload wakes every subscription of the table. Run it once (it is idempotent).
 func (q *Queue[T]) NotifyTriggerSQL() string {
 	fn := quoteIdent(strings.ReplaceAll(q.name, ".", "_") + "_inbox_announce")

@@ -1,0 +1,271 @@
+package inbox_test
+
+import (
+	"context"
+	"errors"
+	"database/sql"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/gotp/gotp/inbox"
+)
+
+// An instance stopped without releasing (its Start context cancelled mid-job): its
+// jobs are taken again by another instance after the lease, and each finishes once.
+func TestCrashedInstanceJobsTakenAgainAfterLease(t *testing.T) {
+	eachDB(t, func(t *testing.T, b *backend) {
+		q1 := defaultTable(t, b)
+		q2 := newQueue(t, b, inbox.Config[msg]{})
+		const jobs, lease = 4, 600 * time.Millisecond
+		for i := range jobs {
+			if _, err := q1.Publish(t.Context(), msg{N: i}, nil); err != nil {
+				t.Fatal(err)
+			}
+		}
+		// Instance 1 takes all four and blocks in them until it "crashes".
+		crashCtx, crash := context.WithCancel(context.Background())
+		inJob := make(chan int, jobs)
+		var finished1 atomic.Int64
+		s1, err := q1.Subscribe(func(ctx context.Context, j inbox.Job[msg]) error {
+			inJob <- j.Payload.N
+			<-ctx.Done()
+			finished1.Add(1) // returns only after the crash: never settled
+			return ctx.Err()
+		}, inbox.SubscribeOptions{Workers: jobs, Lease: lease})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s1.Start(crashCtx); err != nil {
+			t.Fatal(err)
+		}
+		for range jobs {
+			<-inJob
+		}
+		st, err := q1.Stats(t.Context())
+		if err != nil || st.InWork != jobs {
+			t.Fatalf("stats with every job leased = %+v, %v", st, err)
+		}
+		crash()
+		<-s1.Done()
+		crashedAt := time.Now()
+		c := newTally(jobs)
+		res := newResults()
+		start(t, q2, func(ctx context.Context, j inbox.Job[msg]) error {
+			if time.Since(crashedAt) < lease/2 {
+				t.Errorf("job %d taken again %v after the crash, before its lease could expire", j.ID, time.Since(crashedAt))
+			}
+			if j.Attempt != 2 {
+				t.Errorf("job %d attempt %d, want 2 (the crashed attempt counts)", j.ID, j.Attempt)
+			}
+			c.add(j.Payload.N)
+			return nil
+		}, inbox.SubscribeOptions{Workers: 2, Lease: lease, PollInterval: 50 * time.Millisecond, Observe: res.observe})
+		c.wait(t, 15*time.Second)
+		c.exactlyOnce(t)
+		for range jobs {
+			if r := res.next(t); r.Outcome != inbox.Acked || r.SettleErr != nil {
+				t.Fatalf("second instance's settlement %+v", r)
+			}
+		}
+	})
+}
+
+// A worker whose lease was lost and re-claimed gets a *LeaseLostError, and its late
+// settlement does not overwrite the newer claim's.
+func TestLostLeaseCannotOverwriteNewerClaim(t *testing.T) {
+	eachDB(t, func(t *testing.T, b *backend) {
+		q := defaultTable(t, b)
+		res := newResults()
+		inJob := make(chan int64, 1)
+		release := make(chan struct{})
+		start(t, q, func(ctx context.Context, j inbox.Job[msg]) error {
+			inJob <- j.ID
+			<-release
+			return nil // would ack, if the lease were still ours
+		}, inbox.SubscribeOptions{Observe: res.observe})
+		id, err := q.Publish(t.Context(), msg{N: 1}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		<-inJob
+		// Another claim takes the row over: a new deadline in the lock column, as a
+		// re-claim after expiry writes.
+		b.exec(t, `UPDATE "`+b.table+`" SET locked_until = `+b.ph(1)+` WHERE id = `+b.ph(2), farLater(b), id)
+		close(release)
+		r := res.next(t)
+		lost, ok := errors.AsType[*inbox.LeaseLostError](r.SettleErr)
+		if !ok || !errors.Is(r.SettleErr, inbox.ErrLeaseLost) || lost.ID != id || lost.Op != "ack" {
+			t.Fatalf("late settlement: %+v, want *LeaseLostError on ack", r)
+		}
+		if n := b.queryN(t, `SELECT count(*) FROM "`+b.table+`" WHERE id = `+b.ph(1), id); n != 1 {
+			t.Fatalf("the row owned by the newer claim was deleted by the lost one")
+		}
+	})
+}
+
+// farLater is a lock deadline an hour ahead, in the backend's time column type.
+func farLater(b *backend) any {
+	t := time.Now().Add(time.Hour).UTC().Truncate(time.Microsecond)
+	if b.dialect == inbox.SQLite {
+		return t.UnixMicro()
+	}
+	return t
+}
+
+// A handler that outlives its lease keeps the job: the lease is extended every half
+// lease, and a second instance polling all the while never takes it.
+func TestLeaseExtendedWhileHandlerRuns(t *testing.T) {
+	eachDB(t, func(t *testing.T, b *backend) {
+		q1 := defaultTable(t, b)
+		q2 := newQueue(t, b, inbox.Config[msg]{})
+		const lease = 300 * time.Millisecond
+		var runs atomic.Int64
+		res := newResults()
+		h := func(ctx context.Context, j inbox.Job[msg]) error {
+			runs.Add(1)
+			select {
+			case <-time.After(4 * lease):
+				return nil
+			case <-ctx.Done():
+				return context.Cause(ctx)
+			}
+		}
+		o := inbox.SubscribeOptions{Lease: lease, PollInterval: 20 * time.Millisecond, Observe: res.observe}
+		start(t, q1, h, o)
+		start(t, q2, h, o)
+		if _, err := q1.Publish(t.Context(), msg{N: 1}, nil); err != nil {
+			t.Fatal(err)
+		}
+		r := res.next(t)
+		if r.Outcome != inbox.Acked || r.SettleErr != nil || r.Err != nil {
+			t.Fatalf("settlement %+v, want a clean ack", r)
+		}
+		if n := runs.Load(); n != 1 {
+			t.Fatalf("handler ran %d times, want 1", n)
+		}
+	})
+}
+
+// Stop lets jobs in work finish; past its deadline it cancels them and releases the
+// rows at once (attempt not counted) for another instance.
+func TestStopFinishesThenReleasesUnfinished(t *testing.T) {
+	eachDB(t, func(t *testing.T, b *backend) {
+		q := defaultTable(t, b)
+		res := newResults()
+		inJob := make(chan int, 2)
+		s, err := q.Subscribe(func(ctx context.Context, j inbox.Job[msg]) error {
+			inJob <- j.Payload.N
+			if j.Payload.Text == "quick" {
+				time.Sleep(100 * time.Millisecond)
+				return nil
+			}
+			<-ctx.Done()
+			return ctx.Err()
+		}, inbox.SubscribeOptions{Workers: 2, Observe: res.observe})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Start(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		for _, text := range []string{"quick", "stuck"} {
+			if _, err := q.Publish(t.Context(), msg{Text: text}, nil); err != nil {
+				t.Fatal(err)
+			}
+		}
+		<-inJob
+		<-inJob
+		ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+		defer cancel()
+		if err := s.Stop(ctx); !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("Stop = %v, want DeadlineExceeded (a job would not finish)", err)
+		}
+		got := map[inbox.Outcome]int{}
+		for range 2 {
+			got[res.next(t).Outcome]++
+		}
+		if got[inbox.Acked] != 1 || got[inbox.Released] != 1 {
+			t.Fatalf("outcomes %v, want one acked and one released", got)
+		}
+		st, err := q.Stats(t.Context())
+		if err != nil || st != (inbox.Stats{Ready: 1}) {
+			t.Fatalf("stats after stop = %+v, %v; want the released job ready at once", st, err)
+		}
+		if n := b.queryN(t, `SELECT attempts FROM "`+b.table+`"`); n != 0 {
+			t.Fatalf("released job has %d attempts counted, want 0", n)
+		}
+		if err := s.Stop(context.Background()); err != nil {
+			t.Fatalf("second Stop = %v", err)
+		}
+		if err := s.Start(context.Background()); !errors.Is(err, inbox.ErrStopped) {
+			t.Fatalf("Start after Stop = %v, want ErrStopped", err)
+		}
+	})
+}
+
+func TestStartRefusesMissingTableOrColumn(t *testing.T) {
+	eachDB(t, func(t *testing.T, b *backend) {
+		q := newQueue(t, b, inbox.Config[msg]{})
+		s, err := q.Subscribe(func(context.Context, inbox.Job[msg]) error { return nil }, inbox.SubscribeOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = s.Start(t.Context())
+		se, ok := errors.AsType[*inbox.StatementError](err)
+		if !ok || se.Table != b.table || se.Statement == "" {
+			t.Fatalf("Start on a missing table = %v, want *StatementError naming %s", err, b.table)
+		}
+		<-s.Done()
+		// A table without one of the mapped columns.
+		if b.dialect == inbox.SQLite {
+			b.exec(t, `CREATE TABLE "`+b.table+`" (id INTEGER PRIMARY KEY, locked_until INTEGER NOT NULL, payload BLOB)`)
+		} else {
+			b.exec(t, `CREATE TABLE "`+b.table+`" (id BIGSERIAL PRIMARY KEY, locked_until TIMESTAMPTZ NOT NULL, payload BYTEA)`)
+		}
+		q = newQueue(t, b, inbox.Config[msg]{}) // default columns: priority etc. are missing
+		s, err = q.Subscribe(func(context.Context, inbox.Job[msg]) error { return nil }, inbox.SubscribeOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = s.Start(t.Context())
+		if se, ok := errors.AsType[*inbox.StatementError](err); !ok || !strings.Contains(se.Error(), "priority") && !strings.Contains(se.Error(), "attempts") && !strings.Contains(se.Error(), "claimed_at") {
+			t.Fatalf("Start on a table missing columns = %v, want *StatementError naming one", err)
+		}
+	})
+}
+
+func TestFormsADatabaseCannotDoAreRefusedAtSubscribe(t *testing.T) {
+	b := sqliteBackend(t)
+	q := newQueue(t, b, inbox.Config[msg]{})
+	h := func(context.Context, inbox.Job[msg]) error { return nil }
+	for _, f := range []inbox.Form{inbox.RowLock, inbox.AdvisoryLock} {
+		_, err := q.Subscribe(h, inbox.SubscribeOptions{Form: f})
+		if fe, ok := errors.AsType[*inbox.FormError](err); !ok || fe.Form != f || fe.Dialect != inbox.SQLite {
+			t.Errorf("%v on SQLite: %v, want *FormError", f, err)
+		}
+	}
+	dbq := newQueue(t, b, inbox.Config[msg]{Clock: inbox.DatabaseClock})
+	if _, err := dbq.Subscribe(h, inbox.SubscribeOptions{}); !isFormError(err) {
+		t.Errorf("lease + DatabaseClock: %v, want *FormError", err)
+	}
+	if _, err := inbox.NewSQLite(nil, inbox.Config[msg]{Table: "x"}); !isConfigError(err) {
+		t.Errorf("nil db: %v", err)
+	}
+	db := b.newDB(t)
+	for _, cfg := range []inbox.Config[msg]{
+		{Table: "bad name"},
+		{Table: `x"; DROP TABLE y; --`},
+		{Table: "x", ListenNotify: true},
+		{Table: "x", Columns: inbox.Columns{ID: "id"}},
+	} {
+		if _, err := inbox.NewSQLite(db.(*sql.DB), cfg); !isConfigError(err) {
+			t.Errorf("config %+v: %v, want *ConfigError", cfg, err)
+		}
+	}
+}
+
+func isFormError(err error) bool   { _, ok := errors.AsType[*inbox.FormError](err); return ok }
+func isConfigError(err error) bool { _, ok := errors.AsType[*inbox.ConfigError](err); return ok }
+
