@@ -40,11 +40,21 @@ func (p *Process) exit(reason error) bool {
 	for ref, target := range monitoring {
 		n.dropMonitor(ref, target)
 	}
+	// MonitorFunc callbacks run first, so that the cleanup they do (a
+	// registry dropping the process's entries) is complete before any
+	// process can learn of the exit from a link's exit signal or a Down.
+	for ref, w := range mons {
+		if w.fn != nil {
+			n.fire(w, Down{Ref: ref, PID: p.pid, Reason: reason})
+		}
+	}
 	for pid := range links {
 		n.exitSignal(p.pid, pid, reason, true)
 	}
 	for ref, w := range mons {
-		n.fire(w, Down{Ref: ref, PID: p.pid, Reason: reason})
+		if w.fn == nil {
+			n.fire(w, Down{Ref: ref, PID: p.pid, Reason: reason})
+		}
 	}
 	close(p.done)
 	return true
@@ -170,9 +180,9 @@ func (p *Process) Monitor(pid PID) Ref {
 }
 
 // Demonitor ends the monitor ref. It reports whether the monitor was still
-// active (false if its Down was already sent). With flush, a Down of this
-// monitor already in the mailbox is removed, so none is received after
-// Demonitor returns.
+// active (false if its Down was already delivered to the mailbox). After it
+// returns no Down of ref arrives; with flush, a Down of ref already in the
+// mailbox is removed too, so none is received after Demonitor returns.
 func (p *Process) Demonitor(ref Ref, flush bool) bool {
 	p.mu.Lock()
 	target, ok := p.monitoring[ref]
@@ -197,9 +207,12 @@ func (p *Process) Demonitor(ref Ref, flush bool) bool {
 		}
 	}
 	if !ok {
-		return false
+		return false // already fired: its Down is in the mailbox (or was flushed)
 	}
-	return p.n.dropMonitor(ref, target)
+	// The monitor was still ours: no Down will be delivered for it now, even
+	// if the target is exiting at this moment (fire checks p.monitoring).
+	p.n.dropMonitor(ref, target)
+	return true
 }
 
 // MonitorFunc calls fn once when the process pid exits, with the Down it
@@ -208,7 +221,10 @@ func (p *Process) Demonitor(ref Ref, flush bool) bool {
 // that ends the process, after the process is dead; it must be quick and
 // must not block (send a message, close a channel). It is the building
 // block for calls and registries that must learn of exits without a
-// process of their own. Cancel with Node.Demonitor.
+// process of their own. Every fn of a process runs before the exit signals
+// of its links are sent and before any Down message of Monitor is
+// delivered, so whatever fn does is visible to a process that learns of the
+// exit from them. Cancel with Node.Demonitor.
 func (n *Node) MonitorFunc(pid PID, fn func(Down)) Ref {
 	ref := n.MakeRef()
 	n.monitor(ref, pid, watcher{fn: fn})
@@ -276,6 +292,13 @@ func (n *Node) fire(w watcher, d Down) {
 	}
 	if q := n.lookup(w.pid); q != nil {
 		q.mu.Lock()
+		if _, ok := q.monitoring[d.Ref]; !ok {
+			// The watcher demonitored after the target took the monitor
+			// off its list but before this Down was delivered: after
+			// Demonitor returns, no Down of the monitor may arrive.
+			q.mu.Unlock()
+			return
+		}
 		delete(q.monitoring, d.Ref)
 		q.deliverLocked(d)
 	}
