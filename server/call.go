@@ -29,9 +29,16 @@ type From struct {
 // Ref returns the reference of the call, unique on the caller's node.
 func (f From) Ref() gotp.Ref { return f.ref }
 
+// call is one local call in flight. The pointer itself is the request
+// message, so a local call boxes nothing.
 type call struct {
-	ch chan any // buffered 1: a late reply lands here and is collected with the call
+	req  any
+	from From
+	ch   chan any // buffered 1: the reply, or a died; a late reply is collected with the call
 }
+
+// died is what a call's channel receives when the server exits first.
+type died struct{ reason error }
 
 // ReplyMessage is how a reply reaches a caller on another node: sent to
 // the process that waits for it.
@@ -117,18 +124,24 @@ func call1(ctx context.Context, n *gotp.Node, to gotp.Dest, req any) (any, error
 	if !ok {
 		return nil, &CallError{Reason: gotp.ErrNoProc}
 	}
+	var timeout <-chan time.Time
 	if _, ok := ctx.Deadline(); !ok {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, DefaultCallTimeout)
-		defer cancel()
+		t := time.NewTimer(DefaultCallTimeout)
+		defer t.Stop()
+		timeout = t.C
 	}
-	c := &call{ch: make(chan any, 1)}
-	died := make(chan error, 1)
-	mon := n.MonitorFunc(pid, func(d gotp.Down) { died <- d.Reason })
-	from := From{c: c, n: n, ref: mon}
-	local := pid.Node() == n.Name() && pid.Creation() == n.Creation()
+	c := &call{req: req, ch: make(chan any, 1)}
+	mon := n.MonitorFunc(pid, func(d gotp.Down) {
+		select {
+		case c.ch <- died{d.Reason}:
+		default:
+		}
+	})
+	c.from = From{c: c, n: n, ref: mon}
 	var proxy gotp.PID
-	if !local {
+	if pid.Node() == n.Name() && pid.Creation() == n.Creation() {
+		n.Send(pid, c)
+	} else {
 		// A caller on this node is reached by a reply from another node
 		// through a handler process that completes the call.
 		var err error
@@ -146,29 +159,25 @@ func call1(ctx context.Context, n *gotp.Node, to gotp.Dest, req any) (any, error
 			n.Demonitor(mon, pid)
 			return nil, &CallError{Server: pid, Reason: err}
 		}
-		from = From{n: n, pid: proxy, ref: mon}
+		n.Send(pid, callRequest{from: From{n: n, pid: proxy, ref: mon}, req: req})
 	}
-	n.Send(pid, callRequest{from: from, req: req})
-	defer func() {
-		n.Demonitor(mon, pid)
-		if !proxy.IsZero() {
-			n.Exit(proxy, gotp.ErrKill)
-		}
-	}()
+	var v any
+	var err error
 	select {
-	case v := <-c.ch:
-		return v, nil
-	case reason := <-died:
-		// The reply may have been sent just before the server died.
-		select {
-		case v := <-c.ch:
-			return v, nil
-		default:
+	case v = <-c.ch:
+		if d, ok := v.(died); ok {
+			v, err = nil, &CallError{Server: pid, Reason: reasonOrNoProc(d.reason)}
 		}
-		return nil, &CallError{Server: pid, Reason: reasonOrNoProc(reason)}
 	case <-ctx.Done():
-		return nil, &CallError{Server: pid, Reason: ctx.Err()}
+		err = &CallError{Server: pid, Reason: ctx.Err()}
+	case <-timeout:
+		err = &CallError{Server: pid, Reason: context.DeadlineExceeded}
 	}
+	n.Demonitor(mon, pid)
+	if !proxy.IsZero() {
+		n.Exit(proxy, gotp.ErrKill)
+	}
+	return v, err
 }
 
 func reasonOrNoProc(reason error) error {

@@ -200,6 +200,10 @@ func (g *gen) HandleMessage(p *gotp.Process, msg any) (stop bool, reason error) 
 			}
 		}()
 		switch m := msg.(type) {
+		case *call:
+			from, replying = m.from, true
+			reply, err = g.b.HandleCall(p, m.from, m.req)
+			return err
 		case callRequest:
 			from, replying = m.from, true
 			reply, err = g.b.HandleCall(p, m.from, m.req)
