@@ -134,3 +134,41 @@ func (r Ref) IsZero() bool { return r == Ref{} }
 func (r Ref) String() string {
 	return "#Ref<" + r.node + "." + strconv.FormatUint(uint64(r.creation), 10) + "." + strconv.FormatUint(r.id, 10) + ">"
 }
+
+// ErrBadRef is returned (wrapped) by [ParseRef] for text that is not a Ref.
+var ErrBadRef = errors.New("gotp: malformed ref")
+
+// ParseRef parses the form written by [Ref.String]. The zero Ref has no
+// text form of its own and is written as "#Ref<0>".
+func ParseRef(s string) (Ref, error) {
+	if s == "#Ref<0>" {
+		return Ref{}, nil
+	}
+	if !strings.HasPrefix(s, "#Ref") {
+		return Ref{}, fmt.Errorf("%w: %q", ErrBadRef, s)
+	}
+	p, err := ParsePID(s[4:])
+	if err != nil {
+		return Ref{}, fmt.Errorf("%w: %q", ErrBadRef, s)
+	}
+	return Ref(p), nil
+}
+
+// MarshalText implements encoding.TextMarshaler with the form of String
+// ("#Ref<0>" for the zero Ref), so that codecs can carry Refs.
+func (r Ref) MarshalText() ([]byte, error) {
+	if r.IsZero() {
+		return []byte("#Ref<0>"), nil
+	}
+	return []byte(r.String()), nil
+}
+
+// UnmarshalText implements encoding.TextUnmarshaler with ParseRef.
+func (r *Ref) UnmarshalText(b []byte) error {
+	q, err := ParseRef(string(b))
+	if err != nil {
+		return err
+	}
+	*r = q
+	return nil
+}
