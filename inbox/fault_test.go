@@ -2,8 +2,8 @@ package inbox_test
 
 import (
 	"context"
-	"errors"
 	"database/sql"
+	"errors"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -268,4 +268,3 @@ func TestFormsADatabaseCannotDoAreRefusedAtSubscribe(t *testing.T) {
 
 func isFormError(err error) bool   { _, ok := errors.AsType[*inbox.FormError](err); return ok }
 func isConfigError(err error) bool { _, ok := errors.AsType[*inbox.ConfigError](err); return ok }
-

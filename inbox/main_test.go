@@ -21,7 +21,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)// database/sql keeps one opener goroutine per *sql.DB until Close; every test
+	goleak.VerifyTestMain(m) // database/sql keeps one opener goroutine per *sql.DB until Close; every test
 	// closes its DBs in Cleanup, so none is left when the leak check runs.
 
 }
@@ -288,4 +288,11 @@ func beginTx(ctx context.Context, db any) (userTx, error) {
 			rollback: func() error { return tx.Rollback(ctx) }}, nil
 	}
 	return userTx{}, fmt.Errorf("unknown db %T", db)
+}
+
+func quiet() *slog.Logger {
+	if os.Getenv("INBOX_TEST_LOG") != "" {
+		return slog.Default()
+	}
+	return slog.New(slog.DiscardHandler)
 }
