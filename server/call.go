@@ -130,6 +130,9 @@ func call1(ctx context.Context, n *gotp.Node, to gotp.Dest, req any) (any, error
 		defer t.Stop()
 		timeout = t.C
 	}
+	if pid.Node() != n.Name() || pid.Creation() != n.Creation() {
+		return callRemote(ctx, n, pid, req, timeout)
+	}
 	c := &call{req: req, ch: make(chan any, 1)}
 	mon := n.MonitorFunc(pid, func(d gotp.Down) {
 		select {
@@ -138,29 +141,7 @@ func call1(ctx context.Context, n *gotp.Node, to gotp.Dest, req any) (any, error
 		}
 	})
 	c.from = From{c: c, n: n, ref: mon}
-	var proxy gotp.PID
-	if pid.Node() == n.Name() && pid.Creation() == n.Creation() {
-		n.Send(pid, c)
-	} else {
-		// A caller on this node is reached by a reply from another node
-		// through a handler process that completes the call.
-		var err error
-		proxy, err = n.SpawnHandler(gotp.HandlerFunc(func(_ *gotp.Process, msg any) (bool, error) {
-			if r, ok := msg.(ReplyMessage); ok && r.Ref == mon {
-				select {
-				case c.ch <- r.Value:
-				default:
-				}
-				return true, nil
-			}
-			return false, nil
-		}), nil, gotp.Behaviour("server call proxy"))
-		if err != nil {
-			n.Demonitor(mon, pid)
-			return nil, &CallError{Server: pid, Reason: err}
-		}
-		n.Send(pid, callRequest{from: From{n: n, pid: proxy, ref: mon}, req: req})
-	}
+	n.Send(pid, c)
 	var v any
 	var err error
 	select {
@@ -174,9 +155,59 @@ func call1(ctx context.Context, n *gotp.Node, to gotp.Dest, req any) (any, error
 		err = &CallError{Server: pid, Reason: context.DeadlineExceeded}
 	}
 	n.Demonitor(mon, pid)
-	if !proxy.IsZero() {
-		n.Exit(proxy, gotp.ErrKill)
+	return v, err
+}
+
+// callRemote calls a server on another node. A handler process on this
+// node (the "call proxy") monitors the server and takes the reply, sent
+// as a ReplyMessage: since both reach its mailbox in the order the
+// server's node sent them, a reply sent just before the server exits is
+// never mistaken for its death. The request travels as a Request, which a
+// cluster codec can encode.
+func callRemote(ctx context.Context, n *gotp.Node, pid gotp.PID, req any, timeout <-chan time.Time) (any, error) {
+	ch := make(chan any, 1)
+	var mon gotp.Ref
+	proxy, err := n.SpawnHandler(gotp.HandlerFunc(func(_ *gotp.Process, msg any) (bool, error) {
+		var v any
+		switch m := msg.(type) {
+		case ReplyMessage:
+			if m.Ref != mon {
+				return false, nil
+			}
+			v = m.Value
+		case gotp.Down:
+			if m.Ref != mon {
+				return false, nil
+			}
+			v = died{m.Reason}
+		default:
+			return false, nil
+		}
+		select {
+		case ch <- v:
+		default:
+		}
+		return true, nil
+	}), func(p *gotp.Process) error {
+		mon = p.Monitor(pid)
+		return nil
+	}, gotp.Behaviour("server call proxy"))
+	if err != nil {
+		return nil, &CallError{Server: pid, Reason: err}
 	}
+	n.Send(pid, Request{Caller: proxy, Ref: mon, Body: req})
+	var v any
+	select {
+	case v = <-ch:
+		if d, ok := v.(died); ok {
+			v, err = nil, &CallError{Server: pid, Reason: reasonOrNoProc(d.reason)}
+		}
+	case <-ctx.Done():
+		err = &CallError{Server: pid, Reason: ctx.Err()}
+	case <-timeout:
+		err = &CallError{Server: pid, Reason: context.DeadlineExceeded}
+	}
+	n.Exit(proxy, gotp.ErrKill) // its monitor of the server goes with it
 	return v, err
 }
 
@@ -194,7 +225,7 @@ var errNormal = fmt.Errorf("server exited normally")
 // Cast sends msg to the server's HandleCast and returns at once. A cast to
 // a server that is not running is dropped.
 func Cast(n *gotp.Node, to gotp.Dest, msg any) {
-	n.SendTo(to, castMessage{msg: msg})
+	n.SendTo(to, CastMessage{Body: msg})
 }
 
 // Stop asks the server to stop with reason (nil is normal), and waits until
@@ -207,7 +238,7 @@ func Stop(ctx context.Context, n *gotp.Node, to gotp.Dest, reason error) error {
 	}
 	died := make(chan error, 1)
 	mon := n.MonitorFunc(pid, func(d gotp.Down) { died <- d.Reason })
-	n.Send(pid, stopRequest{reason: reason})
+	n.Send(pid, StopRequest{Reason: reason})
 	select {
 	case r := <-died:
 		if r == gotp.ErrNoProc {

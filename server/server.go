@@ -180,14 +180,23 @@ type gen struct {
 	parent gotp.PID
 }
 
-type callRequest struct {
-	from From
-	req  any
+// Request is the message of a call from another node: Caller takes the
+// reply (a ReplyMessage with Ref), Body is the request HandleCall sees. A
+// local Call uses a faster private form; this one exists so that a cluster
+// transport can carry calls.
+type Request struct {
+	Caller gotp.PID
+	Ref    gotp.Ref
+	Body   any
 }
 
-type castMessage struct{ msg any }
+// CastMessage is the message Cast sends: the server hands Body to
+// HandleCast. Sending one directly is the same as calling Cast.
+type CastMessage struct{ Body any }
 
-type stopRequest struct{ reason error }
+// StopRequest is the message Stop sends: the server stops with Reason
+// (nil is normal), running Terminate.
+type StopRequest struct{ Reason error }
 
 func (g *gen) HandleMessage(p *gotp.Process, msg any) (stop bool, reason error) {
 	var reply any
@@ -204,14 +213,14 @@ func (g *gen) HandleMessage(p *gotp.Process, msg any) (stop bool, reason error) 
 			from, replying = m.from, true
 			reply, err = g.b.HandleCall(p, m.from, m.req)
 			return err
-		case callRequest:
-			from, replying = m.from, true
-			reply, err = g.b.HandleCall(p, m.from, m.req)
+		case Request:
+			from, replying = From{n: p.Node(), pid: m.Caller, ref: m.Ref}, true
+			reply, err = g.b.HandleCall(p, from, m.Body)
 			return err
-		case castMessage:
-			return g.b.HandleCast(p, m.msg)
-		case stopRequest:
-			return stopping{m.reason}
+		case CastMessage:
+			return g.b.HandleCast(p, m.Body)
+		case StopRequest:
+			return stopping{m.Reason}
 		case gotp.Exit:
 			if m.From == g.parent || m.From.IsZero() {
 				return stopping{m.Reason}
