@@ -1,0 +1,268 @@
+package supervisor
+
+import (
+	"context"
+	"slices"
+
+	"github.com/gotp/gotp"
+	"github.com/gotp/gotp/server"
+)
+
+// ChildState is what a child is doing, as WhichChildren reports it.
+type ChildState string
+
+// Child states.
+const (
+	// ChildRunning: the child runs; ChildInfo.PID names it.
+	ChildRunning ChildState = "running"
+	// ChildRestarting: a restart failed and is retried (OTP's restarting).
+	ChildRestarting ChildState = "restarting"
+	// ChildNotRunning: the spec is kept but no process runs it (it was
+	// terminated, exited normally as a Transient child, or its start
+	// returned server.ErrIgnore; OTP's undefined).
+	ChildNotRunning ChildState = "undefined"
+)
+
+// ChildInfo describes one child.
+type ChildInfo struct {
+	ID       string // empty for a dynamic child
+	PID      gotp.PID
+	State    ChildState
+	Type     ChildType
+	Restart  Restart
+	Restarts int   // times the supervisor restarted this child
+	Sub      *Info // from Tree only: the subtree of a running child supervisor
+}
+
+// Counts are CountChildren's answer.
+type Counts struct {
+	Specs       int // children (specs), running or not
+	Active      int // running children
+	Supervisors int // children of type Supervisor, running or not
+	Workers     int // children of type Worker, running or not
+}
+
+type (
+	startChildReq struct {
+		ctx  context.Context
+		spec ChildSpec
+	}
+	terminateChildReq struct{ id string }
+	restartChildReq   struct {
+		ctx context.Context
+		id  string
+	}
+	deleteChildReq   struct{ id string }
+	whichChildrenReq struct{}
+	countChildrenReq struct{}
+	startDynamicReq  struct {
+		ctx context.Context
+		arg any
+	}
+	terminateDynamicReq struct{ pid gotp.PID }
+)
+
+// StartChild adds a child to the static supervisor sup and starts it. It
+// fails with *SpecError for an invalid spec, *AlreadyStartedError when a
+// child with the id runs, ErrAlreadyPresent when its spec is kept but not
+// running, *ChildStartError when the start fails (the spec is then not
+// kept), ErrDynamic for a dynamic supervisor, and *server.CallError when
+// sup cannot be called. A start that returns server.ErrIgnore keeps the spec
+// and returns the zero PID and no error. It blocks until the child has
+// started or ctx ends.
+func StartChild(ctx context.Context, n *gotp.Node, sup gotp.Dest, spec ChildSpec) (gotp.PID, error) {
+	if err := checkChild(&spec, false); err != nil {
+		return gotp.PID{}, err
+	}
+	return server.Call[gotp.PID](ctx, n, sup, startChildReq{ctx: ctx, spec: spec})
+}
+
+// TerminateChild stops the child id of the static supervisor sup, within
+// its shutdown, and keeps its spec (RestartChild starts it again) unless it
+// is Temporary. A child that is not running is left as it is. It fails with
+// ErrNotFound, ErrDynamic or *server.CallError.
+func TerminateChild(ctx context.Context, n *gotp.Node, sup gotp.Dest, id string) error {
+	_, err := server.Call[struct{}](ctx, n, sup, terminateChildReq{id: id})
+	return err
+}
+
+// RestartChild starts again the child id of the static supervisor sup,
+// whose spec is kept but not running. It fails with ErrRunning,
+// ErrRestarting, ErrNotFound, *ChildStartError (the spec is kept),
+// ErrDynamic or *server.CallError. A start that returns server.ErrIgnore
+// returns the zero PID and no error.
+func RestartChild(ctx context.Context, n *gotp.Node, sup gotp.Dest, id string) (gotp.PID, error) {
+	return server.Call[gotp.PID](ctx, n, sup, restartChildReq{ctx: ctx, id: id})
+}
+
+// DeleteChild removes the spec of the child id of the static supervisor
+// sup, which must not be running. It fails with ErrRunning, ErrRestarting,
+// ErrNotFound, ErrDynamic or *server.CallError.
+func DeleteChild(ctx context.Context, n *gotp.Node, sup gotp.Dest, id string) error {
+	_, err := server.Call[struct{}](ctx, n, sup, deleteChildReq{id: id})
+	return err
+}
+
+// WhichChildren lists the children of sup: a static supervisor's in start
+// order, a dynamic supervisor's in spawn order of their processes (those
+// whose restart is being retried last). It is a call, ordered with the
+// supervisor's other work; Inspect reads the same without one.
+func WhichChildren(ctx context.Context, n *gotp.Node, sup gotp.Dest) ([]ChildInfo, error) {
+	return server.Call[[]ChildInfo](ctx, n, sup, whichChildrenReq{})
+}
+
+// CountChildren counts the children of sup.
+func CountChildren(ctx context.Context, n *gotp.Node, sup gotp.Dest) (Counts, error) {
+	return server.Call[Counts](ctx, n, sup, countChildrenReq{})
+}
+
+// HandleCall serves the management functions.
+func (s *sup) HandleCall(p *gotp.Process, from server.From, req any) (any, error) {
+	switch r := req.(type) {
+	case whichChildrenReq:
+		return s.which(), nil
+	case countChildrenReq:
+		return s.count(), nil
+	case startDynamicReq:
+		if !s.dynamic {
+			return ErrNotDynamic, nil
+		}
+		return s.startDynamic(r.ctx, r.arg), nil
+	case terminateDynamicReq:
+		if !s.dynamic {
+			return ErrNotDynamic, nil
+		}
+		return s.terminateDynamic(r.pid), nil
+	case startChildReq, terminateChildReq, restartChildReq, deleteChildReq:
+		if s.dynamic {
+			return ErrDynamic, nil
+		}
+	}
+	switch r := req.(type) {
+	case startChildReq:
+		return s.startChild(r.ctx, r.spec), nil
+	case terminateChildReq:
+		c, ok := s.byID[r.id]
+		if !ok {
+			return ErrNotFound, nil
+		}
+		s.stop(c)
+		return struct{}{}, nil
+	case restartChildReq:
+		c, ok := s.byID[r.id]
+		switch {
+		case !ok:
+			return ErrNotFound, nil
+		case !c.pid.IsZero():
+			return ErrRunning, nil
+		case c.restarting:
+			return ErrRestarting, nil
+		}
+		if _, err := s.start(r.ctx, c); err != nil {
+			s.logStartFailure(c, err)
+			return &ChildStartError{ID: r.id, Err: err}, nil
+		}
+		return c.pid, nil
+	case deleteChildReq:
+		c, ok := s.byID[r.id]
+		switch {
+		case !ok:
+			return ErrNotFound, nil
+		case !c.pid.IsZero():
+			return ErrRunning, nil
+		case c.restarting:
+			return ErrRestarting, nil
+		}
+		s.remove(c)
+		return struct{}{}, nil
+	}
+	return s.Defaults.HandleCall(p, from, req)
+}
+
+func (s *sup) startChild(ctx context.Context, spec ChildSpec) any {
+	if c, ok := s.byID[spec.ID]; ok {
+		if !c.pid.IsZero() {
+			return &AlreadyStartedError{ID: spec.ID, PID: c.pid}
+		}
+		return ErrAlreadyPresent
+	}
+	c := &child{spec: spec}
+	s.mu.Lock()
+	s.children = append(s.children, c)
+	s.byID[spec.ID] = c
+	s.mu.Unlock()
+	if _, err := s.start(ctx, c); err != nil {
+		s.logStartFailure(c, err)
+		s.remove(c)
+		return &ChildStartError{ID: spec.ID, Err: err}
+	}
+	return c.pid
+}
+
+func (s *sup) state(c *child) ChildState {
+	switch {
+	case !c.pid.IsZero():
+		return ChildRunning
+	case c.restarting:
+		return ChildRestarting
+	}
+	return ChildNotRunning
+}
+
+func (s *sup) info(c *child) ChildInfo {
+	return ChildInfo{
+		ID: c.spec.ID, PID: c.pid, State: s.state(c),
+		Type: c.spec.Type, Restart: c.spec.Restart, Restarts: c.restarts,
+	}
+}
+
+// which lists the children; the caller is the supervisor or holds mu.
+func (s *sup) which() []ChildInfo {
+	if !s.dynamic {
+		out := make([]ChildInfo, len(s.children))
+		for i, c := range s.children {
+			out[i] = s.info(c)
+		}
+		return out
+	}
+	out := make([]ChildInfo, 0, len(s.byPID)+len(s.dynRestarting))
+	for _, c := range s.byPID {
+		out = append(out, s.info(c))
+	}
+	slices.SortFunc(out, func(a, b ChildInfo) int {
+		switch {
+		case a.PID.ID() < b.PID.ID():
+			return -1
+		case a.PID.ID() > b.PID.ID():
+			return 1
+		}
+		return 0
+	})
+	for c := range s.dynRestarting {
+		out = append(out, s.info(c))
+	}
+	return out
+}
+
+// count counts the children; the caller is the supervisor or holds mu.
+func (s *sup) count() Counts {
+	if s.dynamic {
+		specs := len(s.byPID) + len(s.dynRestarting)
+		k := Counts{Specs: specs, Active: len(s.byPID)}
+		if s.tmpl.Type == Supervisor {
+			k.Supervisors = specs
+		} else {
+			k.Workers = specs
+		}
+		return k
+	}
+	k := Counts{Specs: len(s.children), Active: len(s.byPID)}
+	for _, c := range s.children {
+		if c.spec.Type == Supervisor {
+			k.Supervisors++
+		} else {
+			k.Workers++
+		}
+	}
+	return k
+}

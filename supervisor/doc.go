@@ -1,0 +1,83 @@
+// Package supervisor is gotp's supervisor: a process that starts children,
+// watches them, restarts them by a strategy, and gives up (escalating to
+// its own parent) when they fail too often.
+//
+//	root, err := supervisor.Start(ctx, node, supervisor.Spec{
+//		Strategy: supervisor.OneForOne,
+//		Children: []supervisor.ChildSpec{
+//			supervisor.Server("online", func() server.Behaviour { return &online{} }, server.Named("online")),
+//			supervisor.DynamicSpec[net.Conn]{Start: startConn, Restart: supervisor.Temporary}.
+//				ChildSpec("conns", server.Named("conns")),
+//		},
+//	})
+//	pid, err := supervisor.StartDynamicChild(ctx, node, gotp.Name("conns"), conn)
+//
+// # Supervisors are servers
+//
+// A supervisor is a server (package server) that traps exits, so it can be
+// named (server.Named, server.WithVia), linked, monitored, called, and be
+// the child of another supervisor (Spec.ChildSpec, DynamicSpec.ChildSpec).
+// Every child is started linked to it by its ChildSpec.Start; the
+// supervisor learns of its exit from the link.
+//
+// # Strategies, restart types and intensity
+//
+// OneForOne restarts the child that exited; OneForAll stops the others in
+// reverse start order and restarts all in start order; RestForOne does the
+// same with the children started after the one that exited. A dynamic
+// supervisor (DynamicSpec, OTP's simple_one_for_one) has children of one
+// template started on demand, each with its own argument, restarted one
+// for one. Permanent children are always restarted, Transient ones only
+// after an abnormal exit (see gotp.IsNormal), Temporary ones never (their
+// spec is dropped).
+//
+// Each restart counts against the intensity: more than Intensity restarts
+// within Period (OTP's defaults: 1 in 5 s) and the supervisor stops every
+// child and exits with ErrMaxIntensity, which wraps gotp.ErrShutdown as
+// OTP's supervisor exits with shutdown. Its parent sees that exit and
+// applies its own strategy: failures that repeat climb the tree. The check
+// keeps the times of the last Intensity restarts in a ring, so its cost
+// does not grow with the number of recent restarts. A restart whose start
+// fails is retried through the supervisor's mailbox (the child shows as
+// ChildRestarting meanwhile), each attempt counting as a restart.
+//
+// # Starting and stopping
+//
+// Start starts the children in order; if one fails, those already started
+// are stopped in reverse order and Start fails with *ChildStartError. A
+// child is stopped as in OTP: monitored, unlinked, sent gotp.ErrShutdown
+// (gotp.ErrKill for BrutalKill), and killed if it has not exited when its
+// Shutdown is up (DefaultShutdown for workers, Infinity for supervisors).
+// When its parent or the node (Node.Stop) tells a supervisor to exit, it
+// stops its static children in reverse start order, each within its
+// shutdown, and a dynamic supervisor stops all its children at once.
+// Node.Stop signals processes oldest first and waits for each process that
+// traps exits, so a tree stops top-down.
+//
+// # Management and introspection
+//
+// StartChild, TerminateChild, RestartChild, DeleteChild, WhichChildren and
+// CountChildren are calls to the supervisor, with OTP's errors as typed
+// values (ErrRunning, ErrRestarting, ErrNotFound, ErrAlreadyPresent,
+// *AlreadyStartedError); StartDynamicChild and TerminateDynamicChild serve
+// dynamic supervisors. Inspect and Tree read a supervisor's children,
+// per-child restart counts and total restarts without a call, from what it
+// publishes in its process dictionary, for an observer.
+//
+// Every abnormal child exit (and every exit of a Permanent child) is
+// logged at error level through the node's logger with the supervisor,
+// the child id, its PID and the reason; every restart at info level; every
+// failed start and every give-up at error level.
+//
+// # Concurrency
+//
+// Every function of the package is safe from any goroutine. The management
+// functions block until the supervisor answers or ctx ends; a
+// supervisor handles one request, exit or restart at a time, and blocks
+// while a child starts or stops.
+//
+// # Tests
+//
+// The chaos test runs 300 kills with -short and 2,000 without;
+// GOTP_CHAOS_KILLS=n sets another number.
+package supervisor

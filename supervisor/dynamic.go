@@ -1,0 +1,223 @@
+package supervisor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/gotp/gotp"
+	"github.com/gotp/gotp/server"
+)
+
+// DynamicSpec declares a dynamic supervisor (OTP's simple_one_for_one,
+// Elixir's DynamicSupervisor): no children at start, one template, and
+// children started on demand by StartDynamicChild, each with its own
+// argument of type A. Each child is restarted alone (one for one), with
+// the argument it was started with.
+type DynamicSpec[A any] struct {
+	// Start starts one child with its argument, linked to the supervisor
+	// process sup. See StartFunc.
+	Start func(ctx context.Context, sup *gotp.Process, arg A) (gotp.PID, error)
+	// Restart, Shutdown and Type apply to every child, as in ChildSpec.
+	// Temporary suits children whose death means they are done (a
+	// connection whose user left).
+	Restart  Restart
+	Shutdown time.Duration
+	Type     ChildType
+	// Intensity and Period are as in Spec.
+	Intensity int
+	Period    time.Duration
+	// MaxChildren bounds the number of children (running or restarting);
+	// zero means no bound.
+	MaxChildren int
+}
+
+func (d DynamicSpec[A]) build() (*sup, error) {
+	if d.Start == nil {
+		return nil, &SpecError{Reason: "nil Start"}
+	}
+	tmpl := ChildSpec{Restart: d.Restart, Shutdown: d.Shutdown, Type: d.Type, Start: func(context.Context, *gotp.Process) (gotp.PID, error) { return gotp.PID{}, nil }}
+	if err := checkChild(&tmpl, true); err != nil {
+		return nil, err
+	}
+	tmpl.Start = nil
+	if err := checkFlags(OneForOne, d.Period); err != nil {
+		return nil, err
+	}
+	if d.MaxChildren < 0 {
+		return nil, &SpecError{Reason: fmt.Sprintf("negative MaxChildren %d", d.MaxChildren)}
+	}
+	flags := Spec{Intensity: d.Intensity, Period: d.Period}
+	start := d.Start
+	return &sup{
+		dynamic:       true,
+		tmpl:          tmpl,
+		intensity:     flags.intensity(),
+		period:        flags.period(),
+		maxChildren:   d.MaxChildren,
+		byPID:         make(map[gotp.PID]*child),
+		byID:          map[string]*child{},
+		dynRestarting: make(map[*child]struct{}),
+		dynStart: func(ctx context.Context, sup *gotp.Process, arg any) (gotp.PID, error) {
+			var a A
+			if arg != nil {
+				var ok bool
+				if a, ok = arg.(A); !ok {
+					return gotp.PID{}, &ArgTypeError{Got: arg, Want: fmt.Sprintf("%T", (*A)(nil))[1:]}
+				}
+			}
+			return start(ctx, sup, a)
+		},
+	}, nil
+}
+
+// StartDynamic starts a dynamic supervisor on node n. It fails with
+// *SpecError for an invalid spec; opts are as in Start.
+func StartDynamic[A any](ctx context.Context, n *gotp.Node, spec DynamicSpec[A], opts ...server.Option) (gotp.PID, error) {
+	s, err := spec.build()
+	if err != nil {
+		return gotp.PID{}, err
+	}
+	return server.Start(ctx, n, s, withTrap(opts)...)
+}
+
+// StartDynamicLink starts a dynamic supervisor linked to the calling
+// process parent, which becomes its parent.
+func StartDynamicLink[A any](ctx context.Context, parent *gotp.Process, spec DynamicSpec[A], opts ...server.Option) (gotp.PID, error) {
+	s, err := spec.build()
+	if err != nil {
+		return gotp.PID{}, err
+	}
+	return server.StartLink(ctx, parent, s, withTrap(opts)...)
+}
+
+// ChildSpec returns a spec that starts this dynamic supervisor as a child
+// (of type Supervisor, Permanent, shutdown Infinity) of another supervisor,
+// with the server options opts (for example server.Named, so that callers
+// find it to start children).
+func (d DynamicSpec[A]) ChildSpec(id string, opts ...server.Option) ChildSpec {
+	return ChildSpec{
+		ID:   id,
+		Type: Supervisor,
+		Start: func(ctx context.Context, sup *gotp.Process) (gotp.PID, error) {
+			return StartDynamicLink(ctx, sup, d, opts...)
+		},
+	}
+}
+
+// StartDynamicChild starts a child of the dynamic supervisor sup with arg
+// and returns its PID. It fails with *ArgTypeError when A is not the
+// supervisor's argument type, ErrMaxChildren, *ChildStartError when the
+// start fails, ErrNotDynamic for a static supervisor, and
+// *server.CallError when sup cannot be called. A start that returns
+// server.ErrIgnore returns the zero PID and no error (no child is kept).
+// It blocks until the child has started or ctx ends.
+func StartDynamicChild[A any](ctx context.Context, n *gotp.Node, sup gotp.Dest, arg A) (gotp.PID, error) {
+	return server.Call[gotp.PID](ctx, n, sup, startDynamicReq{ctx: ctx, arg: arg})
+}
+
+// TerminateDynamicChild stops the child pid of the dynamic supervisor sup
+// within its shutdown and forgets it. It fails with ErrNotFound,
+// ErrNotDynamic or *server.CallError.
+func TerminateDynamicChild(ctx context.Context, n *gotp.Node, sup gotp.Dest, pid gotp.PID) error {
+	_, err := server.Call[struct{}](ctx, n, sup, terminateDynamicReq{pid: pid})
+	return err
+}
+
+func (s *sup) startDynamic(ctx context.Context, arg any) any {
+	if s.maxChildren > 0 && len(s.byPID)+len(s.dynRestarting) >= s.maxChildren {
+		return ErrMaxChildren
+	}
+	c := &child{spec: s.tmpl, arg: arg}
+	ignored, err := s.start(ctx, c)
+	switch {
+	case err != nil:
+		if e, ok := errors.AsType[*ArgTypeError](err); ok {
+			return e
+		}
+		s.logStartFailure(c, err)
+		return &ChildStartError{Err: err}
+	case ignored:
+		return gotp.PID{}
+	}
+	if c.spec.Restart == Temporary {
+		c.arg = nil // never restarted: do not keep the argument alive
+	}
+	return c.pid
+}
+
+func (s *sup) terminateDynamic(pid gotp.PID) any {
+	c, ok := s.byPID[pid]
+	if !ok {
+		return ErrNotFound
+	}
+	s.stop(c)
+	s.remove(c)
+	return struct{}{}
+}
+
+// stopDynamic stops every dynamic child at once: each is sent
+// gotp.ErrShutdown (gotp.ErrKill for BrutalKill), and those still running
+// when the shutdown time is up are killed.
+func (s *sup) stopDynamic() {
+	s.mu.Lock()
+	kids := make([]gotp.PID, 0, len(s.byPID))
+	for pid, c := range s.byPID {
+		kids = append(kids, pid)
+		c.pid = gotp.PID{}
+		c.removed = true
+	}
+	for c := range s.dynRestarting {
+		c.removed = true
+	}
+	clear(s.byPID)
+	clear(s.dynRestarting)
+	s.mu.Unlock()
+	if len(kids) == 0 {
+		return
+	}
+	p, n := s.p, s.p.Node()
+	timeout := s.tmpl.shutdown()
+	downs := make(chan gotp.Down, len(kids))
+	refs := make(map[gotp.PID]gotp.Ref, len(kids))
+	for _, pid := range kids {
+		refs[pid] = n.MonitorFunc(pid, func(d gotp.Down) { downs <- d })
+		p.Unlink(pid)
+	}
+	sig := gotp.ErrShutdown
+	if timeout == BrutalKill {
+		sig = gotp.ErrKill
+	}
+	for _, pid := range kids {
+		p.Exit(pid, sig)
+	}
+	var expired <-chan time.Time
+	if timeout != Infinity && timeout != BrutalKill {
+		t := time.NewTimer(timeout)
+		defer t.Stop()
+		expired = t.C
+	}
+	done := p.Context().Done()
+	for left := len(kids); left > 0; {
+		select {
+		case d := <-downs:
+			delete(refs, d.PID)
+			left--
+			s.checkShutdown("", d.PID, d.Reason, timeout == BrutalKill)
+		case <-expired:
+			expired = nil
+			s.log.Warn("supervisor: children did not shut down in time, killing them",
+				"supervisor", s.label, "children", len(refs), "shutdown", timeout)
+			for pid := range refs {
+				p.Exit(pid, gotp.ErrKill)
+			}
+		case <-done:
+			for pid, ref := range refs {
+				n.Demonitor(ref, pid)
+				n.Exit(pid, gotp.ErrKill)
+			}
+			return
+		}
+	}
+}

@@ -1,0 +1,445 @@
+package supervisor
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"runtime/debug"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/gotp/gotp"
+	"github.com/gotp/gotp/server"
+)
+
+// Start starts a supervisor on node n and returns its PID once every child
+// of spec has started, in order. If a child fails to start, the children
+// already started are stopped in reverse order and Start fails with a
+// *ChildStartError wrapping that child's error. An invalid spec fails with
+// *SpecError before anything starts. opts are server options (server.Named,
+// server.WithVia, server.LinkTo); the supervisor always traps exits.
+//
+// The supervisor is a server process: it can be named, linked, monitored,
+// called with server.Call and stopped with server.Stop. An exit signal from
+// its parent (server.LinkTo) or from the node (Node.Stop) stops its
+// children in reverse start order, each within its shutdown, and then the
+// supervisor itself with that reason.
+func Start(ctx context.Context, n *gotp.Node, spec Spec, opts ...server.Option) (gotp.PID, error) {
+	s, err := newStatic(spec)
+	if err != nil {
+		return gotp.PID{}, err
+	}
+	return server.Start(ctx, n, s, withTrap(opts)...)
+}
+
+// StartLink starts a supervisor as Start does, linked to the calling
+// process parent, which becomes its parent: this is how a supervisor is the
+// child of another (see Spec.ChildSpec).
+func StartLink(ctx context.Context, parent *gotp.Process, spec Spec, opts ...server.Option) (gotp.PID, error) {
+	s, err := newStatic(spec)
+	if err != nil {
+		return gotp.PID{}, err
+	}
+	return server.StartLink(ctx, parent, s, withTrap(opts)...)
+}
+
+func withTrap(opts []server.Option) []server.Option {
+	return append(opts[:len(opts):len(opts)], server.TrapExit(true))
+}
+
+func newStatic(spec Spec) (*sup, error) {
+	if err := checkFlags(spec.Strategy, spec.Period); err != nil {
+		return nil, err
+	}
+	seen := make(map[string]bool, len(spec.Children))
+	for i := range spec.Children {
+		c := &spec.Children[i]
+		if err := checkChild(c, false); err != nil {
+			return nil, err
+		}
+		if seen[c.ID] {
+			return nil, &SpecError{ID: c.ID, Reason: "duplicate child id"}
+		}
+		seen[c.ID] = true
+	}
+	return &sup{
+		strategy:  spec.Strategy,
+		intensity: spec.intensity(),
+		period:    spec.period(),
+		initial:   slices.Clone(spec.Children),
+		byID:      make(map[string]*child, len(spec.Children)),
+		byPID:     make(map[gotp.PID]*child, len(spec.Children)),
+	}, nil
+}
+
+// child is one child of a supervisor: a static child with its spec, or a
+// dynamic child with its argument.
+type child struct {
+	spec       ChildSpec // dynamic children: the template (Start is nil)
+	arg        any       // dynamic children: the start argument
+	pid        gotp.PID  // zero when not running
+	restarting bool      // a restart failed; a retry is queued
+	removed    bool      // no longer a child: a queued retry is void
+	restarts   int       // times restarted by the supervisor
+}
+
+// tryAgain is the message a supervisor sends itself to retry a failed
+// restart, so that other messages (an exit of its parent, for example)
+// are handled in between, as in OTP.
+type tryAgain struct{ c *child }
+
+// infoKey keys the supervisor in its process dictionary, for Inspect.
+type infoKey struct{}
+
+// sup is the server.Behaviour of every supervisor. Its fields are written
+// only by the supervisor process; those read by Inspect are written under
+// mu.
+type sup struct {
+	server.Defaults
+
+	strategy  Strategy
+	intensity int
+	period    time.Duration
+	initial   []ChildSpec
+
+	dynamic     bool
+	tmpl        ChildSpec // dynamic: restart, shutdown and type of every child
+	dynStart    func(ctx context.Context, sup *gotp.Process, arg any) (gotp.PID, error)
+	maxChildren int
+
+	p     *gotp.Process
+	log   *slog.Logger
+	label string
+	epoch time.Time
+	ring  restartRing
+
+	mu            sync.Mutex // guards the fields below for readers other than the supervisor
+	children      []*child   // static children in start order
+	byID          map[string]*child
+	byPID         map[gotp.PID]*child // running children
+	dynRestarting map[*child]struct{} // dynamic children whose restart failed
+	restarts      uint64
+}
+
+// Init starts the declared children in order.
+func (s *sup) Init(ctx context.Context, p *gotp.Process) error {
+	s.p = p
+	s.log = p.Node().Logger()
+	s.epoch = time.Now()
+	p.TrapExit(true)
+	if name := p.Info().Name; name != "" {
+		s.label = name
+	} else {
+		s.label = p.Self().String()
+	}
+	p.SetValue(infoKey{}, s)
+	for _, spec := range s.initial {
+		c := &child{spec: spec}
+		s.mu.Lock()
+		s.children = append(s.children, c)
+		s.byID[spec.ID] = c
+		s.mu.Unlock()
+		if _, err := s.start(ctx, c); err != nil {
+			s.logStartFailure(c, err)
+			s.stopAll()
+			return &ChildStartError{ID: spec.ID, Err: err}
+		}
+	}
+	s.initial = nil
+	return nil
+}
+
+// Terminate stops every child: static ones in reverse start order, dynamic
+// ones all at once.
+func (s *sup) Terminate(p *gotp.Process, reason error) {
+	s.stopAll()
+}
+
+// HandleInfo handles exits of children and queued restart retries. Exit
+// signals from processes that are neither children nor the parent are
+// ignored, as in OTP.
+func (s *sup) HandleInfo(p *gotp.Process, msg any) error {
+	switch m := msg.(type) {
+	case gotp.Exit:
+		c, ok := s.byPID[m.From]
+		if !ok {
+			return nil
+		}
+		return s.childExited(c, m.Reason)
+	case tryAgain:
+		if m.c.removed || !m.c.restarting {
+			return nil
+		}
+		return s.restart(m.c)
+	}
+	return s.Defaults.HandleInfo(p, msg)
+}
+
+func (s *sup) childExited(c *child, reason error) error {
+	old := c.pid
+	s.mu.Lock()
+	delete(s.byPID, old)
+	c.pid = gotp.PID{}
+	s.mu.Unlock()
+	r := c.spec.Restart
+	restart := r == Permanent || (r == Transient && !gotp.IsNormal(reason))
+	if r == Permanent || !gotp.IsNormal(reason) {
+		s.log.Error("supervisor: child terminated",
+			"supervisor", s.label, "child", c.spec.ID, "pid", old, "reason", reason,
+			"restart", r.String(), "action", map[bool]string{true: "restart", false: "none"}[restart])
+	}
+	if !restart {
+		if r == Temporary || s.dynamic {
+			s.remove(c)
+		}
+		return nil
+	}
+	return s.restart(c)
+}
+
+// restart counts a restart against the intensity and restarts c (and, by
+// the strategy, its siblings). It returns ErrMaxIntensity when the
+// supervisor must give up.
+func (s *sup) restart(c *child) error {
+	if !s.ring.add(int64(time.Since(s.epoch)), s.intensity, int64(s.period)) {
+		s.log.Error("supervisor: reached max restart intensity, shutting down",
+			"supervisor", s.label, "child", c.spec.ID, "intensity", s.intensity, "period", s.period)
+		return ErrMaxIntensity
+	}
+	s.mu.Lock()
+	s.restarts++
+	s.mu.Unlock()
+	ctx := s.p.Context()
+	if s.dynamic || s.strategy == OneForOne {
+		return s.restartOne(ctx, c)
+	}
+	from := slices.Index(s.children, c)
+	if s.strategy == OneForAll {
+		from = 0
+	}
+	// Stop the group in reverse start order (c is not running). Stopping
+	// removes temporary children; they are not restarted.
+	for j := len(s.children) - 1; j >= from; j-- {
+		if d := s.children[j]; d != c {
+			s.stop(d)
+		}
+	}
+	from = slices.Index(s.children, c)
+	if s.strategy == OneForAll {
+		from = 0
+	}
+	for _, d := range slices.Clone(s.children[from:]) {
+		if err := s.restartOne(ctx, d); err != nil || d.restarting {
+			return err // a failed start is retried later; the rest wait for it
+		}
+	}
+	return nil
+}
+
+// restartOne starts c again. A failure is logged, marks c restarting and
+// queues a retry; only a stopping node makes it return an error.
+func (s *sup) restartOne(ctx context.Context, c *child) error {
+	old := c.restarts
+	s.mu.Lock()
+	c.restarts++
+	s.mu.Unlock()
+	ignored, err := s.start(ctx, c)
+	switch {
+	case err != nil:
+		s.logStartFailure(c, err)
+		if errors.Is(err, gotp.ErrNodeStopped) {
+			return gotp.ErrShutdown
+		}
+		s.mu.Lock()
+		c.restarting = true
+		if s.dynamic {
+			s.dynRestarting[c] = struct{}{}
+		}
+		s.mu.Unlock()
+		s.p.Send(s.p.Self(), tryAgain{c})
+	case ignored && s.dynamic:
+		s.remove(c)
+	default:
+		s.log.Info("supervisor: child restarted",
+			"supervisor", s.label, "child", c.spec.ID, "pid", c.pid, "restarts", old+1)
+	}
+	return nil
+}
+
+func (s *sup) logStartFailure(c *child, err error) {
+	s.log.Error("supervisor: child failed to start",
+		"supervisor", s.label, "child", c.spec.ID, "reason", err)
+}
+
+// start runs c's start function; ignored reports server.ErrIgnore.
+func (s *sup) start(ctx context.Context, c *child) (ignored bool, err error) {
+	pid, err := s.callStart(ctx, c)
+	if err != nil {
+		if errors.Is(err, server.ErrIgnore) {
+			s.mu.Lock()
+			c.restarting = false
+			delete(s.dynRestarting, c)
+			s.mu.Unlock()
+			return true, nil
+		}
+		return false, err
+	}
+	s.mu.Lock()
+	c.pid = pid
+	c.restarting = false
+	delete(s.dynRestarting, c)
+	s.byPID[pid] = c
+	s.mu.Unlock()
+	return false, nil
+}
+
+func (s *sup) callStart(ctx context.Context, c *child) (pid gotp.PID, err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			err = &gotp.PanicError{Value: v, Stack: debug.Stack()}
+		}
+	}()
+	if s.dynamic {
+		pid, err = s.dynStart(ctx, s.p, c.arg)
+	} else {
+		pid, err = c.spec.Start(ctx, s.p)
+	}
+	if err == nil && pid.IsZero() {
+		err = errZeroPID
+	}
+	return pid, err
+}
+
+var errZeroPID = errors.New("supervisor: start function returned the zero PID without an error")
+
+// remove forgets c.
+func (s *sup) remove(c *child) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c.removed = true
+	delete(s.dynRestarting, c)
+	if s.dynamic {
+		return
+	}
+	if i := slices.Index(s.children, c); i >= 0 {
+		s.children = slices.Delete(s.children, i, i+1)
+	}
+	if s.byID[c.spec.ID] == c {
+		delete(s.byID, c.spec.ID)
+	}
+}
+
+// stop shuts c down if it runs, and forgets it if it is temporary. A
+// restarting child becomes not running.
+func (s *sup) stop(c *child) {
+	if pid := c.pid; !pid.IsZero() {
+		s.mu.Lock()
+		delete(s.byPID, pid)
+		c.pid = gotp.PID{}
+		s.mu.Unlock()
+		s.shutdown(c.spec.ID, pid, c.spec.shutdown())
+	}
+	s.mu.Lock()
+	c.restarting = false
+	delete(s.dynRestarting, c)
+	s.mu.Unlock()
+	if c.spec.Restart == Temporary {
+		s.remove(c)
+	}
+}
+
+// stopAll stops every child: static children in reverse start order,
+// dynamic children all at once.
+func (s *sup) stopAll() {
+	if s.dynamic {
+		s.stopDynamic()
+		return
+	}
+	for i := len(s.children) - 1; i >= 0; i-- {
+		if i < len(s.children) {
+			s.stop(s.children[i])
+		}
+	}
+}
+
+// shutdown stops one child as OTP does: monitor it, unlink it, send it
+// gotp.ErrShutdown (or gotp.ErrKill for BrutalKill), wait for it to end
+// until the timeout, then kill it. It returns the child's exit reason.
+func (s *sup) shutdown(id string, pid gotp.PID, timeout time.Duration) error {
+	p, n := s.p, s.p.Node()
+	down := make(chan error, 1)
+	ref := n.MonitorFunc(pid, func(d gotp.Down) { down <- d.Reason })
+	p.Unlink(pid)
+	done := p.Context().Done()
+	var reason error
+	switch timeout {
+	case BrutalKill:
+		p.Exit(pid, gotp.ErrKill)
+	default:
+		p.Exit(pid, gotp.ErrShutdown)
+		if timeout == Infinity {
+			break
+		}
+		t := time.NewTimer(timeout)
+		select {
+		case reason = <-down:
+			t.Stop()
+			return s.checkShutdown(id, pid, reason, false)
+		case <-t.C:
+			s.log.Warn("supervisor: child did not shut down in time, killing it",
+				"supervisor", s.label, "child", id, "pid", pid, "shutdown", timeout)
+			p.Exit(pid, gotp.ErrKill)
+		case <-done:
+			n.Demonitor(ref, pid)
+			n.Exit(pid, gotp.ErrKill)
+			return gotp.ErrKilled
+		}
+	}
+	select {
+	case reason = <-down:
+	case <-done: // the supervisor was killed: do not leave its child behind
+		n.Demonitor(ref, pid)
+		n.Exit(pid, gotp.ErrKill)
+		return gotp.ErrKilled
+	}
+	return s.checkShutdown(id, pid, reason, timeout == BrutalKill)
+}
+
+func (s *sup) checkShutdown(id string, pid gotp.PID, reason error, brutal bool) error {
+	switch {
+	case reason == gotp.ErrNoProc, errors.Is(reason, gotp.ErrShutdown) && !brutal, errors.Is(reason, gotp.ErrKilled):
+	default:
+		s.log.Error("supervisor: child shutdown error",
+			"supervisor", s.label, "child", id, "pid", pid, "reason", reason)
+	}
+	return reason
+}
+
+// restartRing remembers the times of the last intensity restarts, so that
+// checking the intensity costs the same however many restarts happened.
+type restartRing struct {
+	t    []int64 // nanoseconds since the supervisor started
+	head int     // oldest entry once full
+}
+
+// add records a restart at now and reports whether it stays within max
+// restarts in period.
+func (r *restartRing) add(now int64, max int, period int64) bool {
+	if max <= 0 {
+		return false
+	}
+	if len(r.t) < max {
+		r.t = append(r.t, now)
+		return true
+	}
+	if now-r.t[r.head] < period {
+		return false
+	}
+	r.t[r.head] = now
+	r.head++
+	if r.head == max {
+		r.head = 0
+	}
+	return true
+}
