@@ -1,0 +1,184 @@
+package gotp_test
+
+import (
+	"context"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/gotp/gotp"
+)
+
+func TestProcessInfo(t *testing.T) {
+	n := newNode(t)
+	other := waiter(t, n)
+	watcher := waiter(t, n)
+	start := time.Now()
+	gate, gate2 := make(chan struct{}), make(chan struct{})
+	defer close(gate2)
+	ready := make(chan struct{})
+	pid, err := n.Spawn(func(p *gotp.Process) error {
+		if err := p.Link(other); err != nil {
+			return err
+		}
+		p.Monitor(other)
+		close(ready)
+		for range 2 {
+			if _, err := p.Receive(context.Background()); err != nil {
+				return err
+			}
+		}
+		<-gate // running, not receiving
+		if _, err := p.Receive(context.Background()); err != nil {
+			return err
+		}
+		<-gate2
+		return nil
+	}, gotp.Named("inspected"), gotp.TrapExit(true), gotp.Behaviour("worker"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	recv(t, ready)
+	// A process that monitors and then exits: its monitor goes with it.
+	gone := make(chan struct{})
+	mpid, err := n.Spawn(func(p *gotp.Process) error { p.Monitor(pid); <-gone; return nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	mdown := watch(n, mpid) // fires after mpid's own monitors are dropped
+	close(gone)
+	recv(t, mdown)
+	fnRef := n.MonitorFunc(pid, func(gotp.Down) {})
+	defer n.Demonitor(fnRef, pid)
+
+	eventually(t, "the process to wait", func() bool { return status(n, pid) == gotp.StatusWaiting })
+	in, ok := n.ProcessInfo(pid)
+	if !ok {
+		t.Fatal("no info for a live process")
+	}
+	if in.PID != pid || in.Name != "inspected" || in.Behaviour != "worker" || !in.TrapExit || in.Handler {
+		t.Errorf("identity fields: %+v", in)
+	}
+	if in.Started.Before(start.Add(-time.Second)) || in.Started.After(time.Now()) {
+		t.Errorf("Started = %v, spawned at about %v", in.Started, start)
+	}
+	if !slices.Equal(in.Links, []gotp.PID{other}) || !slices.Equal(in.Monitors, []gotp.PID{other}) {
+		t.Errorf("Links %v, Monitors %v; want [%v] each", in.Links, in.Monitors, other)
+	}
+	if !slices.Equal(in.MonitoredBy, []gotp.PID{{}}) {
+		t.Errorf("MonitoredBy = %v, want only the MonitorFunc watcher (zero PID)", in.MonitoredBy)
+	}
+	if in.Handled != 0 || in.MailboxLen != 0 {
+		t.Errorf("Handled %d, MailboxLen %d", in.Handled, in.MailboxLen)
+	}
+
+	// A live monitoring process is listed.
+	mon, _ := run(t, n, func(p *gotp.Process) error {
+		p.Monitor(pid)
+		_, err := p.Receive(context.Background())
+		return err
+	})
+	eventually(t, "the monitor", func() bool {
+		in, _ := n.ProcessInfo(pid)
+		return len(in.MonitoredBy) == 2
+	})
+	if in, _ := n.ProcessInfo(pid); !slices.Contains(in.MonitoredBy, mon) {
+		t.Errorf("MonitoredBy %v lacks %v", in.MonitoredBy, mon)
+	}
+	if in, _ := n.ProcessInfo(watcher); in.Status != gotp.StatusWaiting {
+		t.Errorf("idle waiter status %v", in.Status)
+	}
+
+	n.Send(pid, 1)
+	n.Send(pid, 2)
+	eventually(t, "two messages handled", func() bool {
+		in, _ := n.ProcessInfo(pid)
+		return in.Handled == 2 && in.Status == gotp.StatusRunning
+	})
+	for i := range 3 {
+		n.Send(pid, i)
+	}
+	if in, _ := n.ProcessInfo(pid); in.MailboxLen != 3 || in.Status != gotp.StatusRunning {
+		t.Errorf("MailboxLen %d, Status %v; want 3, running", in.MailboxLen, in.Status)
+	}
+	close(gate)
+	eventually(t, "the third receive", func() bool { in, _ := n.ProcessInfo(pid); return in.Handled == 3 })
+	if in, _ := n.ProcessInfo(pid); in.MailboxLen != 2 {
+		t.Errorf("MailboxLen after one receive = %d, want 2", in.MailboxLen)
+	}
+}
+
+func TestProcessInfoHandlerStatus(t *testing.T) {
+	n := newNode(t)
+	gate := make(chan struct{})
+	inside := make(chan struct{})
+	h, err := n.SpawnHandler(gotp.HandlerFunc(func(p *gotp.Process, msg any) (bool, error) {
+		if msg == "block" {
+			close(inside)
+			<-gate
+		}
+		return false, nil
+	}), nil, gotp.Behaviour("server"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	in, _ := n.ProcessInfo(h)
+	if in.Status != gotp.StatusWaiting || !in.Handler || in.Behaviour != "server" {
+		t.Fatalf("idle handler info %+v", in)
+	}
+	n.Send(h, "block")
+	recv(t, inside)
+	n.Send(h, "queued")
+	if in, _ := n.ProcessInfo(h); in.Status != gotp.StatusRunning || in.MailboxLen != 1 || in.Handled != 1 {
+		t.Fatalf("busy handler info %+v", in)
+	}
+	close(gate)
+	eventually(t, "the handler to go idle", func() bool { in, _ := n.ProcessInfo(h); return in.Status == gotp.StatusWaiting })
+	if in, _ := n.ProcessInfo(h); in.Handled != 2 || in.MailboxLen != 0 {
+		t.Fatalf("idle again: %+v", in)
+	}
+}
+
+func TestProcessesAndCount(t *testing.T) {
+	n := newNode(t)
+	if n.ProcessCount() != 0 || len(n.Processes()) != 0 {
+		t.Fatal("a new node has processes")
+	}
+	var pids []gotp.PID
+	for i := range 100 {
+		if i%2 == 0 {
+			pids = append(pids, waiter(t, n))
+			continue
+		}
+		h, err := n.SpawnHandler(gotp.HandlerFunc(func(*gotp.Process, any) (bool, error) { return true, nil }), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pids = append(pids, h)
+	}
+	if got := n.Processes(); !slices.Equal(got, pids) {
+		t.Fatalf("Processes = %v, want %v in spawn order", got, pids)
+	}
+	if n.ProcessCount() != 100 {
+		t.Fatalf("ProcessCount = %d", n.ProcessCount())
+	}
+	var live []gotp.PID
+	for i, pid := range pids {
+		if i%3 == 0 {
+			d := watch(n, pid)
+			n.Send(pid, nil)
+			recv(t, d)
+			if _, ok := n.ProcessInfo(pid); ok || n.IsAlive(pid) {
+				t.Fatalf("exited %v still listed", pid)
+			}
+			continue
+		}
+		live = append(live, pid)
+	}
+	if got := n.Processes(); !slices.Equal(got, live) {
+		t.Fatalf("Processes = %v, want %v", got, live)
+	}
+	if n.ProcessCount() != len(live) {
+		t.Fatalf("ProcessCount = %d, want %d", n.ProcessCount(), len(live))
+	}
+}
