@@ -155,10 +155,31 @@ func recChild(id string, rec *recorder) supervisor.ChildSpec {
 	return supervisor.Server(id, func() server.Behaviour { return &recServer{id: id, rec: rec} })
 }
 
-// waitDown returns a channel that receives pid's exit reason.
+// waitDown returns a channel that receives pid's exit reason. It watches
+// pid with a process monitor, whose Down is delivered after the exit
+// signals of pid's links: once the reason is received, the supervisor's
+// mailbox already holds the Exit of its child, so a call made then is
+// handled after it.
 func waitDown(n *gotp.Node, pid gotp.PID) <-chan error {
 	ch := make(chan error, 1)
-	n.MonitorFunc(pid, func(d gotp.Down) { ch <- d.Reason })
+	ready := make(chan struct{})
+	_, err := n.Spawn(func(p *gotp.Process) error {
+		ref := p.Monitor(pid)
+		close(ready)
+		msg, err := p.ReceiveFunc(p.Context(), func(m any) bool {
+			d, ok := m.(gotp.Down)
+			return ok && d.Ref == ref
+		})
+		if err != nil {
+			return err
+		}
+		ch <- msg.(gotp.Down).Reason
+		return nil
+	})
+	if err != nil {
+		panic(err)
+	}
+	<-ready
 	return ch
 }
 
