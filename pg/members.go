@@ -1,0 +1,104 @@
+package pg
+
+import "github.com/gotp/gotp"
+
+// memberSet is the membership of one group on one node: each distinct
+// process once, with the number of times it joined. Adding and removing are
+// O(1) whatever the size (a map from PID to position, and parallel slices
+// with swap-remove), and pids is a dense slice that broadcast copies with
+// one memmove.
+type memberSet struct {
+	idx    map[gotp.PID]int
+	pids   []gotp.PID
+	counts []int
+	joins  int // sum of counts
+}
+
+// add records one join of pid and reports whether pid is new to the set.
+func (m *memberSet) add(pid gotp.PID, times int) bool {
+	m.joins += times
+	if i, ok := m.idx[pid]; ok {
+		m.counts[i] += times
+		return false
+	}
+	if m.idx == nil {
+		m.idx = make(map[gotp.PID]int)
+	}
+	m.idx[pid] = len(m.pids)
+	m.pids = append(m.pids, pid)
+	m.counts = append(m.counts, times)
+	return true
+}
+
+// remove records up to times leaves of pid and returns how many it
+// recorded, and whether pid is now gone from the set.
+func (m *memberSet) remove(pid gotp.PID, times int) (removed int, gone bool) {
+	i, ok := m.idx[pid]
+	if !ok {
+		return 0, false
+	}
+	removed = min(times, m.counts[i])
+	m.counts[i] -= removed
+	m.joins -= removed
+	if m.counts[i] > 0 {
+		return removed, false
+	}
+	last := len(m.pids) - 1
+	if i != last {
+		m.pids[i], m.counts[i] = m.pids[last], m.counts[last]
+		m.idx[m.pids[i]] = i
+	}
+	m.pids[last] = gotp.PID{}
+	m.pids, m.counts = m.pids[:last], m.counts[:last]
+	delete(m.idx, pid)
+	return removed, true
+}
+
+// count returns how many times pid joined.
+func (m *memberSet) count(pid gotp.PID) int {
+	if i, ok := m.idx[pid]; ok {
+		return m.counts[i]
+	}
+	return 0
+}
+
+// appendTo appends every member to out, a process joined k times k times.
+func (m *memberSet) appendTo(out []gotp.PID) []gotp.PID {
+	for i, pid := range m.pids {
+		for range m.counts[i] {
+			out = append(out, pid)
+		}
+	}
+	return out
+}
+
+// group is the membership of one group, anywhere. A group exists in the
+// scope's map only while it has at least one member.
+type group struct {
+	local  memberSet
+	remote map[string]*memberSet // by node name; only non-empty sets
+	joins  int                   // local.joins + the remote sets' joins
+
+	// bcast caches a copy of local.pids for broadcasts, so that a
+	// broadcast to a stable group copies nothing. It is immutable once
+	// built and dropped (set to nil) whenever the local distinct members
+	// change.
+	bcast []gotp.PID
+}
+
+func (g *group) appendAll(out []gotp.PID) []gotp.PID {
+	out = g.local.appendTo(out)
+	for _, m := range g.remote {
+		out = m.appendTo(out)
+	}
+	return out
+}
+
+// repeat returns pid times times.
+func repeat(pid gotp.PID, times int) []gotp.PID {
+	out := make([]gotp.PID, times)
+	for i := range out {
+		out[i] = pid
+	}
+	return out
+}
