@@ -1,0 +1,94 @@
+// Package registry is a local, decentralised, scalable key → process store:
+// Elixir's Registry for gotp, generic in its keys and values.
+//
+//	reg, err := registry.Start[string, int](ctx, node, registry.Options{})
+//	// in a process p:
+//	err = reg.Register(p, "hello", 42)   // p is now found under "hello"
+//	for _, e := range reg.Lookup("hello") {
+//		node.Send(e.PID, "hi")             // e.Value == 42
+//	}
+//
+// A registry is Unique (a key maps to at most one process) or Duplicate
+// (a key maps to any number of entries). Different keys may name the same
+// process. Every entry belongs to the process that registered it, and
+// disappears when that process exits. Keys compare with ==.
+//
+// # Processes and locks
+//
+// A registry runs as a process (Start; nameable with gotp.Named, linkable
+// to a supervisor with gotp.LinkTo) that owns its lifetime: when that
+// process exits every entry is dropped, and a stopped *Registry may be
+// started again. No operation goes through that process. Entries live in
+// Options.Partitions partitions, each a map under its own sync.RWMutex: a
+// unique registry puts a key in the partition its hash selects, a
+// duplicate registry puts all the entries of a process in that process's
+// partition, so a process's own registrations do not contend with
+// others'. Lookups take read locks only: they never wait for a process,
+// never for each other, and never for writes to other partitions. User
+// code (Dispatch and UpdateValue callbacks, Match predicates, All loop
+// bodies) never runs under a registry lock, except the predicate of
+// UnregisterMatchFunc and Where patterns given to UnregisterMatch.
+//
+// # Exits and stale entries
+//
+// The registry watches each process that registers with one
+// gotp.Node.MonitorFunc per (registry, process) pair, however many keys it
+// holds. The callback runs on the goroutine that ends the process, right
+// after it is dead, and removes its entries. The runtime runs such
+// callbacks before it sends the exit signals of the process's links and
+// before it delivers any Down message of its monitors, and before the
+// process's Done channel closes. Hence, exactly:
+//
+//   - once a process has received the Down of a monitor of P, or an exit
+//     signal from a link to P, or seen P's Done channel closed, no read of
+//     the registry returns an entry of P;
+//   - a read running concurrently with P's exit may return P's entries:
+//     between the moment P is dead (Node.IsAlive reports false, messages to
+//     it are dropped) and the end of the registry's callback; such a
+//     window lasts as long as the callback, a few map deletions per key;
+//   - a process killed by another while it is itself in the middle of
+//     Register (its goroutine still runs) may have that entry seen until
+//     that Register call returns.
+//
+// Sending to a dead process is a no-op, so a stale entry is harmless to
+// Dispatch and to server.Call (which reports gotp.ErrNoProc). A unique
+// Register that finds its key held by a dead process whose cleanup has not
+// run yet takes the key over.
+//
+// Unlike Elixir, registering does not link the process to the registry:
+// if the registry stops, its entries vanish and the processes that
+// registered keep running (supervise them after the registry with
+// rest-for-one if they must restart with it).
+//
+// # Naming processes
+//
+// A unique registry names processes by any key through Via:
+//
+//	reg, _ := registry.Start[string, struct{}](ctx, node, registry.Options{})
+//	pid, err := server.Start(ctx, node, &agent{}, server.WithVia(reg.Via("agent")))
+//	n, err := server.Call[int](ctx, node, reg.Via("agent"), get{})
+//
+// A second start under a taken name fails with *server.AlreadyStartedError
+// naming the first.
+//
+// # Dispatch and pub/sub
+//
+// Dispatch calls a function with the entries of a key, never with none;
+// in a partitioned duplicate registry it runs once per partition that has
+// entries, in parallel, on goroutines Dispatch starts and waits for.
+// Sending a message to each entry is a publish/subscribe system; see the
+// examples.
+//
+// # Matching
+//
+// Match, CountMatch and UnregisterMatch take a Pattern (wildcards, literal
+// values, repeated variables, struct fields), the Go form of Elixir's
+// match patterns; MatchFunc and Select take Go predicates.
+//
+// # Tests
+//
+// The package's tests run in well under a minute with -race. The long
+// stress test runs only when GOTP_REGISTRY_STRESS=1; benchmarks W1–W4 of
+// the workloads file are BenchmarkW1..W4, with a plain sharded map as the
+// baseline (BenchmarkW1Baseline, BenchmarkW2Baseline).
+package registry

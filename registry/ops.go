@@ -1,0 +1,536 @@
+package registry
+
+import (
+	"iter"
+	"sync"
+
+	"github.com/gotp/gotp"
+)
+
+// Register registers the calling process p under key with value. p must be
+// the process calling (its own handle, as in every method of gotp.Process
+// that acts for it).
+//
+// On a unique registry it fails with *AlreadyRegisteredError naming the
+// holder when a live process holds key (p itself included); a holder that
+// has exited but whose cleanup has not finished yet is replaced. On a
+// duplicate registry it always succeeds: a process may register the same
+// key (even with the same value) many times. It fails with gotp.ErrNoProc
+// if p has exited, and with ErrNotRunning when the registry is not running.
+//
+// Elixir returns the partition that owns the entry; entries here are owned
+// by the registry's process, r.PID(). Register never waits for a process;
+// it locks the key's partition (unique) or the process's partition
+// (duplicate) and, on p's first registration in a partition, p's owner
+// record. The first registration of p also sets up one gotp.MonitorFunc;
+// its entries are removed when p exits (see the package documentation for
+// exactly when). Listeners are sent a RegisterEvent afterwards.
+func (r *Registry[K, V]) Register(p *gotp.Process, key K, value V) error {
+	if p == nil {
+		return gotp.ErrNoProc
+	}
+	return r.register(p.Self(), key, value)
+}
+
+func (r *Registry[K, V]) register(pid gotp.PID, key K, value V) error {
+	t := r.live()
+	if t == nil {
+		return ErrNotRunning
+	}
+	if !r.n.IsAlive(pid) {
+		return gotp.ErrNoProc
+	}
+	pi := r.entryPart(pid, key)
+	pt := &t.parts[pi]
+	pt.mu.Lock()
+	if t.closed.Load() {
+		pt.mu.Unlock()
+		return ErrNotRunning
+	}
+	pk := pt.keys[pid]
+	first := pk == nil
+	if r.kind == Unique {
+		if e, ok := pt.uniq[key]; ok {
+			if e.pid == pid || r.n.IsAlive(e.pid) {
+				pt.mu.Unlock()
+				return &AlreadyRegisteredError{Key: key, Owner: e.pid}
+			}
+			pt.removeUniqueLocked(key, e) // its cleanup is on its way
+		}
+		if first {
+			pk = &pidKeys[K]{}
+			pt.keys[pid] = pk
+		}
+		pt.uniq[key] = uentry[V]{pid: pid, val: value, pos: int32(len(pk.list))}
+		pk.list = append(pk.list, key)
+	} else {
+		b := pt.dup[key]
+		if b == nil {
+			b = &bucket[V]{}
+			pt.dup[key] = b
+		}
+		b.add(pid, value)
+		if first {
+			pk = &pidKeys[K]{counts: make(map[K]int32, 1)}
+			pt.keys[pid] = pk
+		}
+		pk.counts[key]++
+	}
+	pt.count++
+	pt.mu.Unlock()
+	if first {
+		t.track(pid, pi)
+	}
+	if len(r.listeners) > 0 {
+		ev := RegisterEvent[K, V]{Registry: t.pid, Key: key, PID: pid, Value: value}
+		for _, l := range r.listeners {
+			r.n.SendTo(l, ev)
+		}
+	}
+	return nil
+}
+
+func (r *Registry[K, V]) notifyUnregister(t *table[K, V], key K, pid gotp.PID) {
+	if len(r.listeners) == 0 {
+		return
+	}
+	ev := UnregisterEvent[K]{Registry: t.pid, Key: key, PID: pid}
+	for _, l := range r.listeners {
+		r.n.SendTo(l, ev)
+	}
+}
+
+// Unregister removes every entry of the calling process p under key. It
+// does nothing if p has none (or the registry is not running); otherwise
+// listeners are sent an UnregisterEvent. The registry keeps watching p
+// (one monitor per registry and process) until p exits.
+func (r *Registry[K, V]) Unregister(p *gotp.Process, key K) {
+	if p == nil {
+		return
+	}
+	r.unregisterMatch(p.Self(), key, nil)
+}
+
+// UnregisterMatch removes the entries of the calling process p under key
+// whose values match pattern, and returns how many it removed; listeners
+// are sent an UnregisterEvent if any were. On a duplicate registry the
+// pattern is applied under the lock of p's partition, so a Where function
+// in it must not call the registry.
+func (r *Registry[K, V]) UnregisterMatch(p *gotp.Process, key K, pattern Pattern) int {
+	if p == nil || pattern == nil {
+		return 0
+	}
+	return r.unregisterMatch(p.Self(), key, func(v V) bool { return matchValue(pattern, v) })
+}
+
+// UnregisterMatchFunc is UnregisterMatch with a predicate. pred runs
+// under the lock of the process's partition and must not call the
+// registry.
+func (r *Registry[K, V]) UnregisterMatchFunc(p *gotp.Process, key K, pred func(V) bool) int {
+	if p == nil || pred == nil {
+		return 0
+	}
+	return r.unregisterMatch(p.Self(), key, pred)
+}
+
+func (r *Registry[K, V]) unregisterMatch(pid gotp.PID, key K, match func(V) bool) int {
+	t := r.live()
+	if t == nil {
+		return 0
+	}
+	pt := &t.parts[r.entryPart(pid, key)]
+	removed := 0
+	if r.kind == Unique {
+		// Read, match outside the lock, then remove if still the same.
+		pt.mu.RLock()
+		e, ok := pt.uniq[key]
+		pt.mu.RUnlock()
+		if !ok || e.pid != pid || (match != nil && !match(e.val)) {
+			return 0
+		}
+		pt.mu.Lock()
+		if e2, ok := pt.uniq[key]; ok && e2.pid == pid {
+			pt.removeUniqueLocked(key, e2)
+			removed = 1
+		}
+		pt.mu.Unlock()
+	} else {
+		pt.mu.Lock()
+		removed = pt.removeDupLocked(pid, key, match)
+		pt.mu.Unlock()
+	}
+	if removed > 0 {
+		r.notifyUnregister(t, key, pid)
+	}
+	return removed
+}
+
+// unregisterKey removes key whoever holds it (unique registries; for via
+// names).
+func (r *Registry[K, V]) unregisterKey(key K) {
+	t := r.live()
+	if t == nil || r.kind != Unique {
+		return
+	}
+	pt := &t.parts[r.keyPart(key)]
+	pt.mu.Lock()
+	e, ok := pt.uniq[key]
+	if ok {
+		pt.removeUniqueLocked(key, e)
+	}
+	pt.mu.Unlock()
+	if ok {
+		r.notifyUnregister(t, key, e.pid)
+	}
+}
+
+// Lookup returns the entries under key, in no particular order; nil if
+// there are none or the registry is not running. A unique registry reads
+// one partition; a duplicate registry reads every partition, one after the
+// other, each under its read lock (so the result is a consistent snapshot
+// of each partition, not of the registry as a whole).
+func (r *Registry[K, V]) Lookup(key K) []Entry[V] {
+	t := r.live()
+	if t == nil {
+		return nil
+	}
+	if r.kind == Unique {
+		pt := &t.parts[r.keyPart(key)]
+		pt.mu.RLock()
+		e, ok := pt.uniq[key]
+		pt.mu.RUnlock()
+		if !ok {
+			return nil
+		}
+		return []Entry[V]{{PID: e.pid, Value: e.val}}
+	}
+	var out []Entry[V]
+	for i := range t.parts {
+		out = t.parts[i].appendDup(out, key)
+	}
+	return out
+}
+
+func (pt *partition[K, V]) appendDup(dst []Entry[V], key K) []Entry[V] {
+	pt.mu.RLock()
+	if b := pt.dup[key]; b != nil {
+		dst = b.appendEntries(dst)
+	}
+	pt.mu.RUnlock()
+	return dst
+}
+
+// Find returns the entry under key of a unique registry without
+// allocating, and whether there is one. On a duplicate registry it returns
+// one of the key's entries.
+func (r *Registry[K, V]) Find(key K) (Entry[V], bool) {
+	t := r.live()
+	if t == nil {
+		return Entry[V]{}, false
+	}
+	if r.kind == Unique {
+		pt := &t.parts[r.keyPart(key)]
+		pt.mu.RLock()
+		e, ok := pt.uniq[key]
+		pt.mu.RUnlock()
+		return Entry[V]{PID: e.pid, Value: e.val}, ok
+	}
+	for i := range t.parts {
+		pt := &t.parts[i]
+		pt.mu.RLock()
+		if b := pt.dup[key]; b != nil && len(b.gs) > 0 {
+			e := Entry[V]{PID: b.gs[0].pid, Value: b.gs[0].first}
+			pt.mu.RUnlock()
+			return e, true
+		}
+		pt.mu.RUnlock()
+	}
+	return Entry[V]{}, false
+}
+
+// Match returns the entries under key whose values match pattern (see
+// Pattern), in no particular order. The pattern runs on a snapshot, outside
+// the registry's locks.
+func (r *Registry[K, V]) Match(key K, pattern Pattern) []Entry[V] {
+	if pattern == nil {
+		return nil
+	}
+	return r.MatchFunc(key, func(v V) bool { return matchValue(pattern, v) })
+}
+
+// MatchFunc returns the entries under key whose values pred accepts. pred
+// runs on a snapshot, outside the registry's locks, so it may call the
+// registry.
+func (r *Registry[K, V]) MatchFunc(key K, pred func(V) bool) []Entry[V] {
+	es := r.Lookup(key)
+	if pred == nil {
+		return nil
+	}
+	out := es[:0]
+	for _, e := range es {
+		if pred(e.Value) {
+			out = append(out, e)
+		}
+	}
+	if len(out) == 0 {
+		return nil
+	}
+	return out
+}
+
+// CountMatch returns the number of entries under key whose values match
+// pattern.
+func (r *Registry[K, V]) CountMatch(key K, pattern Pattern) int {
+	return len(r.Match(key, pattern))
+}
+
+// Keys returns the keys the process pid holds, in no particular order; a
+// key it registered n times in a duplicate registry appears n times. It is
+// empty if pid holds none, has exited (and its cleanup is done), or the
+// registry is not running.
+func (r *Registry[K, V]) Keys(pid gotp.PID) []K {
+	t := r.live()
+	if t == nil {
+		return nil
+	}
+	var out []K
+	if r.kind == Duplicate {
+		pt := &t.parts[r.pidPart(pid)]
+		pt.mu.RLock()
+		if pk := pt.keys[pid]; pk != nil {
+			for k, c := range pk.counts {
+				for range c {
+					out = append(out, k)
+				}
+			}
+		}
+		pt.mu.RUnlock()
+		return out
+	}
+	for i := range t.parts {
+		pt := &t.parts[i]
+		pt.mu.RLock()
+		if pk := pt.keys[pid]; pk != nil {
+			out = append(out, pk.list...)
+		}
+		pt.mu.RUnlock()
+	}
+	return out
+}
+
+// Values returns the values pid registered under key (Elixir's
+// Registry.values/3): at most one in a unique registry, in registration
+// order in a duplicate one.
+func (r *Registry[K, V]) Values(key K, pid gotp.PID) []V {
+	t := r.live()
+	if t == nil {
+		return nil
+	}
+	pt := &t.parts[r.entryPart(pid, key)]
+	pt.mu.RLock()
+	defer pt.mu.RUnlock()
+	if r.kind == Unique {
+		if e, ok := pt.uniq[key]; ok && e.pid == pid {
+			return []V{e.val}
+		}
+		return nil
+	}
+	if b := pt.dup[key]; b != nil {
+		return b.appendValues(nil, pid)
+	}
+	return nil
+}
+
+// Count returns the number of entries in the registry, summed over the
+// partitions one after the other.
+func (r *Registry[K, V]) Count() int {
+	t := r.live()
+	if t == nil {
+		return 0
+	}
+	n := 0
+	for i := range t.parts {
+		pt := &t.parts[i]
+		pt.mu.RLock()
+		n += pt.count
+		pt.mu.RUnlock()
+	}
+	return n
+}
+
+// UpdateValue sets the value of key for the calling process p of a unique
+// registry to fn(old), and returns the new and the old value. fn runs on
+// the caller's goroutine, outside the registry's locks. It fails with
+// ErrNotUnique on a duplicate registry, with ErrNotRegistered when p does
+// not hold key (also when p unregistered it while fn ran), and with
+// ErrNotRunning. Listeners are not told.
+func (r *Registry[K, V]) UpdateValue(p *gotp.Process, key K, fn func(old V) V) (newValue, oldValue V, err error) {
+	if r.kind != Unique {
+		return newValue, oldValue, ErrNotUnique
+	}
+	t := r.live()
+	if t == nil {
+		return newValue, oldValue, ErrNotRunning
+	}
+	if p == nil || fn == nil {
+		return newValue, oldValue, ErrNotRegistered
+	}
+	pid := p.Self()
+	pt := &t.parts[r.keyPart(key)]
+	pt.mu.RLock()
+	e, ok := pt.uniq[key]
+	pt.mu.RUnlock()
+	if !ok || e.pid != pid {
+		return newValue, oldValue, ErrNotRegistered
+	}
+	oldValue = e.val
+	newValue = fn(oldValue)
+	pt.mu.Lock()
+	e, ok = pt.uniq[key]
+	if !ok || e.pid != pid {
+		pt.mu.Unlock()
+		var zero V
+		return zero, zero, ErrNotRegistered
+	}
+	e.val = newValue
+	pt.uniq[key] = e
+	pt.mu.Unlock()
+	return newValue, oldValue, nil
+}
+
+// Dispatch calls fn with the entries under key, never with an empty
+// slice: not at all when key has no entries. On a unique registry, or a
+// duplicate one with one partition, fn runs once on the caller's goroutine.
+// On a duplicate registry with several partitions, fn runs once for each
+// partition holding entries under key, with that partition's entries, in
+// parallel: Dispatch starts a goroutine for every such partition but one,
+// runs that one itself, and returns only when every call has returned. If
+// a call panics, Dispatch panics with the same value on the caller's
+// goroutine once every call has returned (inside a process, this ends the
+// process, as a linked task's crash ends the caller in Elixir).
+//
+// Each call gets its own snapshot of one partition, taken under its read
+// lock; fn runs outside every lock, so it may call the registry. Dispatch
+// is how a publish/subscribe system sends to every subscriber.
+func (r *Registry[K, V]) Dispatch(key K, fn func(entries []Entry[V])) {
+	t := r.live()
+	if t == nil || fn == nil {
+		return
+	}
+	if r.kind == Unique {
+		if e, ok := r.Find(key); ok {
+			fn([]Entry[V]{e})
+		}
+		return
+	}
+	if len(t.parts) == 1 {
+		if es := t.parts[0].appendDup(nil, key); len(es) > 0 {
+			fn(es)
+		}
+		return
+	}
+	var with []int
+	for i := range t.parts {
+		pt := &t.parts[i]
+		pt.mu.RLock()
+		_, ok := pt.dup[key]
+		pt.mu.RUnlock()
+		if ok {
+			with = append(with, i)
+		}
+	}
+	run := func(i int) {
+		if es := t.parts[i].appendDup(nil, key); len(es) > 0 {
+			fn(es)
+		}
+	}
+	switch len(with) {
+	case 0:
+		return
+	case 1:
+		run(with[0])
+		return
+	}
+	var (
+		wg       sync.WaitGroup
+		mu       sync.Mutex
+		panicked bool
+		pval     any
+	)
+	for _, i := range with[1:] {
+		wg.Go(func() {
+			defer func() {
+				if v := recover(); v != nil {
+					mu.Lock()
+					if !panicked {
+						panicked, pval = true, v
+					}
+					mu.Unlock()
+				}
+			}()
+			run(i)
+		})
+	}
+	func() {
+		defer wg.Wait() // also when run panics: no call outlives Dispatch
+		run(with[0])
+	}()
+	if panicked {
+		panic(pval)
+	}
+}
+
+// All returns an iterator over every entry of the registry. It reads one
+// partition at a time: each is copied under its read lock and yielded
+// outside any lock, so the loop body may call the registry; entries added
+// or removed meanwhile in partitions not yet read are seen as they are
+// when read.
+func (r *Registry[K, V]) All() iter.Seq[Item[K, V]] {
+	return func(yield func(Item[K, V]) bool) {
+		t := r.live()
+		if t == nil {
+			return
+		}
+		var buf []Item[K, V]
+		for i := range t.parts {
+			buf = t.parts[i].appendItems(buf[:0])
+			for _, it := range buf {
+				if !yield(it) {
+					return
+				}
+			}
+		}
+	}
+}
+
+func (pt *partition[K, V]) appendItems(dst []Item[K, V]) []Item[K, V] {
+	pt.mu.RLock()
+	defer pt.mu.RUnlock()
+	for k, e := range pt.uniq {
+		dst = append(dst, Item[K, V]{Key: k, PID: e.pid, Value: e.val})
+	}
+	for k, b := range pt.dup {
+		for gi := range b.gs {
+			g := &b.gs[gi]
+			dst = append(dst, Item[K, V]{Key: k, PID: g.pid, Value: g.first})
+			for _, v := range g.more {
+				dst = append(dst, Item[K, V]{Key: k, PID: g.pid, Value: v})
+			}
+		}
+	}
+	return dst
+}
+
+// Select returns every entry for which filter returns true (every entry
+// if filter is nil), in no particular order: Elixir's Registry.select with
+// a Go function in place of a match specification. filter runs outside the
+// registry's locks (see All).
+func (r *Registry[K, V]) Select(filter func(Item[K, V]) bool) []Item[K, V] {
+	var out []Item[K, V]
+	for it := range r.All() {
+		if filter == nil || filter(it) {
+			out = append(out, it)
+		}
+	}
+	return out
+}

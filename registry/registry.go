@@ -1,0 +1,600 @@
+package registry
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/maphash"
+	"math/bits"
+	"reflect"
+	"sync"
+	"sync/atomic"
+
+	"github.com/gotp/gotp"
+)
+
+// Kind is the kind of a registry: Unique or Duplicate keys.
+type Kind uint8
+
+const (
+	// Unique registries map a key to at most one process (the zero Kind).
+	Unique Kind = iota
+	// Duplicate registries map a key to any number of entries; one process
+	// may register the same key many times.
+	Duplicate
+)
+
+// String returns "unique" or "duplicate".
+func (k Kind) String() string {
+	switch k {
+	case Unique:
+		return "unique"
+	case Duplicate:
+		return "duplicate"
+	}
+	return fmt.Sprintf("Kind(%d)", uint8(k))
+}
+
+// Options configure a registry. The zero value is a unique registry with
+// one partition, no listeners and no metadata.
+type Options struct {
+	// Kind is Unique (the default) or Duplicate.
+	Kind Kind
+
+	// Partitions is the number of partitions; 0 means 1. A unique registry
+	// puts a key in the partition its hash selects; a duplicate registry
+	// puts every entry of a process in the partition of that process. For
+	// many concurrent writers, runtime.GOMAXPROCS(0) is a good value.
+	Partitions int
+
+	// Listeners receive a RegisterEvent for every registration and an
+	// UnregisterEvent for every Unregister, UnregisterMatch or freed via
+	// name that removed something. They are not told of entries removed
+	// because their process exited: a listener that needs that monitors
+	// the process (as in Elixir). Events are sent after the registry's
+	// locks are released, with Node.SendTo, so an unregistered name or a
+	// dead listener simply misses them.
+	Listeners []gotp.Dest
+
+	// Meta is the initial metadata (see Registry.Meta). It is copied at
+	// each start. Keys must be comparable.
+	Meta map[any]any
+}
+
+// An Entry is one registration: the process that made it and its value.
+type Entry[V any] struct {
+	PID   gotp.PID
+	Value V
+}
+
+// An Item is one registration with its key, as All and Select return them.
+type Item[K comparable, V any] struct {
+	Key   K
+	PID   gotp.PID
+	Value V
+}
+
+// RegisterEvent is sent to every listener after a registration.
+type RegisterEvent[K comparable, V any] struct {
+	Registry gotp.PID // the registry's process
+	Key      K
+	PID      gotp.PID // the process that registered
+	Value    V
+}
+
+// UnregisterEvent is sent to every listener after Unregister,
+// UnregisterMatch or a via name's UnregisterName removed entries of PID
+// under Key.
+type UnregisterEvent[K comparable] struct {
+	Registry gotp.PID
+	Key      K
+	PID      gotp.PID
+}
+
+var (
+	// ErrNotRunning is returned by operations on a registry whose process
+	// has not been started or has exited.
+	ErrNotRunning = errors.New("registry: not running")
+	// ErrAlreadyRunning is returned by Start on a running registry.
+	ErrAlreadyRunning = errors.New("registry: already running")
+	// ErrNotUnique is returned by operations that need a unique registry
+	// (UpdateValue, via names) when called on a duplicate one.
+	ErrNotUnique = errors.New("registry: not a unique registry")
+	// ErrNotRegistered is returned by UpdateValue when the calling process
+	// does not hold the key.
+	ErrNotRegistered = errors.New("registry: key not held by this process")
+	// ErrBadOptions is wrapped by the error of New for invalid Options.
+	ErrBadOptions = errors.New("registry: bad options")
+	// ErrBadMetaKey is returned by PutMeta (and New) for a metadata key that
+	// is not comparable.
+	ErrBadMetaKey = errors.New("registry: metadata key is not comparable")
+)
+
+// AlreadyRegisteredError is returned by Register on a unique registry when
+// the key is held by a live process (Elixir's {:already_registered, pid}).
+type AlreadyRegisteredError struct {
+	Key   any
+	Owner gotp.PID // the process that holds the key
+}
+
+func (e *AlreadyRegisteredError) Error() string {
+	return fmt.Sprintf("registry: key %v already registered to %v", e.Key, e.Owner)
+}
+
+// A Registry maps keys to processes, each with a value. It is generic in
+// the key (any comparable type) and the value.
+//
+// A Registry is safe for concurrent use by multiple goroutines. Reads
+// (Lookup, Find, Match, Keys, Values, Count, Dispatch, All, Select, Meta)
+// take only read locks of the partitions they look at: they never wait for
+// a process, never wait for each other, and never wait for writes to other
+// partitions. Writes lock one partition at a time, never two at once.
+type Registry[K comparable, V any] struct {
+	n         *gotp.Node
+	kind      Kind
+	nparts    int
+	listeners []gotp.Dest
+	meta0     map[any]any
+	seed      maphash.Seed
+
+	startMu sync.Mutex // serialises Start and Stop
+	t       atomic.Pointer[table[K, V]]
+}
+
+// New returns a registry on node n, not yet running: Start starts its
+// process (and restarts it after it exited, with empty tables). It fails
+// with an error wrapping ErrBadOptions for a negative Partitions, an
+// unknown Kind or a nil listener, and with ErrBadMetaKey for a metadata key
+// that is not comparable.
+func New[K comparable, V any](n *gotp.Node, opts Options) (*Registry[K, V], error) {
+	if n == nil {
+		return nil, fmt.Errorf("%w: nil node", ErrBadOptions)
+	}
+	if opts.Kind != Unique && opts.Kind != Duplicate {
+		return nil, fmt.Errorf("%w: kind %v", ErrBadOptions, opts.Kind)
+	}
+	if opts.Partitions < 0 {
+		return nil, fmt.Errorf("%w: %d partitions", ErrBadOptions, opts.Partitions)
+	}
+	for i, l := range opts.Listeners {
+		if l == nil {
+			return nil, fmt.Errorf("%w: listener %d is nil", ErrBadOptions, i)
+		}
+	}
+	for k := range opts.Meta {
+		if err := checkMetaKey(k); err != nil {
+			return nil, err
+		}
+	}
+	r := &Registry[K, V]{
+		n:         n,
+		kind:      opts.Kind,
+		nparts:    max(opts.Partitions, 1),
+		listeners: append([]gotp.Dest(nil), opts.Listeners...),
+		meta0:     make(map[any]any, len(opts.Meta)),
+		seed:      maphash.MakeSeed(),
+	}
+	for k, v := range opts.Meta {
+		r.meta0[k] = v
+	}
+	return r, nil
+}
+
+// Start returns a running registry: New, then Registry.Start with spawn
+// options sopts (gotp.Named to name its process, gotp.LinkTo to link it to
+// a parent).
+func Start[K comparable, V any](ctx context.Context, n *gotp.Node, opts Options, sopts ...gotp.SpawnOption) (*Registry[K, V], error) {
+	r, err := New[K, V](n, opts)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := r.Start(ctx, sopts...); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+// Start spawns the registry's process with empty tables and the initial
+// metadata, and returns its PID. The process owns the registry's lifetime
+// and nothing else: no operation goes through it. When it exits (Stop, an
+// exit signal, Node.Stop) every entry is dropped, the registry stops
+// watching the processes that registered, and every operation returns
+// ErrNotRunning (reads return nothing) until Start is called again; the
+// same *Registry may thus be restarted by a supervisor. Registered
+// processes are not told (Elixir links them to the registry; gotp does
+// not).
+//
+// Start fails with ErrAlreadyRunning while the registry runs, with
+// ctx.Err() if ctx is done, and with the errors of gotp.Node.SpawnHandler
+// (for example a taken gotp.Named name).
+func (r *Registry[K, V]) Start(ctx context.Context, sopts ...gotp.SpawnOption) (gotp.PID, error) {
+	if err := ctx.Err(); err != nil {
+		return gotp.PID{}, err
+	}
+	r.startMu.Lock()
+	defer r.startMu.Unlock()
+	if t := r.t.Load(); t != nil && !t.closed.Load() {
+		return t.pid, ErrAlreadyRunning
+	}
+	t := newTable(r)
+	opts := append([]gotp.SpawnOption{gotp.Behaviour("registry " + r.kind.String())}, sopts...)
+	pid, err := r.n.SpawnHandler(gotp.HandlerFunc(ignoreMessage), nil, opts...)
+	if err != nil {
+		return gotp.PID{}, err
+	}
+	t.pid = pid
+	r.t.Store(t)
+	r.n.MonitorFunc(pid, func(gotp.Down) { t.close() })
+	return pid, nil
+}
+
+// ignoreMessage is the registry process's handler: it has nothing to do.
+func ignoreMessage(*gotp.Process, any) (bool, error) { return false, nil }
+
+// Stop stops the registry's process with gotp.ErrShutdown and waits until
+// its tables are dropped, or until ctx ends (it then returns ctx.Err()).
+// Stopping a registry that is not running returns nil.
+func (r *Registry[K, V]) Stop(ctx context.Context) error {
+	r.startMu.Lock()
+	t := r.t.Load()
+	r.startMu.Unlock()
+	if t == nil {
+		return nil
+	}
+	r.n.Exit(t.pid, gotp.ErrShutdown)
+	select {
+	case <-t.done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// PID returns the registry's process, or the zero PID if it has never
+// been started. It is safe from any goroutine.
+func (r *Registry[K, V]) PID() gotp.PID {
+	if t := r.t.Load(); t != nil {
+		return t.pid
+	}
+	return gotp.PID{}
+}
+
+// Running reports whether the registry's process is running.
+func (r *Registry[K, V]) Running() bool {
+	t := r.t.Load()
+	return t != nil && !t.closed.Load()
+}
+
+// Kind returns the registry's kind.
+func (r *Registry[K, V]) Kind() Kind { return r.kind }
+
+// Partitions returns the number of partitions.
+func (r *Registry[K, V]) Partitions() int { return r.nparts }
+
+// Node returns the node the registry belongs to.
+func (r *Registry[K, V]) Node() *gotp.Node { return r.n }
+
+// live returns the running table, or nil.
+func (r *Registry[K, V]) live() *table[K, V] {
+	t := r.t.Load()
+	if t == nil || t.closed.Load() {
+		return nil
+	}
+	return t
+}
+
+// keyPart returns the partition of key in a unique registry.
+func (r *Registry[K, V]) keyPart(key K) int {
+	if r.nparts == 1 {
+		return 0
+	}
+	hi, _ := bits.Mul64(maphash.Comparable(r.seed, key), uint64(r.nparts))
+	return int(hi)
+}
+
+// pidPart returns the partition of a process: where a duplicate registry
+// keeps its entries, and where any registry keeps its owner record.
+func (r *Registry[K, V]) pidPart(pid gotp.PID) int {
+	if r.nparts == 1 {
+		return 0
+	}
+	return int(pid.ID() % uint64(r.nparts))
+}
+
+// entryPart returns the partition that holds the entries of pid under key.
+func (r *Registry[K, V]) entryPart(pid gotp.PID, key K) int {
+	if r.kind == Unique {
+		return r.keyPart(key)
+	}
+	return r.pidPart(pid)
+}
+
+// ---- tables ----
+
+// table is one incarnation of a registry: the partitions of one run of its
+// process. A restart makes a new table; callbacks of an old one touch
+// only it.
+type table[K comparable, V any] struct {
+	r      *Registry[K, V]
+	pid    gotp.PID
+	parts  []partition[K, V]
+	closed atomic.Bool
+	done   chan struct{} // closed once close has dropped everything
+
+	metaMu sync.RWMutex // guards meta
+	meta   map[any]any
+}
+
+// A partition holds entries and the bookkeeping for the processes that
+// own them. Everything in it is guarded by mu.
+type partition[K comparable, V any] struct {
+	mu     sync.RWMutex
+	uniq   map[K]uentry[V]          // unique: key → entry
+	dup    map[K]*bucket[V]         // duplicate: key → entries of this partition's processes
+	keys   map[gotp.PID]*pidKeys[K] // process → its keys held in this partition
+	owners map[gotp.PID]*owner      // processes of this partition's hash → monitor record
+	count  int                      // entries
+	_      [64]byte                 // keep partitions' locks on separate cache lines
+}
+
+// uentry is a unique registration. pos is the key's index in the owner's
+// pidKeys.list, so that removing a key is O(1).
+type uentry[V any] struct {
+	pid gotp.PID
+	val V
+	pos int32
+}
+
+// pidKeys are the keys one process holds in one partition: a list for a
+// unique registry, counts for a duplicate one.
+type pidKeys[K comparable] struct {
+	list   []K
+	counts map[K]int32
+}
+
+// owner records that the registry watches a process: one MonitorFunc per
+// (registry incarnation, process), and the partitions where it may hold
+// keys.
+type owner struct {
+	ref   gotp.Ref
+	parts []int32
+}
+
+func newTable[K comparable, V any](r *Registry[K, V]) *table[K, V] {
+	t := &table[K, V]{
+		r:     r,
+		parts: make([]partition[K, V], r.nparts),
+		done:  make(chan struct{}),
+		meta:  make(map[any]any, len(r.meta0)),
+	}
+	for k, v := range r.meta0 {
+		t.meta[k] = v
+	}
+	for i := range t.parts {
+		t.parts[i].reset(r.kind)
+	}
+	return t
+}
+
+func (pt *partition[K, V]) reset(kind Kind) {
+	if kind == Unique {
+		pt.uniq = make(map[K]uentry[V])
+	} else {
+		pt.dup = make(map[K]*bucket[V])
+	}
+	pt.keys = make(map[gotp.PID]*pidKeys[K])
+	pt.owners = make(map[gotp.PID]*owner)
+	pt.count = 0
+}
+
+// close drops every entry and every monitor. It runs on the goroutine that
+// ends the registry's process.
+func (t *table[K, V]) close() {
+	if !t.closed.CompareAndSwap(false, true) {
+		return
+	}
+	type watch struct {
+		ref gotp.Ref
+		pid gotp.PID
+	}
+	var ws []watch
+	for i := range t.parts {
+		pt := &t.parts[i]
+		pt.mu.Lock()
+		for pid, o := range pt.owners {
+			if !o.ref.IsZero() {
+				ws = append(ws, watch{o.ref, pid})
+			}
+		}
+		pt.reset(t.r.kind)
+		pt.mu.Unlock()
+	}
+	for _, w := range ws {
+		t.r.n.Demonitor(w.ref, w.pid)
+	}
+	close(t.done)
+}
+
+// track makes sure the registry watches pid and knows it may hold keys in
+// partition pi. It is called after pid got its first key in pi.
+func (t *table[K, V]) track(pid gotp.PID, pi int) {
+	pp := &t.parts[t.r.pidPart(pid)]
+	pp.mu.Lock()
+	if t.closed.Load() {
+		pp.mu.Unlock()
+		return
+	}
+	o := pp.owners[pid]
+	isNew := o == nil
+	if isNew {
+		o = &owner{}
+		pp.owners[pid] = o
+	}
+	found := false
+	for _, p := range o.parts {
+		if int(p) == pi {
+			found = true
+			break
+		}
+	}
+	if !found {
+		o.parts = append(o.parts, int32(pi))
+	}
+	pp.mu.Unlock()
+	if !isNew {
+		return
+	}
+	// If pid is already dead the callback runs here, at once, and drops
+	// what was just registered.
+	ref := t.r.n.MonitorFunc(pid, func(gotp.Down) { t.cleanup(pid, o) })
+	pp.mu.Lock()
+	o.ref = ref
+	pp.mu.Unlock()
+	if t.closed.Load() { // close may have missed the ref
+		t.r.n.Demonitor(ref, pid)
+	}
+}
+
+// cleanup drops every entry of a process that exited. It runs on the
+// goroutine that ends the process, right after it is dead.
+func (t *table[K, V]) cleanup(pid gotp.PID, o *owner) {
+	pp := &t.parts[t.r.pidPart(pid)]
+	pp.mu.Lock()
+	if pp.owners[pid] != o {
+		pp.mu.Unlock()
+		return
+	}
+	delete(pp.owners, pid)
+	parts := o.parts
+	pp.mu.Unlock()
+	for _, pi := range parts {
+		pt := &t.parts[pi]
+		pt.mu.Lock()
+		pt.dropPIDLocked(pid)
+		pt.mu.Unlock()
+	}
+}
+
+// dropPIDLocked removes every entry of pid in the partition.
+func (pt *partition[K, V]) dropPIDLocked(pid gotp.PID) {
+	pk := pt.keys[pid]
+	if pk == nil {
+		return
+	}
+	delete(pt.keys, pid)
+	if pt.uniq != nil {
+		for _, k := range pk.list {
+			if e, ok := pt.uniq[k]; ok && e.pid == pid {
+				delete(pt.uniq, k)
+				pt.count--
+			}
+		}
+		return
+	}
+	for k := range pk.counts {
+		if b := pt.dup[k]; b != nil {
+			pt.count -= b.removePID(pid, nil)
+			if b.n == 0 {
+				delete(pt.dup, k)
+			}
+		}
+	}
+}
+
+// removeUniqueLocked removes the unique entry e under key.
+func (pt *partition[K, V]) removeUniqueLocked(key K, e uentry[V]) {
+	delete(pt.uniq, key)
+	pt.count--
+	pk := pt.keys[e.pid]
+	if pk == nil {
+		return
+	}
+	last := len(pk.list) - 1
+	if int(e.pos) <= last && pk.list[e.pos] == key {
+		if int(e.pos) != last {
+			moved := pk.list[last]
+			pk.list[e.pos] = moved
+			if me, ok := pt.uniq[moved]; ok {
+				me.pos = e.pos
+				pt.uniq[moved] = me
+			}
+		}
+		var zero K
+		pk.list[last] = zero
+		pk.list = pk.list[:last]
+	}
+	if len(pk.list) == 0 {
+		delete(pt.keys, e.pid)
+	}
+}
+
+// removeDupLocked removes the entries of pid under key whose values keep
+// accepts (all of them if keep is nil) and returns how many it removed.
+func (pt *partition[K, V]) removeDupLocked(pid gotp.PID, key K, match func(V) bool) int {
+	b := pt.dup[key]
+	if b == nil {
+		return 0
+	}
+	removed := b.removePID(pid, match)
+	if removed == 0 {
+		return 0
+	}
+	pt.count -= removed
+	if b.n == 0 {
+		delete(pt.dup, key)
+	}
+	if pk := pt.keys[pid]; pk != nil {
+		if c := pk.counts[key] - int32(removed); c > 0 {
+			pk.counts[key] = c
+		} else {
+			delete(pk.counts, key)
+			if len(pk.counts) == 0 {
+				delete(pt.keys, pid)
+			}
+		}
+	}
+	return removed
+}
+
+// ---- metadata ----
+
+func checkMetaKey(k any) error {
+	if k == nil || !reflect.ValueOf(k).Comparable() {
+		return fmt.Errorf("%w: %T", ErrBadMetaKey, k)
+	}
+	return nil
+}
+
+// Meta returns the metadata stored under key (set in Options.Meta or by
+// PutMeta), and whether there was any. It returns false when the registry
+// is not running. It is safe from any goroutine and waits only for a
+// concurrent PutMeta.
+func (r *Registry[K, V]) Meta(key any) (any, bool) {
+	t := r.live()
+	if t == nil || checkMetaKey(key) != nil {
+		return nil, false
+	}
+	t.metaMu.RLock()
+	v, ok := t.meta[key]
+	t.metaMu.RUnlock()
+	return v, ok
+}
+
+// PutMeta stores value under key in the registry's metadata, for every
+// later Meta. It fails with ErrBadMetaKey when key is not comparable and
+// with ErrNotRunning when the registry is not running. Metadata lasts as
+// long as the registry's process: a restart starts again from
+// Options.Meta.
+func (r *Registry[K, V]) PutMeta(key, value any) error {
+	if err := checkMetaKey(key); err != nil {
+		return err
+	}
+	t := r.live()
+	if t == nil {
+		return ErrNotRunning
+	}
+	t.metaMu.Lock()
+	t.meta[key] = value
+	t.metaMu.Unlock()
+	return nil
+}
