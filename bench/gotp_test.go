@@ -1,0 +1,127 @@
+package bench
+
+import (
+	"context"
+	"path/filepath"
+	"testing"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/gotp/gotp/inbox"
+)
+
+type job struct {
+	N int `json:"n"`
+}
+
+// gotpSys is gotp's inbox, lease form, on a fresh table.
+type gotpSys struct {
+	b      *testing.B
+	db     string
+	path   string // sqlite
+	url    string // postgres
+	table  string
+	notify bool
+	q       *inbox.Queue[job] // the publisher's queue (its own pool)
+	started int
+	closes []func()
+}
+
+func newGotp(b *testing.B, db string) system       { return mkGotp(b, db, false) }
+func newGotpNotify(b *testing.B, db string) system { return mkGotp(b, db, true) }
+
+func mkGotp(b *testing.B, db string, notify bool) system {
+	s := &gotpSys{b: b, db: db, table: uniq("gotp_jobs"), notify: notify}
+	if db == "sqlite" {
+		s.path = filepath.Join(b.TempDir(), "gotp.db")
+	} else {
+		s.url = pgURL(b)
+	}
+	s.q = s.queue()
+	if err := s.q.CreateTable(context.Background()); err != nil {
+		b.Fatal(err)
+	}
+	return s
+}
+
+// queue opens a new pool and a Queue on it: one "instance".
+func (s *gotpSys) queue() *inbox.Queue[job] {
+	cfg := inbox.Config[job]{Table: s.table, ListenNotify: s.notify}
+	if s.db == "sqlite" {
+		db, err := inbox.OpenSQLite(context.Background(), s.path)
+		if err != nil {
+			s.b.Fatal(err)
+		}
+		db.SetMaxOpenConns(4)
+		s.closes = append(s.closes, func() { db.Close() })
+		q, err := inbox.NewSQLite(db, cfg)
+		if err != nil {
+			s.b.Fatal(err)
+		}
+		return q
+	}
+	pc, err := pgxpool.ParseConfig(s.url)
+	if err != nil {
+		s.b.Fatal(err)
+	}
+	pc.MaxConns = 10
+	pool, err := pgxpool.NewWithConfig(context.Background(), pc)
+	if err != nil {
+		s.b.Fatal(err)
+	}
+	s.closes = append(s.closes, pool.Close)
+	q, err := inbox.NewPostgres(pool, cfg)
+	if err != nil {
+		s.b.Fatal(err)
+	}
+	return q
+}
+
+func (s *gotpSys) publishOne(ctx context.Context, n int) error {
+	_, err := s.q.Publish(ctx, job{N: n}, nil)
+	return err
+}
+
+func (s *gotpSys) publishBatch(ctx context.Context, ns []int) error {
+	jobs := make([]job, len(ns))
+	for i, n := range ns {
+		jobs[i] = job{N: n}
+	}
+	return s.q.PublishBatch(ctx, jobs, nil)
+}
+
+func (s *gotpSys) startInstance(ctx context.Context, workers int, fn func(int)) (func(), error) {
+	// The first instance shares the publisher's Queue (and pool), so that a publish
+	// wakes it in-process at once; the publisher is idle while Q2 drains, so each
+	// instance still has a pool of its own. With notify, every instance has its own
+	// Queue and pool and only the notification reaches it.
+	q := s.q
+	if s.notify || s.started > 0 {
+		q = s.queue()
+	}
+	s.started++
+	sub, err := q.Subscribe(func(ctx context.Context, j inbox.Job[job]) error {
+		fn(j.Payload.N)
+		return nil
+	}, inbox.SubscribeOptions{Workers: workers})
+	if err != nil {
+		return nil, err
+	}
+	if err := sub.Start(ctx); err != nil {
+		return nil, err
+	}
+	return func() { _ = sub.Stop(context.Background()) }, nil
+}
+
+func (s *gotpSys) close() {
+	if s.db == "postgres" {
+		pool, err := pgxpool.New(context.Background(), s.url)
+		if err == nil {
+			_, _ = pool.Exec(context.Background(), `DROP TABLE IF EXISTS "`+s.table+`"`)
+			pool.Close()
+		}
+	}
+	for _, c := range s.closes {
+		c()
+	}
+}
