@@ -1,0 +1,238 @@
+package registry_test
+
+import (
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/gotp/gotp"
+	"github.com/gotp/gotp/registry"
+)
+
+func dupOpts(parts int) registry.Options {
+	return registry.Options{Kind: registry.Duplicate, Partitions: parts}
+}
+
+func TestDuplicateRegistrations(t *testing.T) {
+	eachPartitions(t, func(t *testing.T, parts int) {
+		n := newNode(t)
+		r := start[string, string](t, n, dupOpts(parts))
+		a := spawnActor(t, n)
+		a.do(func(p *gotp.Process) {
+			self := p.Self()
+			mustEqual(t, "keys", len(r.Keys(self)), 0)
+			if err := r.Register(p, "hello", "value"); err != nil {
+				t.Fatal(err)
+			}
+			if err := r.Register(p, "hello", "value"); err != nil {
+				t.Fatalf("duplicate registration refused: %v", err)
+			}
+			mustEqual(t, "keys", r.Keys(self), []string{"hello", "hello"})
+			mustEqual(t, "lookup", r.Lookup("hello"), []registry.Entry[string]{{PID: self, Value: "value"}, {PID: self, Value: "value"}})
+			_ = r.Register(p, "world", "value")
+			mustEqual(t, "keys", sortedKeys(r.Keys(self)), []string{"hello", "hello", "world"})
+			mustEqual(t, "values", r.Values("hello", self), []string{"value", "value"})
+			mustEqual(t, "count", r.Count(), 3)
+		})
+	})
+}
+
+func TestDuplicateRegistrationsAcrossProcesses(t *testing.T) {
+	eachPartitions(t, func(t *testing.T, parts int) {
+		n := newNode(t)
+		r := start[string, int](t, n, dupOpts(parts))
+		var actors []*actor
+		var want []registry.Entry[int]
+		for i := range 10 {
+			a := spawnActor(t, n)
+			actors = append(actors, a)
+			a.do(func(p *gotp.Process) {
+				if err := r.Register(p, "hello", i); err != nil {
+					t.Fatal(err)
+				}
+			})
+			want = append(want, registry.Entry[int]{PID: a.pid, Value: i})
+		}
+		mustEqual(t, "lookup", sortEntries(r.Lookup("hello")), sortEntries(want))
+		for i, a := range actors {
+			mustEqual(t, "keys", r.Keys(a.pid), []string{"hello"})
+			mustEqual(t, "values", r.Values("hello", a.pid), []int{i})
+		}
+		actors[3].stop()
+		mustEqual(t, "lookup after exit", len(r.Lookup("hello")), 9)
+		mustEqual(t, "count", r.Count(), 9)
+	})
+}
+
+func TestDuplicateMatchPatterns(t *testing.T) {
+	eachPartitions(t, func(t *testing.T, parts int) {
+		n := newNode(t)
+		r := start[string, triple](t, n, dupOpts(parts))
+		a := spawnActor(t, n)
+		a.do(func(p *gotp.Process) {
+			self := p.Self()
+			v1, v2 := triple{1, "atom", 1}, triple{2, "atom", 2}
+			_ = r.Register(p, "hello", v1)
+			_ = r.Register(p, "hello", v2)
+			e1, e2 := registry.Entry[triple]{PID: self, Value: v1}, registry.Entry[triple]{PID: self, Value: v2}
+			mustEqual(t, "{1,_,_}", r.Match("hello", registry.Tuple(registry.Eq(1), registry.Any(), registry.Any())), []registry.Entry[triple]{e1})
+			mustEqual(t, "{2,_,_}", r.Match("hello", registry.Tuple(registry.Eq(2), registry.Any(), registry.Any())), []registry.Entry[triple]{e2})
+			mustEqual(t, "{_,atom,_}", sortEntries(r.Match("hello", registry.Tuple(registry.Any(), registry.Eq("atom"), registry.Any()))), []registry.Entry[triple]{e1, e2})
+			mustEqual(t, "{$1,_,$1}", sortEntries(r.Match("hello", registry.Tuple(registry.Var("1"), registry.Any(), registry.Var("1")))), []registry.Entry[triple]{e1, e2})
+			mustEqual(t, "guard $1 > 1", r.MatchFunc("hello", func(v triple) bool { return v.A > 1 }), []registry.Entry[triple]{e2})
+			mustEqual(t, "count_match", r.CountMatch("hello", registry.Tuple(registry.Any(), registry.Eq("atom"), registry.Any())), 2)
+			mustEqual(t, "count_match none", r.CountMatch("hello", registry.Tuple(registry.Eq(3), registry.Any(), registry.Any())), 0)
+			_ = r.Register(p, "hello", triple{1, "other", 2})
+			mustEqual(t, "{$1,_,$1} excludes unequal", len(r.Match("hello", registry.Tuple(registry.Var("1"), registry.Any(), registry.Var("1")))), 2)
+		})
+	})
+}
+
+func TestDuplicateUnregister(t *testing.T) {
+	eachPartitions(t, func(t *testing.T, parts int) {
+		n := newNode(t)
+		r := start[string, string](t, n, dupOpts(parts))
+		a, b := spawnActor(t, n), spawnActor(t, n)
+		b.do(func(p *gotp.Process) { _ = r.Register(p, "hello", "b") })
+		a.do(func(p *gotp.Process) {
+			_ = r.Register(p, "hello", "foo")
+			_ = r.Register(p, "hello", "bar")
+			_ = r.Register(p, "world", "baz")
+			r.Unregister(p, "hello")
+			mustEqual(t, "keys", r.Keys(p.Self()), []string{"world"})
+			mustEqual(t, "lookup", r.Lookup("hello"), []registry.Entry[string]{{PID: b.pid, Value: "b"}})
+			r.Unregister(p, "world")
+			r.Unregister(p, "world")
+			mustEqual(t, "keys", len(r.Keys(p.Self())), 0)
+			mustEqual(t, "count", r.Count(), 1)
+		})
+	})
+}
+
+func TestDuplicateUnregisterMatch(t *testing.T) {
+	eachPartitions(t, func(t *testing.T, parts int) {
+		n := newNode(t)
+		r := start[string, string](t, n, dupOpts(parts))
+		a, b := spawnActor(t, n), spawnActor(t, n)
+		b.do(func(p *gotp.Process) { _ = r.Register(p, "hello", "foo") })
+		a.do(func(p *gotp.Process) {
+			self := p.Self()
+			_ = r.Register(p, "hello", "foo")
+			_ = r.Register(p, "hello", "bar")
+			_ = r.Register(p, "hello", "foo")
+			mustEqual(t, "no match", r.UnregisterMatch(p, "hello", registry.Eq("baz")), 0)
+			mustEqual(t, "removed foo twice", r.UnregisterMatch(p, "hello", registry.Eq("foo")), 2)
+			mustEqual(t, "keys", r.Keys(self), []string{"hello"})
+			mustEqual(t, "values", r.Values("hello", self), []string{"bar"})
+			mustEqual(t, "b untouched", r.Values("hello", b.pid), []string{"foo"})
+			mustEqual(t, "wildcard", r.UnregisterMatch(p, "hello", registry.Any()), 1)
+			mustEqual(t, "keys", len(r.Keys(self)), 0)
+			mustEqual(t, "count", r.Count(), 1)
+		})
+	})
+}
+
+func TestDuplicateUpdateValueAndViaRefused(t *testing.T) {
+	n := newNode(t)
+	r := start[string, int](t, n, dupOpts(2))
+	a := spawnActor(t, n)
+	a.do(func(p *gotp.Process) {
+		_ = r.Register(p, "hello", 1)
+		if _, _, err := r.UpdateValue(p, "hello", func(v int) int { return v }); !errors.Is(err, registry.ErrNotUnique) {
+			t.Fatalf("UpdateValue on a duplicate registry: %v", err)
+		}
+		if err := r.Via("x").RegisterName(n, p.Self()); !errors.Is(err, registry.ErrNotUnique) {
+			t.Fatalf("via on a duplicate registry: %v", err)
+		}
+	})
+	if _, ok := r.Via("hello").Resolve(n); ok {
+		t.Fatal("a duplicate registry resolved a via name")
+	}
+}
+
+// Dispatch on a partitioned duplicate registry: once per partition that
+// has entries, in parallel, never for a key without entries.
+func TestDuplicateDispatchPerPartition(t *testing.T) {
+	eachPartitions(t, func(t *testing.T, parts int) {
+		n := newNode(t)
+		r := start[string, int](t, n, dupOpts(parts))
+		var calls atomic.Int32
+		r.Dispatch("hello", func([]registry.Entry[int]) { calls.Add(1) })
+		mustEqual(t, "calls on missing key", calls.Load(), int32(0))
+
+		var actors []*actor
+		for i := range 20 {
+			a := spawnActor(t, n)
+			actors = append(actors, a)
+			a.do(func(p *gotp.Process) { _ = r.Register(p, "hello", i) })
+		}
+		// Partitions that hold entries: by the pids' partition.
+		want := map[int]bool{}
+		for _, a := range actors {
+			want[int(a.pid.ID()%uint64(parts))] = true
+		}
+		var mu sync.Mutex
+		var got []registry.Entry[int]
+		sizes := []int{}
+		r.Dispatch("hello", func(es []registry.Entry[int]) {
+			calls.Add(1)
+			mu.Lock()
+			got = append(got, es...)
+			sizes = append(sizes, len(es))
+			mu.Unlock()
+		})
+		mustEqual(t, "calls", int(calls.Load()), len(want))
+		mustEqual(t, "entries", len(got), 20)
+		for _, s := range sizes {
+			if s == 0 {
+				t.Fatal("called with no entries")
+			}
+		}
+		// Parallel: with ≥ 2 partitions holding entries, every call can be
+		// inside fn at once.
+		if len(want) >= 2 {
+			var inside sync.WaitGroup
+			inside.Add(len(want))
+			r.Dispatch("hello", func([]registry.Entry[int]) {
+				inside.Done()
+				inside.Wait() // deadlocks unless the calls run concurrently
+			})
+		}
+	})
+}
+
+func TestDispatchPanicReachesCaller(t *testing.T) {
+	n := newNode(t)
+	r := start[string, int](t, n, dupOpts(4))
+	for range 8 {
+		a := spawnActor(t, n)
+		a.do(func(p *gotp.Process) { _ = r.Register(p, "k", 1) })
+	}
+	var returned atomic.Int32
+	func() {
+		defer func() {
+			if v := recover(); v != "boom" {
+				t.Errorf("recovered %v, want boom", v)
+			}
+		}()
+		r.Dispatch("k", func([]registry.Entry[int]) {
+			defer returned.Add(1)
+			panic("boom")
+		})
+	}()
+	if returned.Load() == 0 {
+		t.Fatal("no call ran")
+	}
+	// In a process, the panic ends the process with a *gotp.PanicError.
+	done := make(chan error, 1)
+	pid, _ := n.Spawn(func(p *gotp.Process) error {
+		r.Dispatch("k", func([]registry.Entry[int]) { panic("boom") })
+		return nil
+	})
+	n.MonitorFunc(pid, func(d gotp.Down) { done <- d.Reason })
+	var pe *gotp.PanicError
+	if err := <-done; !errors.As(err, &pe) || pe.Value != "boom" {
+		t.Fatalf("process ended with %v", err)
+	}
+}

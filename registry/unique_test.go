@@ -1,0 +1,335 @@
+package registry_test
+
+import (
+	"errors"
+	"testing"
+
+	"github.com/gotp/gotp"
+	"github.com/gotp/gotp/registry"
+)
+
+type triple struct {
+	A int
+	B string
+	C int
+}
+
+func TestUniqueStartsConfigured(t *testing.T) {
+	eachPartitions(t, func(t *testing.T, parts int) {
+		n := newNode(t)
+		r := start[string, int](t, n, registry.Options{Partitions: parts, Meta: map[any]any{"custom_key": "custom_value"}})
+		mustEqual(t, "partitions", r.Partitions(), parts)
+		mustEqual(t, "kind", r.Kind(), registry.Unique)
+		if v, ok := r.Meta("custom_key"); !ok || v != "custom_value" {
+			t.Fatalf("Meta(custom_key) = %v, %v", v, ok)
+		}
+		if _, ok := r.Meta("unknown_key"); ok {
+			t.Fatal("Meta of an unknown key reported ok")
+		}
+		if !n.IsAlive(r.PID()) {
+			t.Fatal("registry process not alive")
+		}
+		info, _ := n.ProcessInfo(r.PID())
+		if info.Behaviour != "registry unique" {
+			t.Fatalf("behaviour label %q", info.Behaviour)
+		}
+	})
+}
+
+func TestUniqueRegistrations(t *testing.T) {
+	eachPartitions(t, func(t *testing.T, parts int) {
+		n := newNode(t)
+		r := start[string, string](t, n, registry.Options{Partitions: parts})
+		a := spawnActor(t, n)
+		a.do(func(p *gotp.Process) {
+			if ks := r.Keys(p.Self()); len(ks) != 0 {
+				t.Fatalf("Keys before registering: %v", ks)
+			}
+			if err := r.Register(p, "hello", "value"); err != nil {
+				t.Fatal(err)
+			}
+			mustEqual(t, "lookup", r.Lookup("hello"), []registry.Entry[string]{{PID: p.Self(), Value: "value"}})
+			mustEqual(t, "keys", r.Keys(p.Self()), []string{"hello"})
+
+			err := r.Register(p, "hello", "value")
+			var ae *registry.AlreadyRegisteredError
+			if !errors.As(err, &ae) || ae.Owner != p.Self() || ae.Key != "hello" {
+				t.Fatalf("second register: %v", err)
+			}
+			mustEqual(t, "keys after failed register", r.Keys(p.Self()), []string{"hello"})
+
+			if err := r.Register(p, "world", "value"); err != nil {
+				t.Fatal(err)
+			}
+			mustEqual(t, "keys", sortedKeys(r.Keys(p.Self())), []string{"hello", "world"})
+			mustEqual(t, "count", r.Count(), 2)
+		})
+	})
+}
+
+func TestUniqueRegistrationsAcrossProcesses(t *testing.T) {
+	eachPartitions(t, func(t *testing.T, parts int) {
+		n := newNode(t)
+		r := start[string, int](t, n, registry.Options{Partitions: parts})
+		a, b := spawnActor(t, n), spawnActor(t, n)
+		a.do(func(p *gotp.Process) {
+			if err := r.Register(p, "hello", 1); err != nil {
+				t.Fatal(err)
+			}
+		})
+		b.do(func(p *gotp.Process) {
+			err := r.Register(p, "hello", 2)
+			var ae *registry.AlreadyRegisteredError
+			if !errors.As(err, &ae) || ae.Owner != a.pid {
+				t.Fatalf("register of a held key: %v, want holder %v", err, a.pid)
+			}
+			// Lookups from another process see the holder.
+			mustEqual(t, "lookup", r.Lookup("hello"), []registry.Entry[int]{{PID: a.pid, Value: 1}})
+		})
+		a.stop()
+		b.do(func(p *gotp.Process) {
+			if err := r.Register(p, "hello", 2); err != nil {
+				t.Fatalf("register after the holder exited: %v", err)
+			}
+			mustEqual(t, "lookup", r.Lookup("hello"), []registry.Entry[int]{{PID: b.pid, Value: 2}})
+		})
+	})
+}
+
+// The equivalent of Elixir's "has unique registrations even if partition
+// is delayed": a holder that is dead but not yet cleaned up is replaced.
+// The test holds the holder's exit path inside a MonitorFunc of its own;
+// callbacks run in no fixed order, so it repeats until it has caught the
+// registry's cleanup not yet run at least once.
+func TestUniqueTakesOverFromDeadHolder(t *testing.T) {
+	n := newNode(t)
+	r := start[string, int](t, n, registry.Options{Partitions: 4})
+	b := spawnActor(t, n)
+	caught := 0
+	for i := 0; i < 200 && caught < 3; i++ {
+		a := spawnActor(t, n)
+		a.do(func(p *gotp.Process) {
+			if err := r.Register(p, "hello", 1); err != nil {
+				t.Fatal(err)
+			}
+		})
+		proceed, released := make(chan struct{}), make(chan struct{})
+		n.MonitorFunc(a.pid, func(gotp.Down) {
+			close(proceed)
+			<-released
+		})
+		go n.Exit(a.pid, gotp.ErrKill)
+		<-proceed
+		b.do(func(p *gotp.Process) {
+			if es := r.Lookup("hello"); len(es) == 1 && es[0].PID == a.pid {
+				caught++ // the dead holder is still there: take over
+			}
+			if err := r.Register(p, "hello", 2); err != nil {
+				t.Errorf("register over a dead holder: %v", err)
+			}
+		})
+		close(released)
+		a.wait()
+		mustEqual(t, "lookup", r.Lookup("hello"), []registry.Entry[int]{{PID: b.pid, Value: 2}})
+		mustEqual(t, "count", r.Count(), 1)
+		mustEqual(t, "keys of dead", len(r.Keys(a.pid)), 0)
+		mustEqual(t, "keys of b", r.Keys(b.pid), []string{"hello"})
+		b.do(func(p *gotp.Process) { r.Unregister(p, "hello") })
+	}
+	if caught == 0 {
+		t.Fatal("never caught a dead holder before its cleanup")
+	}
+}
+
+func TestUniqueComparesWithEquality(t *testing.T) {
+	n := newNode(t)
+	r := start[any, int](t, n, registry.Options{Partitions: 4})
+	a := spawnActor(t, n)
+	a.do(func(p *gotp.Process) {
+		if err := r.Register(p, 1.0, 1); err != nil {
+			t.Fatal(err)
+		}
+		if err := r.Register(p, 1, 2); err != nil {
+			t.Fatalf("1 and 1.0 are different keys: %v", err)
+		}
+		mustEqual(t, "keys", sortedKeys(r.Keys(p.Self())), []string{"1", "1"})
+		mustEqual(t, "lookup 1.0", r.Lookup(1.0), []registry.Entry[int]{{PID: p.Self(), Value: 1}})
+		mustEqual(t, "lookup 1", r.Lookup(1), []registry.Entry[int]{{PID: p.Self(), Value: 2}})
+	})
+}
+
+func TestUniqueMatchPatterns(t *testing.T) {
+	eachPartitions(t, func(t *testing.T, parts int) {
+		n := newNode(t)
+		r := start[string, triple](t, n, registry.Options{Partitions: parts})
+		a := spawnActor(t, n)
+		a.do(func(p *gotp.Process) {
+			self := p.Self()
+			value := triple{1, "atom", 1}
+			if err := r.Register(p, "hello", value); err != nil {
+				t.Fatal(err)
+			}
+			want := []registry.Entry[triple]{{PID: self, Value: value}}
+			mustEqual(t, "{1,_,_}", r.Match("hello", registry.Tuple(registry.Eq(1), registry.Any(), registry.Any())), want)
+			mustEqual(t, "{1.0,_,_} (numbers compare by value)", r.Match("hello", registry.Tuple(registry.Eq(1.0), registry.Any(), registry.Any())), want)
+			mustEqual(t, "_", r.Match("hello", registry.Any()), want)
+			mustEqual(t, "{_,atom,_}", r.Match("hello", registry.Tuple(registry.Any(), registry.Eq("atom"), registry.Any())), want)
+			mustEqual(t, "{$1,_,$1}", r.Match("hello", registry.Tuple(registry.Var("x"), registry.Any(), registry.Var("x"))), want)
+			mustEqual(t, "{$1,$1,_}", len(r.Match("hello", registry.Tuple(registry.Var("x"), registry.Var("x"), registry.Any()))), 0)
+			mustEqual(t, "{2,_,_}", len(r.Match("hello", registry.Tuple(registry.Eq(2), registry.Any(), registry.Any()))), 0)
+			mustEqual(t, "wrong arity", len(r.Match("hello", registry.Tuple(registry.Any(), registry.Any()))), 0)
+			mustEqual(t, "other key", len(r.Match("world", registry.Any())), 0)
+			mustEqual(t, "field", r.Match("hello", registry.Field("B", registry.Eq("atom"))), want)
+			mustEqual(t, "missing field", len(r.Match("hello", registry.Field("Z", registry.Any()))), 0)
+			// Guards: the predicate form.
+			mustEqual(t, "guard A > 0", r.MatchFunc("hello", func(v triple) bool { return v.A > 0 }), want)
+			mustEqual(t, "guard A > 1", len(r.MatchFunc("hello", func(v triple) bool { return v.A > 1 })), 0)
+			mustEqual(t, "where", r.Match("hello", registry.Tuple(registry.Where(func(v any) bool { return v.(int) == 1 }), registry.Any(), registry.Any())), want)
+			mustEqual(t, "count_match", r.CountMatch("hello", registry.Tuple(registry.Var("x"), registry.Any(), registry.Var("x"))), 1)
+			mustEqual(t, "count_match none", r.CountMatch("hello", registry.Eq(triple{2, "atom", 2})), 0)
+		})
+	})
+}
+
+func TestUniqueUpdateValue(t *testing.T) {
+	eachPartitions(t, func(t *testing.T, parts int) {
+		n := newNode(t)
+		r := start[string, int](t, n, registry.Options{Partitions: parts})
+		a, b := spawnActor(t, n), spawnActor(t, n)
+		a.do(func(p *gotp.Process) {
+			if err := r.Register(p, "hello", 1); err != nil {
+				t.Fatal(err)
+			}
+			mustEqual(t, "lookup", r.Lookup("hello"), []registry.Entry[int]{{PID: p.Self(), Value: 1}})
+			nv, ov, err := r.UpdateValue(p, "hello", func(v int) int { return v + 1 })
+			if err != nil || nv != 2 || ov != 1 {
+				t.Fatalf("UpdateValue = %v, %v, %v; want 2, 1, nil", nv, ov, err)
+			}
+			mustEqual(t, "lookup", r.Lookup("hello"), []registry.Entry[int]{{PID: p.Self(), Value: 2}})
+			if _, _, err := r.UpdateValue(p, "world", func(v int) int { return v }); !errors.Is(err, registry.ErrNotRegistered) {
+				t.Fatalf("UpdateValue of a key not held: %v", err)
+			}
+		})
+		b.do(func(p *gotp.Process) {
+			called := false
+			if _, _, err := r.UpdateValue(p, "hello", func(v int) int { called = true; return v }); !errors.Is(err, registry.ErrNotRegistered) {
+				t.Fatalf("UpdateValue of another's key: %v", err)
+			}
+			if called {
+				t.Fatal("callback ran for a key held by another process")
+			}
+		})
+		mustEqual(t, "lookup", r.Lookup("hello"), []registry.Entry[int]{{PID: a.pid, Value: 2}})
+	})
+}
+
+func TestUniqueDispatch(t *testing.T) {
+	eachPartitions(t, func(t *testing.T, parts int) {
+		n := newNode(t)
+		r := start[string, int](t, n, registry.Options{Partitions: parts})
+		calls := 0
+		r.Dispatch("hello", func([]registry.Entry[int]) { calls++ })
+		mustEqual(t, "calls for a missing key", calls, 0)
+		a := spawnActor(t, n)
+		a.do(func(p *gotp.Process) {
+			if err := r.Register(p, "hello", 7); err != nil {
+				t.Fatal(err)
+			}
+		})
+		var got []registry.Entry[int]
+		r.Dispatch("hello", func(es []registry.Entry[int]) { calls++; got = es })
+		mustEqual(t, "calls", calls, 1)
+		mustEqual(t, "entries", got, []registry.Entry[int]{{PID: a.pid, Value: 7}})
+	})
+}
+
+func TestUniqueUnregister(t *testing.T) {
+	eachPartitions(t, func(t *testing.T, parts int) {
+		n := newNode(t)
+		r := start[string, string](t, n, registry.Options{Partitions: parts})
+		a, b := spawnActor(t, n), spawnActor(t, n)
+		a.do(func(p *gotp.Process) {
+			_ = r.Register(p, "hello", "foo")
+			_ = r.Register(p, "world", "bar")
+			mustEqual(t, "keys", sortedKeys(r.Keys(p.Self())), []string{"hello", "world"})
+		})
+		b.do(func(p *gotp.Process) {
+			r.Unregister(p, "hello") // not b's: a no-op
+		})
+		mustEqual(t, "lookup after another's unregister", len(r.Lookup("hello")), 1)
+		a.do(func(p *gotp.Process) {
+			r.Unregister(p, "hello")
+			mustEqual(t, "keys", r.Keys(p.Self()), []string{"world"})
+			mustEqual(t, "lookup", len(r.Lookup("hello")), 0)
+			r.Unregister(p, "hello") // unregister with no entries
+			r.Unregister(p, "world")
+			mustEqual(t, "keys", len(r.Keys(p.Self())), 0)
+			mustEqual(t, "count", r.Count(), 0)
+			// The key is free again, for anyone.
+		})
+		b.do(func(p *gotp.Process) {
+			if err := r.Register(p, "hello", "b"); err != nil {
+				t.Fatal(err)
+			}
+		})
+	})
+}
+
+func TestUniqueUnregisterMatch(t *testing.T) {
+	eachPartitions(t, func(t *testing.T, parts int) {
+		n := newNode(t)
+		r := start[string, string](t, n, registry.Options{Partitions: parts})
+		a := spawnActor(t, n)
+		a.do(func(p *gotp.Process) {
+			_ = r.Register(p, "hello", "foo")
+			mustEqual(t, "no match", r.UnregisterMatch(p, "hello", registry.Eq("bar")), 0)
+			mustEqual(t, "lookup", len(r.Lookup("hello")), 1)
+			mustEqual(t, "match", r.UnregisterMatch(p, "hello", registry.Eq("foo")), 1)
+			mustEqual(t, "lookup", len(r.Lookup("hello")), 0)
+			mustEqual(t, "keys", len(r.Keys(p.Self())), 0)
+			_ = r.Register(p, "hello", "foo")
+			mustEqual(t, "func", r.UnregisterMatchFunc(p, "hello", func(v string) bool { return v == "foo" }), 1)
+			mustEqual(t, "count", r.Count(), 0)
+		})
+	})
+}
+
+func TestUniqueValuesAndSelect(t *testing.T) {
+	eachPartitions(t, func(t *testing.T, parts int) {
+		n := newNode(t)
+		r := start[string, int](t, n, registry.Options{Partitions: parts})
+		a, b := spawnActor(t, n), spawnActor(t, n)
+		a.do(func(p *gotp.Process) { _ = r.Register(p, "a1", 1); _ = r.Register(p, "a2", 2) })
+		b.do(func(p *gotp.Process) { _ = r.Register(p, "b1", 3) })
+		mustEqual(t, "values", r.Values("a1", a.pid), []int{1})
+		mustEqual(t, "values of another", len(r.Values("a1", b.pid)), 0)
+		mustEqual(t, "values missing", len(r.Values("zz", a.pid)), 0)
+		all := r.Select(nil)
+		mustEqual(t, "select all", len(all), 3)
+		big := r.Select(func(it registry.Item[string, int]) bool { return it.Value >= 2 })
+		mustEqual(t, "select >= 2", len(big), 2)
+		ofB := r.Select(func(it registry.Item[string, int]) bool { return it.PID == b.pid })
+		mustEqual(t, "select by pid", ofB, []registry.Item[string, int]{{Key: "b1", PID: b.pid, Value: 3}})
+		seen := 0
+		for range r.All() {
+			seen++
+			break
+		}
+		mustEqual(t, "All stops early", seen, 1)
+	})
+}
+
+func TestEmptyRegistry(t *testing.T) {
+	n := newNode(t)
+	for _, kind := range []registry.Kind{registry.Unique, registry.Duplicate} {
+		r := start[string, int](t, n, registry.Options{Kind: kind, Partitions: 3})
+		mustEqual(t, "lookup", len(r.Lookup("x")), 0)
+		mustEqual(t, "match", len(r.Match("x", registry.Any())), 0)
+		mustEqual(t, "count", r.Count(), 0)
+		mustEqual(t, "select", len(r.Select(nil)), 0)
+		mustEqual(t, "keys", len(r.Keys(r.PID())), 0)
+		if _, ok := r.Find("x"); ok {
+			t.Fatal("Find on empty registry")
+		}
+	}
+}
