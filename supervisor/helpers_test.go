@@ -221,3 +221,7 @@ func mustWhich(t testing.TB, n *gotp.Node, sup gotp.Dest) []supervisor.ChildInfo
 }
 
 var errBoom = errors.New("boom")
+
+var discard = slog.New(slog.DiscardHandler)
+
+func newLogger(r *logRecorder) *slog.Logger { return slog.New(r) }
