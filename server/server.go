@@ -234,12 +234,18 @@ func (g *gen) HandleMessage(p *gotp.Process, msg any) (stop bool, reason error) 
 	if err == nil {
 		return false, nil
 	}
-	if s, ok := err.(stopping); ok {
+	if s, ok := errors.AsType[stopping](err); ok {
 		err = s.reason
 	}
 	g.terminate(p, err)
 	return true, err
 }
+
+// StopReason returns an error that, returned by a callback, stops the
+// server with reason as its exit reason, including nil (a normal exit):
+// return server.StopReason(nil) is how a server ends normally by its own
+// decision (Erlang's {stop, normal, State}). Terminate runs with reason.
+func StopReason(reason error) error { return stopping{reason} }
 
 // stopping carries a requested stop reason (which may be nil) through the
 // callback error path.

@@ -522,3 +522,26 @@ func TestIdleServerHoldsNoGoroutine(t *testing.T) {
 		info, _ = n.ProcessInfo(srv)
 	}
 }
+
+type quitter struct {
+	server.Defaults
+	terminated chan error
+}
+
+func (q *quitter) HandleCast(p *gotp.Process, msg any) error { return server.StopReason(nil) }
+func (q *quitter) Terminate(p *gotp.Process, reason error)  { q.terminated <- reason }
+
+func TestStopReasonNormal(t *testing.T) {
+	n := newNode(t)
+	q := &quitter{terminated: make(chan error, 1)}
+	pid, _ := server.Start(ctx(t), n, q)
+	downs := make(chan gotp.Down, 1)
+	n.MonitorFunc(pid, func(d gotp.Down) { downs <- d })
+	server.Cast(n, pid, "bye")
+	if d := <-downs; d.Reason != nil {
+		t.Fatalf("exit reason %v, want nil (normal)", d.Reason)
+	}
+	if r := <-q.terminated; r != nil {
+		t.Fatalf("Terminate reason %v, want nil", r)
+	}
+}
