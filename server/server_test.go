@@ -529,7 +529,7 @@ type quitter struct {
 }
 
 func (q *quitter) HandleCast(p *gotp.Process, msg any) error { return server.StopReason(nil) }
-func (q *quitter) Terminate(p *gotp.Process, reason error)  { q.terminated <- reason }
+func (q *quitter) Terminate(p *gotp.Process, reason error)   { q.terminated <- reason }
 
 func TestStopReasonNormal(t *testing.T) {
 	n := newNode(t)
