@@ -33,6 +33,9 @@ func (r *Registry[K, V]) Register(p *gotp.Process, key K, value V) error {
 }
 
 func (r *Registry[K, V]) register(pid gotp.PID, key K, value V) error {
+	if r.badKey(key) {
+		return ErrBadKey
+	}
 	t := r.live()
 	if t == nil {
 		return ErrNotRunning
@@ -134,6 +137,9 @@ func (r *Registry[K, V]) UnregisterMatchFunc(p *gotp.Process, key K, pred func(V
 }
 
 func (r *Registry[K, V]) unregisterMatch(pid gotp.PID, key K, match func(V) bool) int {
+	if r.badKey(key) {
+		return 0
+	}
 	t := r.live()
 	if t == nil {
 		return 0
@@ -168,6 +174,9 @@ func (r *Registry[K, V]) unregisterMatch(pid gotp.PID, key K, match func(V) bool
 // unregisterKey removes key whoever holds it (unique registries; for via
 // names).
 func (r *Registry[K, V]) unregisterKey(key K) {
+	if r.badKey(key) {
+		return
+	}
 	t := r.live()
 	if t == nil || r.kind != Unique {
 		return
@@ -190,6 +199,9 @@ func (r *Registry[K, V]) unregisterKey(key K) {
 // other, each under its read lock (so the result is a consistent snapshot
 // of each partition, not of the registry as a whole).
 func (r *Registry[K, V]) Lookup(key K) []Entry[V] {
+	if r.badKey(key) {
+		return nil
+	}
 	t := r.live()
 	if t == nil {
 		return nil
@@ -224,6 +236,9 @@ func (pt *partition[K, V]) appendDup(dst []Entry[V], key K) []Entry[V] {
 // allocating, and whether there is one. On a duplicate registry it returns
 // one of the key's entries.
 func (r *Registry[K, V]) Find(key K) (Entry[V], bool) {
+	if r.badKey(key) {
+		return Entry[V]{}, false
+	}
 	t := r.live()
 	if t == nil {
 		return Entry[V]{}, false
@@ -322,6 +337,9 @@ func (r *Registry[K, V]) Keys(pid gotp.PID) []K {
 // Registry.values/3): at most one in a unique registry, in registration
 // order in a duplicate one.
 func (r *Registry[K, V]) Values(key K, pid gotp.PID) []V {
+	if r.badKey(key) {
+		return nil
+	}
 	t := r.live()
 	if t == nil {
 		return nil
@@ -375,6 +393,9 @@ func (r *Registry[K, V]) UpdateValue(p *gotp.Process, key K, fn func(old V) V) (
 	if p == nil || fn == nil {
 		return newValue, oldValue, ErrNotRegistered
 	}
+	if r.badKey(key) {
+		return newValue, oldValue, ErrBadKey
+	}
 	pid := p.Self()
 	pt := &t.parts[r.keyPart(key)]
 	pt.mu.RLock()
@@ -413,6 +434,9 @@ func (r *Registry[K, V]) UpdateValue(p *gotp.Process, key K, fn func(old V) V) (
 // lock; fn runs outside every lock, so it may call the registry. Dispatch
 // is how a publish/subscribe system sends to every subscriber.
 func (r *Registry[K, V]) Dispatch(key K, fn func(entries []Entry[V])) {
+	if r.badKey(key) {
+		return
+	}
 	t := r.live()
 	if t == nil || fn == nil {
 		return

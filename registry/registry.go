@@ -105,6 +105,11 @@ var (
 	ErrNotRegistered = errors.New("registry: key not held by this process")
 	// ErrBadOptions is wrapped by the error of New for invalid Options.
 	ErrBadOptions = errors.New("registry: bad options")
+	// ErrBadKey is returned by Register and UpdateValue for a key that is
+	// not comparable at run time: a key of an interface type (or a struct
+	// holding one) whose dynamic value is a slice, map or function. Reads
+	// with such a key find nothing.
+	ErrBadKey = errors.New("registry: key is not comparable")
 	// ErrBadMetaKey is returned by PutMeta (and New) for a metadata key that
 	// is not comparable.
 	ErrBadMetaKey = errors.New("registry: metadata key is not comparable")
@@ -136,6 +141,7 @@ type Registry[K comparable, V any] struct {
 	listeners []gotp.Dest
 	meta0     map[any]any
 	seed      maphash.Seed
+	checkKeys bool // K may hold an interface: check keys before hashing
 
 	startMu sync.Mutex // serialises Start and Stop
 	t       atomic.Pointer[table[K, V]]
@@ -173,6 +179,7 @@ func New[K comparable, V any](n *gotp.Node, opts Options) (*Registry[K, V], erro
 		listeners: append([]gotp.Dest(nil), opts.Listeners...),
 		meta0:     make(map[any]any, len(opts.Meta)),
 		seed:      maphash.MakeSeed(),
+		checkKeys: mayHoldInterface(reflect.TypeFor[K]()),
 	}
 	for k, v := range opts.Meta {
 		r.meta0[k] = v
@@ -281,6 +288,29 @@ func (r *Registry[K, V]) live() *table[K, V] {
 		return nil
 	}
 	return t
+}
+
+// mayHoldInterface reports whether values of t may be uncomparable at run
+// time although t satisfies comparable.
+func mayHoldInterface(t reflect.Type) bool {
+	switch t.Kind() {
+	case reflect.Interface:
+		return true
+	case reflect.Array:
+		return mayHoldInterface(t.Elem())
+	case reflect.Struct:
+		for i := range t.NumField() {
+			if mayHoldInterface(t.Field(i).Type) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// badKey reports whether key cannot be hashed or compared.
+func (r *Registry[K, V]) badKey(key K) bool {
+	return r.checkKeys && !reflect.ValueOf(&key).Elem().Comparable()
 }
 
 // keyPart returns the partition of key in a unique registry.

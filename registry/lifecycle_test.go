@@ -1,0 +1,481 @@
+package registry_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/gotp/gotp"
+	"github.com/gotp/gotp/registry"
+	"github.com/gotp/gotp/server"
+)
+
+func kinds(t *testing.T, f func(t *testing.T, opts registry.Options)) {
+	for _, k := range []registry.Kind{registry.Unique, registry.Duplicate} {
+		for _, parts := range partitionCounts {
+			t.Run(k.String()+"/"+string(rune('0'+parts)), func(t *testing.T) {
+				f(t, registry.Options{Kind: k, Partitions: parts})
+			})
+		}
+	}
+}
+
+// Cleanup on exit, for every kind of exit: entries, keys and count go.
+func TestCleansUpOnExit(t *testing.T) {
+	kinds(t, func(t *testing.T, opts registry.Options) {
+		n := newNode(t)
+		r := start[string, int](t, n, opts)
+		reasons := []error{nil, gotp.ErrShutdown, gotp.ErrKill, errors.New("crash")}
+		for i, reason := range reasons {
+			a := spawnActor(t, n)
+			a.do(func(p *gotp.Process) {
+				for _, k := range []string{"a", "b", "c"} {
+					if err := r.Register(p, k, i); err != nil {
+						t.Fatal(err)
+					}
+				}
+			})
+			mustEqual(t, "count before", r.Count(), 3)
+			if reason == nil {
+				a.stop()
+			} else {
+				a.kill(reason)
+			}
+			mustEqual(t, "lookup", len(r.Lookup("a")), 0)
+			mustEqual(t, "keys", len(r.Keys(a.pid)), 0)
+			mustEqual(t, "count", r.Count(), 0)
+			mustEqual(t, "select", len(r.Select(nil)), 0)
+		}
+	})
+}
+
+// One monitor per (registry, process), whatever the number of keys; none
+// left once the registry stops.
+func TestOneMonitorPerProcess(t *testing.T) {
+	kinds(t, func(t *testing.T, opts registry.Options) {
+		n := newNode(t)
+		r := start[int, int](t, n, opts)
+		a := spawnActor(t, n)
+		a.do(func(p *gotp.Process) {
+			for k := range 50 {
+				_ = r.Register(p, k, k)
+			}
+			r.Unregister(p, 3)
+			_ = r.Register(p, 3, 3)
+		})
+		info, _ := n.ProcessInfo(a.pid)
+		mustEqual(t, "monitors of a registered process", len(info.MonitoredBy), 1)
+		if err := r.Stop(testCtx(t)); err != nil {
+			t.Fatal(err)
+		}
+		info, _ = n.ProcessInfo(a.pid)
+		mustEqual(t, "monitors after the registry stopped", len(info.MonitoredBy), 0)
+	})
+}
+
+// The package documentation's statement: once a process has seen the Down
+// of a monitor of P, or an exit signal from a link to P, no read returns
+// P. Repeated, since callback order would otherwise be left to chance.
+func TestNoStaleEntryAfterDownOrLinkExit(t *testing.T) {
+	kinds(t, func(t *testing.T, opts registry.Options) {
+		n := newNode(t)
+		r := start[string, int](t, n, opts)
+		const rounds = 200
+		for i := range rounds {
+			registered := make(chan gotp.PID, 1)
+			// Watcher: links to and monitors the subject, then checks the
+			// registry on the exit signal and on the Down.
+			checked := make(chan string, 2)
+			_, err := n.Spawn(func(w *gotp.Process) error {
+				w.TrapExit(true)
+				subject, err := w.SpawnLink(func(p *gotp.Process) error {
+					if err := r.Register(p, "k", i); err != nil {
+						return err
+					}
+					registered <- p.Self()
+					_, err := p.Receive(context.Background())
+					return err
+				})
+				if err != nil {
+					return err
+				}
+				<-registered
+				w.Monitor(subject)
+				w.Send(subject, "go") // the subject returns normally... or
+				if i%2 == 1 {
+					w.Exit(subject, gotp.ErrKill) // is killed
+				}
+				for range 2 {
+					m, err := w.Receive(context.Background())
+					if err != nil {
+						return err
+					}
+					var what string
+					switch m.(type) {
+					case gotp.Exit:
+						what = "exit signal"
+					case gotp.Down:
+						what = "down"
+					default:
+						continue
+					}
+					if len(r.Lookup("k")) != 0 || r.Count() != 0 || len(r.Keys(subject)) != 0 {
+						checked <- "stale entry after " + what
+					} else {
+						checked <- ""
+					}
+				}
+				return nil
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for range 2 {
+				select {
+				case msg := <-checked:
+					if msg != "" {
+						t.Fatalf("round %d: %s", i, msg)
+					}
+				case <-time.After(10 * time.Second):
+					t.Fatal("watcher did not report")
+				}
+			}
+		}
+	})
+}
+
+func TestStopAndRestart(t *testing.T) {
+	n := newNode(t)
+	r, err := registry.New[string, int](n, registry.Options{Meta: map[any]any{"m": 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := spawnActor(t, n)
+	a.do(func(p *gotp.Process) {
+		if err := r.Register(p, "k", 1); !errors.Is(err, registry.ErrNotRunning) {
+			t.Fatalf("register before start: %v", err)
+		}
+	})
+	pid1, err := r.Start(testCtx(t), gotp.Named("my_registry"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w, _ := n.Whereis("my_registry"); w != pid1 {
+		t.Fatal("registry process not named")
+	}
+	if _, err := r.Start(testCtx(t)); !errors.Is(err, registry.ErrAlreadyRunning) {
+		t.Fatalf("second Start: %v", err)
+	}
+	a.do(func(p *gotp.Process) {
+		_ = r.Register(p, "k", 1)
+		_ = r.PutMeta("m", 2)
+	})
+	// A crash of the registry's process drops everything.
+	n.Exit(pid1, errors.New("crash"))
+	deadline := time.Now().Add(10 * time.Second)
+	for r.Running() {
+		if time.Now().After(deadline) {
+			t.Fatal("registry still running")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	mustEqual(t, "lookup when stopped", len(r.Lookup("k")), 0)
+	mustEqual(t, "count when stopped", r.Count(), 0)
+	if _, ok := r.Meta("m"); ok {
+		t.Fatal("meta when stopped")
+	}
+	if err := r.PutMeta("m", 3); !errors.Is(err, registry.ErrNotRunning) {
+		t.Fatalf("PutMeta when stopped: %v", err)
+	}
+	a.do(func(p *gotp.Process) {
+		if err := r.Register(p, "k", 1); !errors.Is(err, registry.ErrNotRunning) {
+			t.Fatalf("register when stopped: %v", err)
+		}
+	})
+	info, _ := n.ProcessInfo(a.pid)
+	mustEqual(t, "monitors after crash", len(info.MonitoredBy), 0)
+
+	// Restarted (as a supervisor would): empty, initial meta, usable.
+	pid2, err := r.Start(testCtx(t))
+	if err != nil || pid2 == pid1 {
+		t.Fatalf("restart: %v, %v", pid2, err)
+	}
+	mustEqual(t, "count after restart", r.Count(), 0)
+	if v, _ := r.Meta("m"); v != 1 {
+		t.Fatalf("meta after restart = %v, want the initial 1", v)
+	}
+	a.do(func(p *gotp.Process) {
+		if err := r.Register(p, "k", 5); err != nil {
+			t.Fatal(err)
+		}
+	})
+	mustEqual(t, "lookup after restart", r.Lookup("k"), []registry.Entry[int]{{PID: a.pid, Value: 5}})
+	if err := r.Stop(testCtx(t)); err != nil {
+		t.Fatal(err)
+	}
+	if n.IsAlive(pid2) || r.Running() {
+		t.Fatal("Stop left the registry running")
+	}
+	if err := r.Stop(testCtx(t)); err != nil {
+		t.Fatalf("second Stop: %v", err)
+	}
+}
+
+func TestLinkedToParent(t *testing.T) {
+	n := newNode(t)
+	parent := spawnActor(t, n)
+	r, err := registry.Start[string, int](testCtx(t), n, registry.Options{}, gotp.LinkTo(parent.pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	parent.kill(errors.New("parent crashed"))
+	deadline := time.Now().Add(10 * time.Second)
+	for r.Running() {
+		if time.Now().After(deadline) {
+			t.Fatal("registry survived its parent's crash")
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func TestBadOptionsAndMeta(t *testing.T) {
+	n := newNode(t)
+	for _, o := range []registry.Options{
+		{Partitions: -1},
+		{Kind: 7},
+		{Listeners: []gotp.Dest{nil}},
+	} {
+		if _, err := registry.New[string, int](n, o); !errors.Is(err, registry.ErrBadOptions) {
+			t.Fatalf("New(%+v) = %v", o, err)
+		}
+	}
+	r := start[string, int](t, n, registry.Options{})
+	type tuple struct {
+		a string
+		b int
+	}
+	if err := r.PutMeta("custom_key", "custom_value"); err != nil {
+		t.Fatal(err)
+	}
+	if v, ok := r.Meta("custom_key"); !ok || v != "custom_value" {
+		t.Fatalf("Meta = %v, %v", v, ok)
+	}
+	if err := r.PutMeta(tuple{"tuple", 1}, "tuple_value"); err != nil {
+		t.Fatal(err)
+	}
+	if v, ok := r.Meta(tuple{"tuple", 1}); !ok || v != "tuple_value" {
+		t.Fatalf("Meta(tuple) = %v, %v", v, ok)
+	}
+	if err := r.PutMeta([]int{1}, 1); !errors.Is(err, registry.ErrBadMetaKey) {
+		t.Fatalf("PutMeta with a slice key: %v", err)
+	}
+	if _, ok := r.Meta(map[int]int{}); ok {
+		t.Fatal("Meta with an uncomparable key")
+	}
+}
+
+// Keys of an interface type may hold values that are not comparable: a
+// typed error, not a panic.
+func TestUncomparableKeys(t *testing.T) {
+	type holder struct{ v any }
+	kinds(t, func(t *testing.T, opts registry.Options) {
+		n := newNode(t)
+		r := start[any, int](t, n, opts)
+		r2 := start[holder, int](t, n, opts)
+		a := spawnActor(t, n)
+		a.do(func(p *gotp.Process) {
+			if err := r.Register(p, []int{1}, 1); !errors.Is(err, registry.ErrBadKey) {
+				t.Fatalf("register of a slice key: %v", err)
+			}
+			if err := r2.Register(p, holder{map[int]int{}}, 1); !errors.Is(err, registry.ErrBadKey) {
+				t.Fatalf("register of a struct key holding a map: %v", err)
+			}
+			if err := r2.Register(p, holder{1}, 1); err != nil {
+				t.Fatal(err)
+			}
+			r.Unregister(p, []int{1})
+			r.UnregisterMatch(p, []int{1}, registry.Any())
+			if _, _, err := r.UpdateValue(p, []int{1}, func(v int) int { return v }); err == nil {
+				t.Fatal("UpdateValue with a slice key")
+			}
+		})
+		mustEqual(t, "lookup", len(r.Lookup([]int{1})), 0)
+		mustEqual(t, "match", len(r.Match([]int{1}, registry.Any())), 0)
+		mustEqual(t, "values", len(r.Values([]int{1}, a.pid)), 0)
+		r.Dispatch([]int{1}, func([]registry.Entry[int]) { t.Fatal("dispatched") })
+		if _, ok := r.Find([]int{1}); ok {
+			t.Fatal("found")
+		}
+		if _, ok := r.Via([]int{1}).Resolve(n); ok {
+			t.Fatal("resolved")
+		}
+		mustEqual(t, "lookup struct key", len(r2.Lookup(holder{1})), 1)
+	})
+}
+
+func TestRegisterDeadProcess(t *testing.T) {
+	n := newNode(t)
+	r := start[string, int](t, n, registry.Options{})
+	var handle *gotp.Process
+	a := spawnActor(t, n)
+	a.do(func(p *gotp.Process) { handle = p })
+	a.stop()
+	if err := r.Register(handle, "k", 1); !errors.Is(err, gotp.ErrNoProc) {
+		t.Fatalf("register of an exited process: %v", err)
+	}
+	if err := r.Register(nil, "k", 1); !errors.Is(err, gotp.ErrNoProc) {
+		t.Fatalf("register of nil: %v", err)
+	}
+	mustEqual(t, "count", r.Count(), 0)
+}
+
+// ---- listeners ----
+
+func TestListeners(t *testing.T) {
+	kinds(t, func(t *testing.T, opts registry.Options) {
+		n := newNode(t)
+		events := make(chan any, 16)
+		lpid, err := n.Spawn(func(p *gotp.Process) error {
+			for {
+				m, err := p.Receive(context.Background())
+				if err != nil {
+					return nil
+				}
+				events <- m
+			}
+		}, gotp.Named("listener"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		opts.Listeners = []gotp.Dest{gotp.Name("listener"), lpid}
+		r := start[string, int](t, n, opts)
+		a := spawnActor(t, n)
+		next := func() any {
+			select {
+			case e := <-events:
+				return e
+			case <-time.After(10 * time.Second):
+				t.Fatal("no event")
+				return nil
+			}
+		}
+		a.do(func(p *gotp.Process) {
+			_ = r.Register(p, "hello", 1)
+		})
+		want := registry.RegisterEvent[string, int]{Registry: r.PID(), Key: "hello", PID: a.pid, Value: 1}
+		mustEqual(t, "register event (by name)", next(), any(want))
+		mustEqual(t, "register event (by pid)", next(), any(want))
+		a.do(func(p *gotp.Process) {
+			r.Unregister(p, "nothing") // removes nothing: no event
+			r.Unregister(p, "hello")
+		})
+		wantU := registry.UnregisterEvent[string]{Registry: r.PID(), Key: "hello", PID: a.pid}
+		mustEqual(t, "unregister event", next(), any(wantU))
+		mustEqual(t, "unregister event", next(), any(wantU))
+		// An exit is not an unregister event (listeners monitor if they care).
+		a.do(func(p *gotp.Process) { _ = r.Register(p, "bye", 2) })
+		next()
+		next()
+		a.stop()
+		a2 := spawnActor(t, n)
+		a2.do(func(p *gotp.Process) { _ = r.Register(p, "marker", 3) })
+		if e, ok := next().(registry.RegisterEvent[string, int]); !ok || e.Key != "marker" {
+			t.Fatalf("event after an exit: %#v, want the marker's register", e)
+		}
+	})
+}
+
+// ---- via ----
+
+type agent struct {
+	server.Defaults
+	n int
+}
+
+type getCount struct{}
+type addCount struct{ by int }
+
+func (g *agent) HandleCall(_ *gotp.Process, _ server.From, req any) (any, error) {
+	switch r := req.(type) {
+	case getCount:
+		return g.n, nil
+	case addCount:
+		g.n += r.by
+		return g.n, nil
+	}
+	return nil, errors.New("unknown")
+}
+
+func TestViaNamesAServer(t *testing.T) {
+	n := newNode(t)
+	r := start[string, int](t, n, registry.Options{Partitions: 4})
+	name := r.Via("agent")
+	first, err := server.Start(testCtx(t), n, &agent{}, server.WithVia(name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v, err := server.Call[int](testCtx(t), n, name, getCount{}); err != nil || v != 0 {
+		t.Fatalf("get = %v, %v", v, err)
+	}
+	if _, err := server.Call[int](testCtx(t), n, name, addCount{1}); err != nil {
+		t.Fatal(err)
+	}
+	if v, _ := server.Call[int](testCtx(t), n, name, getCount{}); v != 1 {
+		t.Fatalf("get = %v, want 1", v)
+	}
+	mustEqual(t, "lookup", r.Lookup("agent"), []registry.Entry[int]{{PID: first, Value: 0}})
+	mustEqual(t, "keys", r.Keys(first), []string{"agent"})
+
+	_, err = server.Start(testCtx(t), n, &agent{}, server.WithVia(name))
+	var ae *server.AlreadyStartedError
+	if !errors.As(err, &ae) || ae.PID != first {
+		t.Fatalf("second start: %v, want already started as %v", err, first)
+	}
+	mustEqual(t, "count after a failed start", r.Count(), 1)
+
+	// Stopped, the name is free again; sends to it go nowhere.
+	if err := server.Stop(testCtx(t), n, name, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := name.Resolve(n); ok {
+		t.Fatal("name still resolves after the server stopped")
+	}
+	if n.SendTo(name, "x") {
+		t.Fatal("SendTo a free via name reported a destination")
+	}
+	second, err := server.Start(testCtx(t), n, &agent{}, server.WithVia(r.ViaValue("agent", 42)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustEqual(t, "value given in via", r.Lookup("agent"), []registry.Entry[int]{{PID: second, Value: 42}})
+	name.UnregisterName(n)
+	mustEqual(t, "after UnregisterName", len(r.Lookup("agent")), 0)
+	mustEqual(t, "keys after UnregisterName", len(r.Keys(second)), 0)
+}
+
+func TestViaRegisterNameErrors(t *testing.T) {
+	n := newNode(t)
+	r := start[int, int](t, n, registry.Options{})
+	a, b := spawnActor(t, n), spawnActor(t, n)
+	if err := r.Via(1).RegisterName(n, a.pid); err != nil {
+		t.Fatal(err)
+	}
+	err := r.Via(1).RegisterName(n, b.pid)
+	var ae *gotp.AlreadyRegisteredError
+	if !errors.As(err, &ae) || ae.Owner != a.pid || ae.Name != "1" {
+		t.Fatalf("taken via name: %v", err)
+	}
+	b.stop()
+	if err := r.Via(2).RegisterName(n, b.pid); !errors.Is(err, gotp.ErrNoProc) {
+		t.Fatalf("via name for a dead process: %v", err)
+	}
+	other := gotp.NewNode(gotp.Options{Name: "other"})
+	defer other.Stop(context.Background())
+	if err := r.Via(3).RegisterName(other, a.pid); err == nil {
+		t.Fatal("via name registered through another node")
+	}
+	if pid, ok := r.Via(1).Resolve(n); !ok || pid != a.pid {
+		t.Fatalf("Resolve = %v, %v", pid, ok)
+	}
+}
