@@ -15,7 +15,7 @@ func TestNormalExitDoesNotKillLinkedProcess(t *testing.T) {
 	n := newNode(t)
 	survivor := waiter(t, n)
 	dying := waiter(t, n, gotp.LinkTo(survivor))
-	down := watch(n, dying)
+	down := exitDone(t, n, dying)
 	n.Send(dying, "stop normally")
 	if r := recv(t, down); r != nil {
 		t.Fatalf("reason = %v, want nil", r)
@@ -281,7 +281,7 @@ func TestLinkIdempotentAndUnlink(t *testing.T) {
 	if len(links(a)) != 0 || len(links(b)) != 0 {
 		t.Fatalf("one Unlink left links: a %v, b %v", links(a), links(b))
 	}
-	down := watch(n, a)
+	down := exitDone(t, n, a)
 	n.Send(a, errBoom)
 	recv(t, down)
 	if !n.IsAlive(b) {
@@ -309,7 +309,7 @@ func TestUnlinkFromTheOtherSide(t *testing.T) {
 		return err
 	})
 	recv(t, unlinked)
-	down := watch(n, b)
+	down := exitDone(t, n, b)
 	n.Send(a, errBoom)
 	if r := recv(t, down); r != errBoom {
 		t.Fatalf("b exited with %v", r)

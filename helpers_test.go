@@ -31,10 +31,32 @@ func newNode(t testing.TB) *gotp.Node {
 }
 
 // watch returns a channel that receives the exit reason of pid, through a
-// MonitorFunc (which fires after the process's links have been signalled).
+// MonitorFunc. MonitorFunc callbacks may run before the exit signals of the
+// process's links are sent: to wait for those too, use exitDone.
 func watch(n *gotp.Node, pid gotp.PID) <-chan error {
 	ch := make(chan error, 1)
 	n.MonitorFunc(pid, func(d gotp.Down) { ch <- d.Reason })
+	return ch
+}
+
+// exitDone returns a channel that receives the exit reason of pid once its
+// exit is complete: its links signalled (and, recursively, the exits those
+// caused) and its Down messages delivered. It learns this from a Down
+// message, which is delivered last, received by a handler-mode process that
+// ends after forwarding it.
+func exitDone(t testing.TB, n *gotp.Node, pid gotp.PID) <-chan error {
+	t.Helper()
+	ch := make(chan error, 1)
+	_, err := n.SpawnHandler(gotp.HandlerFunc(func(p *gotp.Process, msg any) (bool, error) {
+		if d, ok := msg.(gotp.Down); ok && d.PID == pid {
+			ch <- d.Reason
+			return true, nil
+		}
+		return false, nil
+	}), func(p *gotp.Process) error { p.Monitor(pid); return nil })
+	if err != nil {
+		t.Fatalf("exitDone: %v", err)
+	}
 	return ch
 }
 

@@ -321,3 +321,30 @@ func TestDemonitorFlushWhileTargetExits(t *testing.T) {
 		}
 	}
 }
+
+// MonitorFunc callbacks run before the process's links are signalled and
+// before any Down message is delivered, so what they do is visible to
+// every process that learns of the exit.
+func TestMonitorFuncRunsBeforeLinksAndDowns(t *testing.T) {
+	n := newNode(t)
+	target := waiter(t, n)
+	linked := waiter(t, n, gotp.LinkTo(target))
+	w, _, got := monitorer(t, n, target)
+	seen := make(chan []any, 1)
+	n.MonitorFunc(target, func(gotp.Down) {
+		in, _ := n.ProcessInfo(w)
+		seen <- []any{n.IsAlive(linked), in.MailboxLen, len(got)}
+	})
+	done := exitDone(t, n, target)
+	n.Send(target, errBoom)
+	if s := recv(t, seen); s[0] != true || s[1] != 0 || s[2] != 0 {
+		t.Fatalf("when fn ran: linked alive %v, watcher mailbox %v, Downs forwarded %v", s[0], s[1], s[2])
+	}
+	recv(t, done)
+	if n.IsAlive(linked) {
+		t.Fatal("the linked process survived")
+	}
+	if d := recv(t, got).(gotp.Down); d.Reason != errBoom {
+		t.Fatalf("Down %v", d)
+	}
+}
