@@ -225,3 +225,12 @@ var errBoom = errors.New("boom")
 var discard = slog.New(slog.DiscardHandler)
 
 func newLogger(r *logRecorder) *slog.Logger { return slog.New(r) }
+
+// watchDown is waitDown through Node.MonitorFunc, for exits caused by
+// Node.Stop (which would end waitDown's helper process too). Its reason
+// may arrive before the exit signals of pid's links are delivered.
+func watchDown(n *gotp.Node, pid gotp.PID) <-chan error {
+	ch := make(chan error, 1)
+	n.MonitorFunc(pid, func(d gotp.Down) { ch <- d.Reason })
+	return ch
+}

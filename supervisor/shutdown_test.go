@@ -155,7 +155,7 @@ func TestStopOrderTopDown(t *testing.T) {
 	if _, err := supervisor.StartDynamicChild(ctx, n, gotp.Name("dyn"), "d1"); err != nil {
 		t.Fatal(err)
 	}
-	rootDown := waitDown(n, root)
+	rootDown := watchDown(n, root)
 	if err := n.Stop(ctx); err != nil {
 		t.Fatal(err)
 	}
