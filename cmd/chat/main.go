@@ -1,0 +1,91 @@
+// Command chat runs the chat service of seed 003: a supervision tree with
+// an online registry, a history owner (SQLite under -data) and one process
+// per connected user, serving a line protocol over TCP and a web page with
+// a WebSocket, and the gotp observer under /observer/.
+//
+//	go run ./cmd/chat                      # TCP :4000, web :8080, data in ./data
+//	nc localhost 4000                      # CONNECT ana, SEND bob hi, HISTORY bob, WHO, QUIT
+//
+// It exits cleanly on SIGINT or SIGTERM, and with status 1 when its tree
+// gives up (a failure repeated beyond the root's restart intensity).
+package main
+
+import (
+	"context"
+	"flag"
+	"log/slog"
+	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/gotp/gotp"
+	"github.com/gotp/gotp/examples/chat"
+	"github.com/gotp/gotp/observer"
+)
+
+func main() {
+	os.Exit(run())
+}
+
+func run() int {
+	var (
+		data         = flag.String("data", "./data", "directory of the durable data (history.db)")
+		tcpAddr      = flag.String("tcp", ":4000", "address of the line protocol (empty: none)")
+		httpAddr     = flag.String("http", ":8080", "address of the web page, WebSocket and observer (empty: none)")
+		nodeName     = flag.String("node", "chat", "name of this node (unique in a cluster)")
+		obsToken     = flag.String("observer-token", "", "token the observer requires (empty: none)")
+		obsKill      = flag.Bool("observer-kill", false, "let the observer page kill processes")
+		shutdownWait = flag.Duration("shutdown", 10*time.Second, "how long a clean stop may take")
+	)
+	flag.Parse()
+	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+
+	n := gotp.NewNode(gotp.Options{Name: *nodeName, Logger: log})
+	svc, err := chat.Start(ctx, n, chat.Config{
+		DataDir:  *data,
+		TCPAddr:  *tcpAddr,
+		HTTPAddr: *httpAddr,
+		Mount: func(mux *http.ServeMux) {
+			observer.Mount(mux, n, observer.Options{Token: *obsToken, AllowKill: *obsKill})
+		},
+	})
+	if err != nil {
+		log.Error("chat: cannot start", "err", err)
+		n.Stop(context.Background())
+		return 1
+	}
+	if a := svc.TCPAddr(); a != nil {
+		log.Info("chat: line protocol listening", "tcp", a.String())
+	}
+	if a := svc.HTTPAddr(); a != nil {
+		log.Info("chat: web page listening", "http", "http://"+a.String()+"/", "observer", "http://"+a.String()+observer.Prefix)
+	}
+
+	code := 0
+	select {
+	case <-ctx.Done():
+		log.Info("chat: stopping")
+	case <-svc.Done():
+		log.Error("chat: giving up", "err", svc.Err())
+		code = 1
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), *shutdownWait)
+	defer cancel()
+	if err := svc.Stop(sctx); err != nil {
+		log.Error("chat: stop", "err", err)
+		code = 1
+	}
+	if err := n.Stop(sctx); err != nil {
+		log.Error("chat: node stop", "err", err)
+		code = 1
+	}
+	if code == 0 {
+		log.Info("chat: stopped")
+	}
+	return code
+}
