@@ -1,0 +1,35 @@
+package registry
+
+// Info describes a registry at one moment, for introspection (the
+// observer shows it).
+type Info struct {
+	Kind       Kind
+	Partitions int
+	Running    bool
+	Entries    int   // entries in all partitions
+	Keys       []int // distinct keys held in each partition
+}
+
+// Info returns the registry's sizes. It read-locks one partition at a
+// time, so a registry that changes meanwhile may be counted between two
+// states; it costs O(partitions).
+func (r *Registry[K, V]) Info() Info {
+	in := Info{Kind: r.kind, Partitions: r.nparts, Keys: make([]int, r.nparts)}
+	t := r.live()
+	if t == nil {
+		return in
+	}
+	in.Running = true
+	for i := range t.parts {
+		pt := &t.parts[i]
+		pt.mu.RLock()
+		in.Entries += pt.count
+		if r.kind == Unique {
+			in.Keys[i] = len(pt.uniq)
+		} else {
+			in.Keys[i] = len(pt.dup)
+		}
+		pt.mu.RUnlock()
+	}
+	return in
+}
