@@ -2,7 +2,9 @@ package bench
 
 import (
 	"context"
+	"os"
 	"path/filepath"
+	"strconv"
 	"testing"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -16,15 +18,15 @@ type job struct {
 
 // gotpSys is gotp's inbox, lease form, on a fresh table.
 type gotpSys struct {
-	b      *testing.B
-	db     string
-	path   string // sqlite
-	url    string // postgres
-	table  string
-	notify bool
+	b       *testing.B
+	db      string
+	path    string // sqlite
+	url     string // postgres
+	table   string
+	notify  bool
 	q       *inbox.Queue[job] // the publisher's queue (its own pool)
 	started int
-	closes []func()
+	closes  []func()
 }
 
 func newGotp(b *testing.B, db string) system       { return mkGotp(b, db, false) }
@@ -65,6 +67,9 @@ func (s *gotpSys) queue() *inbox.Queue[job] {
 		s.b.Fatal(err)
 	}
 	pc.MaxConns = 10
+	if os.Getenv("GOTP_ASYNC") != "" {
+		pc.ConnConfig.RuntimeParams["synchronous_commit"] = "off"
+	}
 	pool, err := pgxpool.NewWithConfig(context.Background(), pc)
 	if err != nil {
 		s.b.Fatal(err)
@@ -103,7 +108,7 @@ func (s *gotpSys) startInstance(ctx context.Context, workers int, fn func(int)) 
 	sub, err := q.Subscribe(func(ctx context.Context, j inbox.Job[job]) error {
 		fn(j.Payload.N)
 		return nil
-	}, inbox.SubscribeOptions{Workers: workers})
+	}, inbox.SubscribeOptions{Workers: workers, Claimers: claimers(), Prefetch: envInt("GOTP_PREFETCH")})
 	if err != nil {
 		return nil, err
 	}
@@ -124,4 +129,14 @@ func (s *gotpSys) close() {
 	for _, c := range s.closes {
 		c()
 	}
+}
+
+// claimers reads GOTP_CLAIMERS (default: the inbox's default) for experiments.
+func claimers() int {
+	return envInt("GOTP_CLAIMERS")
+}
+
+func envInt(name string) int {
+	n, _ := strconv.Atoi(os.Getenv(name))
+	return n
 }

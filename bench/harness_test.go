@@ -51,7 +51,9 @@ type counts struct {
 	once     sync.Once
 }
 
-func newCounts(n int) *counts { return &counts{seen: make([]atomic.Int32, n), all: make(chan struct{})} }
+func newCounts(n int) *counts {
+	return &counts{seen: make([]atomic.Int32, n), all: make(chan struct{})}
+}
 
 func (c *counts) add(n int) {
 	if c.seen[n].Add(1) > 1 {

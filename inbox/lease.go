@@ -27,9 +27,27 @@ type settlement struct {
 	written, lost bool
 }
 
-// leaseWorker handles jobs that the loop dispatches until the loop closes s.jobs.
-func (s *Subscription[T]) leaseWorker() {
-	for j := range s.jobs {
+// lane is one claimer of the lease form with its workers: the loop claims for them,
+// dispatches on jobs and writes the settlements they send on settleCh. SQLite has one
+// lane (one writer); Postgres has Claimers lanes, whose claims run concurrently.
+type lane struct {
+	n        int // workers
+	max      int // rows leased at once: workers plus prefetch
+	jobs     chan *leased
+	settleCh chan settlement
+}
+
+// leaseWorker handles jobs that its lane's loop dispatches until the loop closes l.jobs.
+func (s *Subscription[T]) leaseWorker(l *lane) {
+	for j := range l.jobs {
+		select {
+		case <-s.stopClaim:
+			// Stopping: a prefetched job not yet started goes back at once.
+			j.cancel(nil)
+			l.settleCh <- settlement{j: j, d: decision{out: Released}}
+			continue
+		default:
+		}
 		err := s.run(j.ctx, j.id, j.attempt, j.payload)
 		j.cancel(nil)
 		d := decide(err, j.attempt, s.o.MaxAttempts, s.q.c.Attempts != "", s.o.Backoff)
@@ -41,15 +59,15 @@ func (s *Subscription[T]) leaseWorker() {
 				d = decision{out: Released, err: err}
 			}
 		}
-		s.settleCh <- settlement{j: j, d: d} // never blocks: capacity Workers
+		l.settleCh <- settlement{j: j, d: d} // never blocks: capacity l.max
 	}
 }
 
 // leaseLoop is the lease form's single owner of claims, settlements and extensions.
 // It claims while claims come back full, waits PollInterval (or a wake) after a short
 // one, and writes each cycle's settlements together with the next claim.
-func (s *Subscription[T]) leaseLoop(ctx context.Context) {
-	n := s.o.Workers
+func (s *Subscription[T]) leaseLoop(ctx context.Context, l *lane) {
+	n := l.max
 	inflight := make(map[int64]*leased, n)
 	canClaim := true
 	stopping := false
@@ -60,6 +78,8 @@ func (s *Subscription[T]) leaseLoop(ctx context.Context) {
 	defer ext.Stop()
 	var batch []settlement
 	woken := s.w.wait()
+	linger := time.NewTimer(time.Hour)
+	linger.Stop()
 	for {
 		if stopping && len(inflight) == 0 {
 			return
@@ -67,7 +87,7 @@ func (s *Subscription[T]) leaseLoop(ctx context.Context) {
 		batch = batch[:0]
 		if stopping || !canClaim || len(inflight) >= n {
 			select {
-			case st := <-s.settleCh:
+			case st := <-l.settleCh:
 				batch = append(batch, st)
 			case <-woken:
 				canClaim, woken = true, nil // taken again before the next claim
@@ -86,13 +106,29 @@ func (s *Subscription[T]) leaseLoop(ctx context.Context) {
 	drain:
 		for {
 			select {
-			case st := <-s.settleCh:
+			case st := <-l.settleCh:
 				batch = append(batch, st)
 			case <-stopClaim:
 				stopping, stopClaim = true, nil
 			default:
 				break drain
 			}
+		}
+		if len(batch) > 0 && len(batch) < len(inflight) && !stopping {
+			// Let workers that are finishing join this cycle's batch: one statement
+			// then settles (and refills) many jobs. Bounded, so slow handlers cost at
+			// most this much extra time before their ack.
+			linger.Reset(lingerFor)
+		wait:
+			for len(batch) < len(inflight) {
+				select {
+				case st := <-l.settleCh:
+					batch = append(batch, st)
+				case <-linger.C:
+					break wait
+				}
+			}
+			linger.Stop()
 		}
 		if context.Cause(s.workCtx) == errRelease {
 			// Stop's deadline passed: settle what finished, release the rest as it returns.
@@ -125,7 +161,7 @@ func (s *Subscription[T]) leaseLoop(ctx context.Context) {
 		for _, j := range got {
 			j.ctx, j.cancel = context.WithCancelCause(s.workCtx)
 			inflight[j.id] = j
-			s.jobs <- j // never blocks: at most Workers in flight
+			l.jobs <- j // never blocks: at most l.max in flight
 		}
 		if want > 0 && len(got) < want {
 			canClaim = false
@@ -134,6 +170,10 @@ func (s *Subscription[T]) leaseLoop(ctx context.Context) {
 		s.resetExt(ext, inflight)
 	}
 }
+
+// lingerFor is how long a cycle waits for more settlements before writing a partial
+// batch.
+const lingerFor = 200 * time.Microsecond
 
 // resetExt arms the extension timer for the earliest extension due.
 func (s *Subscription[T]) resetExt(t *time.Timer, inflight map[int64]*leased) {

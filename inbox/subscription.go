@@ -44,6 +44,7 @@ const (
 	DefaultLease        = 30 * time.Second
 	DefaultPollInterval = time.Second
 	DefaultMaxAttempts  = 25
+	DefaultClaimers     = 1
 )
 
 // SubscribeOptions configure a Subscription. The zero value is valid.
@@ -65,6 +66,17 @@ type SubscribeOptions struct {
 	// Backoff is the delay before retrying a failed attempt (1-based). Defaults to
 	// DefaultBackoff.
 	Backoff func(attempt int) time.Duration
+	// Claimers is, on Postgres, how many lease claims run at once: the workers are
+	// split between that many claimers, each claiming one row per free worker of its
+	// own in one statement. Defaults to DefaultClaimers (1: on a small machine one
+	// claimer taking many rows per statement outran several contending ones); at
+	// most Workers and pool size - 1. SQLite has one writer: always one claimer.
+	Claimers int
+	// Prefetch (lease form) lets the subscription lease up to this many rows beyond
+	// its free workers, so that a claim statement takes more rows at once; they wait
+	// leased, not in work, and are released at once (attempt uncounted) by Stop.
+	// Defaults to 0: only free workers are claimed for, as the seed describes.
+	Prefetch int
 	// Observe, if set, is called once for every settled attempt, from the
 	// subscription's goroutines; it must not block for long.
 	Observe func(Result)
@@ -113,9 +125,6 @@ type Subscription[T any] struct {
 	workCancel context.CancelCauseFunc
 	stopWatch  func() bool // stops the AfterFunc on Start's ctx
 
-	// lease form
-	jobs     chan *leased
-	settleCh chan settlement
 }
 
 // Subscribe makes a subscription of h on the queue's table. It checks the options and
@@ -144,6 +153,15 @@ func (q *Queue[T]) Subscribe(h Handler[T], o SubscribeOptions) (*Subscription[T]
 	}
 	if o.MaxAttempts == 0 {
 		o.MaxAttempts = DefaultMaxAttempts
+	}
+	if o.Claimers == 0 {
+		o.Claimers = DefaultClaimers
+	}
+	if o.Prefetch < 0 {
+		return nil, &ConfigError{Field: "Prefetch", Reason: "negative"}
+	}
+	if o.Claimers < 0 {
+		return nil, &ConfigError{Field: "Claimers", Reason: "negative"}
 	}
 	if o.Backoff == nil {
 		o.Backoff = DefaultBackoff
@@ -212,15 +230,26 @@ func (s *Subscription[T]) Start(ctx context.Context) error {
 	}
 	var wg sync.WaitGroup
 	if s.o.Form == Lease {
-		s.jobs = make(chan *leased, s.o.Workers)
-		s.settleCh = make(chan settlement, s.o.Workers)
-		for range s.o.Workers {
-			wg.Go(s.leaseWorker)
+		lanes := 1
+		if s.q.dialect == Postgres {
+			lanes = min(s.o.Claimers, s.o.Workers, cap(s.conns))
 		}
-		wg.Go(func() {
-			s.leaseLoop(ctx)
-			close(s.jobs)
-		})
+		for i := range lanes {
+			l := &lane{n: s.o.Workers / lanes}
+			if i < s.o.Workers%lanes {
+				l.n++
+			}
+			l.max = l.n + s.o.Prefetch/lanes
+			l.jobs = make(chan *leased, l.max)
+			l.settleCh = make(chan settlement, l.max)
+			for range l.n {
+				wg.Go(func() { s.leaseWorker(l) })
+			}
+			wg.Go(func() {
+				s.leaseLoop(ctx, l)
+				close(l.jobs)
+			})
+		}
 	} else {
 		for range s.o.Workers {
 			wg.Go(func() { s.lockWorker(ctx) })
