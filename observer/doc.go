@@ -21,6 +21,7 @@
 // The observer is read-only unless AllowKill is set, and every path can be
 // put behind a bearer token. Supervisors are found on the node by
 // themselves; other parts are added with Sources. Every request builds a
-// fresh Snapshot from cheap introspection (no process is called), so the
-// observer never waits on a busy process.
+// fresh Snapshot from cheap introspection that reads what processes
+// publish rather than calling them (ScopeSource alone makes one call, to
+// find the scope), so the observer does not queue behind busy processes.
 package observer

@@ -2,6 +2,7 @@ package observer_test
 
 import (
 	"context"
+	"database/sql"
 	"encoding/json"
 	"html"
 	"io"
@@ -9,6 +10,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -16,9 +18,13 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 	"go.uber.org/goleak"
+	_ "modernc.org/sqlite"
 
 	"github.com/gotp/gotp"
+	"github.com/gotp/gotp/inbox"
 	"github.com/gotp/gotp/observer"
+	"github.com/gotp/gotp/pg"
+	"github.com/gotp/gotp/registry"
 	"github.com/gotp/gotp/server"
 	"github.com/gotp/gotp/supervisor"
 )
@@ -253,5 +259,74 @@ func TestMetrics(t *testing.T) {
 	}
 	if w1 != 1 {
 		t.Errorf("restarts of w1 = %v, want 1", w1)
+	}
+}
+
+func TestSources(t *testing.T) {
+	n, _ := tree(t)
+	ctx := context.Background()
+	reg, err := registry.Start[string, int](ctx, n, registry.Options{Partitions: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	scope, err := pg.Start(ctx, n, "obs", pg.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ready := make(chan struct{})
+	n.Spawn(func(p *gotp.Process) error {
+		reg.Register(p, "k1", 1)
+		reg.Register(p, "k2", 2)
+		inst, err := scope.Open(p)
+		if err != nil {
+			return err
+		}
+		inst.Join("room")
+		close(ready)
+		<-p.Context().Done()
+		return nil
+	})
+	<-ready
+	db, err := sql.Open("sqlite", "file:"+filepath.Join(t.TempDir(), "q.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	q, err := inbox.NewSQLite[string](db, inbox.Config[string]{Table: "jobs"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := q.CreateTable(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		if _, err := q.Publish(ctx, "job", nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	o := observer.New(n, observer.Options{Sources: []observer.Source{
+		observer.RegistrySource("names", reg),
+		observer.ScopeSource(n, "obs"),
+		observer.InboxSource(q),
+	}})
+	_, body := get(t, o, "/observer/api/snapshot")
+	var s observer.Snapshot
+	if err := json.Unmarshal([]byte(body), &s); err != nil {
+		t.Fatal(err)
+	}
+	if len(s.Registries) != 1 || s.Registries[0].Entries != 2 || s.Registries[0].Partitions != 2 || s.Registries[0].Kind != "unique" {
+		t.Fatalf("registries %+v", s.Registries)
+	}
+	if len(s.Scopes) != 1 || len(s.Scopes[0].Groups) != 1 || s.Scopes[0].Groups[0].Size != 1 || len(s.Scopes[0].Groups[0].Members["obs"]) != 1 {
+		t.Fatalf("scopes %+v", s.Scopes)
+	}
+	if len(s.Inboxes) != 1 || s.Inboxes[0].Name != "jobs" || s.Inboxes[0].Ready != 3 {
+		t.Fatalf("inboxes %+v", s.Inboxes)
+	}
+	_, page := get(t, o, "/observer/")
+	for _, want := range []string{"names", "scope obs", "room", "jobs"} {
+		if !strings.Contains(page, want) {
+			t.Errorf("page lacks %q", want)
+		}
 	}
 }
