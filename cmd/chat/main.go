@@ -50,8 +50,15 @@ func run() int {
 		DataDir:  *data,
 		TCPAddr:  *tcpAddr,
 		HTTPAddr: *httpAddr,
-		Mount: func(mux *http.ServeMux) {
-			observer.Mount(mux, n, observer.Options{Token: *obsToken, AllowKill: *obsKill})
+		Mount: func(mux *http.ServeMux, s *chat.Service) {
+			observer.Mount(mux, n, observer.Options{
+				Token:     *obsToken,
+				AllowKill: *obsKill,
+				Sources: []observer.Source{
+					observer.RegistrySource("chat.users", s.Users()),
+					observer.ScopeSource(n, chat.ScopeID),
+				},
+			})
 		},
 	})
 	if err != nil {

@@ -46,7 +46,8 @@ type Config struct {
 	// empty: no HTTP.
 	HTTPAddr string
 	// Mount, if set, adds handlers to the HTTP mux (the observer, say).
-	Mount func(mux *http.ServeMux)
+	// It runs during Start, with the service being started.
+	Mount func(mux *http.ServeMux, s *Service)
 	// Intensity and Period of the root supervisor; zero means the
 	// defaults above.
 	Intensity int
@@ -200,7 +201,7 @@ func (s *Service) listen() error {
 		mux := http.NewServeMux()
 		s.routes(mux)
 		if s.cfg.Mount != nil {
-			s.cfg.Mount(mux)
+			s.cfg.Mount(mux, s)
 		}
 		s.hln = ln
 		s.http = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
