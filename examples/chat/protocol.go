@@ -342,7 +342,7 @@ type jsonReply struct {
 	Text     string    `json:"text,omitempty"`
 	Reason   Reason    `json:"reason,omitempty"`
 	Names    []string  `json:"names,omitempty"`
-	Messages []Message `json:"messages,omitempty"`
+	Messages []Message `json:"messages,omitzero"`
 }
 
 // FormatJSON encodes r for the WebSocket:
