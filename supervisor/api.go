@@ -225,10 +225,8 @@ func (s *sup) which() []ChildInfo {
 		}
 		return out
 	}
-	out := make([]ChildInfo, 0, len(s.byPID)+len(s.dynRestarting))
-	for _, c := range s.byPID {
-		out = append(out, s.info(c))
-	}
+	out := make([]ChildInfo, 0, s.byPID.len()+len(s.dynRestarting))
+	s.byPID.each(func(c *child) { out = append(out, s.info(c)) })
 	slices.SortFunc(out, func(a, b ChildInfo) int {
 		switch {
 		case a.PID.ID() < b.PID.ID():
@@ -247,8 +245,8 @@ func (s *sup) which() []ChildInfo {
 // count counts the children; the caller is the supervisor or holds mu.
 func (s *sup) count() Counts {
 	if s.dynamic {
-		specs := len(s.byPID) + len(s.dynRestarting)
-		k := Counts{Specs: specs, Active: len(s.byPID)}
+		specs := s.byPID.len() + len(s.dynRestarting)
+		k := Counts{Specs: specs, Active: s.byPID.len()}
 		if s.tmpl.Type == Supervisor {
 			k.Supervisors = specs
 		} else {
@@ -256,7 +254,7 @@ func (s *sup) count() Counts {
 		}
 		return k
 	}
-	k := Counts{Specs: len(s.children), Active: len(s.byPID)}
+	k := Counts{Specs: len(s.children), Active: s.byPID.len()}
 	for _, c := range s.children {
 		if c.spec.Type == Supervisor {
 			k.Supervisors++

@@ -56,7 +56,7 @@ func (d DynamicSpec[A]) build() (*sup, error) {
 		intensity:     flags.intensity(),
 		period:        flags.period(),
 		maxChildren:   d.MaxChildren,
-		byPID:         make(map[gotp.PID]*child),
+		byPID:         newPIDMap(0),
 		byID:          map[string]*child{},
 		dynRestarting: make(map[*child]struct{}),
 		dynStart: func(ctx context.Context, sup *gotp.Process, arg any) (gotp.PID, error) {
@@ -126,7 +126,7 @@ func TerminateDynamicChild(ctx context.Context, n *gotp.Node, sup gotp.Dest, pid
 }
 
 func (s *sup) startDynamic(ctx context.Context, arg any) any {
-	if s.maxChildren > 0 && len(s.byPID)+len(s.dynRestarting) >= s.maxChildren {
+	if s.maxChildren > 0 && s.byPID.len()+len(s.dynRestarting) >= s.maxChildren {
 		return ErrMaxChildren
 	}
 	c := &child{spec: s.tmpl, arg: arg}
@@ -148,7 +148,7 @@ func (s *sup) startDynamic(ctx context.Context, arg any) any {
 }
 
 func (s *sup) terminateDynamic(pid gotp.PID) any {
-	c, ok := s.byPID[pid]
+	c, ok := s.byPID.get(pid)
 	if !ok {
 		return ErrNotFound
 	}
@@ -162,16 +162,16 @@ func (s *sup) terminateDynamic(pid gotp.PID) any {
 // when the shutdown time is up are killed.
 func (s *sup) stopDynamic() {
 	s.mu.Lock()
-	kids := make([]gotp.PID, 0, len(s.byPID))
-	for pid, c := range s.byPID {
-		kids = append(kids, pid)
+	kids := make([]gotp.PID, 0, s.byPID.len())
+	s.byPID.each(func(c *child) {
+		kids = append(kids, c.pid)
 		c.pid = gotp.PID{}
 		c.removed = true
-	}
+	})
 	for c := range s.dynRestarting {
 		c.removed = true
 	}
-	clear(s.byPID)
+	s.byPID.clear()
 	clear(s.dynRestarting)
 	s.mu.Unlock()
 	if len(kids) == 0 {

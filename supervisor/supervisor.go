@@ -69,7 +69,7 @@ func newStatic(spec Spec) (*sup, error) {
 		period:    spec.period(),
 		initial:   slices.Clone(spec.Children),
 		byID:      make(map[string]*child, len(spec.Children)),
-		byPID:     make(map[gotp.PID]*child, len(spec.Children)),
+		byPID:     newPIDMap(len(spec.Children)),
 	}, nil
 }
 
@@ -117,7 +117,7 @@ type sup struct {
 	mu            sync.Mutex // guards the fields below for readers other than the supervisor
 	children      []*child   // static children in start order
 	byID          map[string]*child
-	byPID         map[gotp.PID]*child // running children
+	byPID         pidMap              // running children
 	dynRestarting map[*child]struct{} // dynamic children whose restart failed
 	restarts      uint64
 }
@@ -125,6 +125,7 @@ type sup struct {
 // Init starts the declared children in order.
 func (s *sup) Init(ctx context.Context, p *gotp.Process) error {
 	s.p = p
+	s.byPID.node, s.byPID.creation = p.Node().Name(), p.Node().Creation()
 	s.log = p.Node().Logger()
 	s.epoch = time.Now()
 	p.TrapExit(true)
@@ -162,7 +163,7 @@ func (s *sup) Terminate(p *gotp.Process, reason error) {
 func (s *sup) HandleInfo(p *gotp.Process, msg any) error {
 	switch m := msg.(type) {
 	case gotp.Exit:
-		c, ok := s.byPID[m.From]
+		c, ok := s.byPID.get(m.From)
 		if !ok {
 			return nil
 		}
@@ -179,15 +180,19 @@ func (s *sup) HandleInfo(p *gotp.Process, msg any) error {
 func (s *sup) childExited(c *child, reason error) error {
 	old := c.pid
 	s.mu.Lock()
-	delete(s.byPID, old)
+	s.byPID.del(old)
 	c.pid = gotp.PID{}
 	s.mu.Unlock()
 	r := c.spec.Restart
 	restart := r == Permanent || (r == Transient && !gotp.IsNormal(reason))
-	if r == Permanent || !gotp.IsNormal(reason) {
+	if (r == Permanent || !gotp.IsNormal(reason)) && s.log.Enabled(context.Background(), slog.LevelError) {
+		action := "none"
+		if restart {
+			action = "restart"
+		}
 		s.log.Error("supervisor: child terminated",
 			"supervisor", s.label, "child", c.spec.ID, "pid", old, "reason", reason,
-			"restart", r.String(), "action", map[bool]string{true: "restart", false: "none"}[restart])
+			"restart", r.String(), "action", action)
 	}
 	if !restart {
 		if r == Temporary || s.dynamic {
@@ -260,7 +265,7 @@ func (s *sup) restartOne(ctx context.Context, c *child) error {
 		s.p.Send(s.p.Self(), tryAgain{c})
 	case ignored && s.dynamic:
 		s.remove(c)
-	default:
+	case s.log.Enabled(context.Background(), slog.LevelInfo):
 		s.log.Info("supervisor: child restarted",
 			"supervisor", s.label, "child", c.spec.ID, "pid", c.pid, "restarts", old+1)
 	}
@@ -289,7 +294,7 @@ func (s *sup) start(ctx context.Context, c *child) (ignored bool, err error) {
 	c.pid = pid
 	c.restarting = false
 	delete(s.dynRestarting, c)
-	s.byPID[pid] = c
+	s.byPID.put(pid, c)
 	s.mu.Unlock()
 	return false, nil
 }
@@ -335,7 +340,7 @@ func (s *sup) remove(c *child) {
 func (s *sup) stop(c *child) {
 	if pid := c.pid; !pid.IsZero() {
 		s.mu.Lock()
-		delete(s.byPID, pid)
+		s.byPID.del(pid)
 		c.pid = gotp.PID{}
 		s.mu.Unlock()
 		s.shutdown(c.spec.ID, pid, c.spec.shutdown())
