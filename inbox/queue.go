@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -100,6 +101,9 @@ type Queue[T any] struct {
 	clock   Clock
 	notify  bool
 	log     *slog.Logger
+
+	// outcomes counts settled attempts by Outcome (index) and lost leases (index 0).
+	outcomes [Released + 1]atomic.Int64
 
 	mu        sync.Mutex // guards wakers and listener
 	wakers    map[*waker]struct{}
@@ -612,4 +616,16 @@ func (q *Queue[T]) sqliteTx(ctx context.Context, f func(db querier) error) (err 
 		return fmt.Errorf("inbox: %s: commit: %w", q.name, err)
 	}
 	return nil
+}
+
+// Outcomes counts the attempts this queue's subscriptions settled, by outcome ("ack",
+// "retry", "drop", "dead", "release"), and the settlements refused because the lease
+// was lost ("lease_lost"), since the Queue was made. Safe for concurrent use.
+func (q *Queue[T]) Outcomes() map[string]int64 {
+	m := make(map[string]int64, len(q.outcomes))
+	for o := Acked; o <= Released; o++ {
+		m[kindOf(o).String()] = q.outcomes[o].Load()
+	}
+	m["lease_lost"] = q.outcomes[0].Load()
+	return m
 }

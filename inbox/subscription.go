@@ -208,20 +208,38 @@ func (q *Queue[T]) poolSize() int {
 // crash (leased jobs are claimed again once their lease expires); use Stop to end
 // gracefully. A second Start returns ErrStopped.
 func (s *Subscription[T]) Start(ctx context.Context) error {
+	if err := s.begin(); err != nil {
+		return err
+	}
+	if err := s.check(ctx); err != nil {
+		s.fail()
+		return err
+	}
+	s.launch(ctx)
+	return nil
+}
+
+// begin marks the subscription started; a second call returns ErrStopped.
+func (s *Subscription[T]) begin() error {
 	s.mu.Lock()
+	defer s.mu.Unlock()
 	if s.started || s.stopped {
-		s.mu.Unlock()
 		return ErrStopped
 	}
 	s.started = true
+	return nil
+}
+
+// fail ends a subscription whose start failed.
+func (s *Subscription[T]) fail() {
+	s.mu.Lock()
+	s.stopped = true
 	s.mu.Unlock()
-	if err := s.check(ctx); err != nil {
-		s.mu.Lock()
-		s.stopped = true
-		s.mu.Unlock()
-		close(s.done)
-		return err
-	}
+	close(s.done)
+}
+
+// launch starts the goroutines of a checked subscription.
+func (s *Subscription[T]) launch(ctx context.Context) {
 	s.workCtx, s.workCancel = context.WithCancelCause(context.WithoutCancel(ctx))
 	s.stopWatch = context.AfterFunc(ctx, func() { s.workCancel(errAbandon) })
 	s.q.addWaker(s.w)
@@ -265,7 +283,6 @@ func (s *Subscription[T]) Start(ctx context.Context) error {
 		s.workCancel(context.Canceled)
 		close(s.done)
 	}()
-	return nil
 }
 
 // Stop ends the subscription gracefully: it claims no more, waits for jobs in work to
@@ -374,6 +391,12 @@ func (s *Subscription[T]) run(ctx context.Context, id int64, attempt int, payloa
 // observe reports a settled attempt to Observe and the log.
 func (s *Subscription[T]) observe(r Result) {
 	log := s.q.log
+	switch {
+	case r.SettleErr == nil && r.Outcome >= Acked && r.Outcome <= Released:
+		s.q.outcomes[r.Outcome].Add(1)
+	case errors.Is(r.SettleErr, ErrLeaseLost):
+		s.q.outcomes[0].Add(1)
+	}
 	switch {
 	case r.SettleErr != nil && errors.Is(r.SettleErr, ErrLeaseLost):
 		log.Warn("inbox: lease lost; the newer claim's result stands", "table", s.q.name, "id", r.ID, "outcome", r.Outcome.String())
