@@ -26,20 +26,28 @@ import (
 )
 
 func main() {
-	os.Exit(run())
+	os.Exit(run(os.Args[1:]))
 }
 
-func run() int {
+// run is the program with its command-line arguments (without the program
+// name); it returns the exit status: 0 after a clean stop, 1 when the tree
+// gave up or could not start, 2 for bad flags.
+func run(args []string) int {
+	fs := flag.NewFlagSet("chat", flag.ContinueOnError)
 	var (
-		data         = flag.String("data", "./data", "directory of the durable data (history.db)")
-		tcpAddr      = flag.String("tcp", ":4000", "address of the line protocol (empty: none)")
-		httpAddr     = flag.String("http", ":8080", "address of the web page, WebSocket and observer (empty: none)")
-		nodeName     = flag.String("node", "chat", "name of this node (unique in a cluster)")
-		obsToken     = flag.String("observer-token", "", "token the observer requires (empty: none)")
-		obsKill      = flag.Bool("observer-kill", false, "let the observer page kill processes")
-		shutdownWait = flag.Duration("shutdown", 10*time.Second, "how long a clean stop may take")
+		data         = fs.String("data", "./data", "directory of the durable data (history.db)")
+		tcpAddr      = fs.String("tcp", ":4000", "address of the line protocol (empty: none)")
+		httpAddr     = fs.String("http", ":8080", "address of the web page, WebSocket and observer (empty: none)")
+		nodeName     = fs.String("node", "chat", "name of this node (unique in a cluster)")
+		obsToken     = fs.String("observer-token", "", "token the observer requires (empty: none)")
+		obsKill      = fs.Bool("observer-kill", false, "let the observer page kill processes")
+		shutdownWait = fs.Duration("shutdown", 10*time.Second, "how long a clean stop may take")
 	)
-	flag.Parse()
+	if err := fs.Parse(args); err == flag.ErrHelp {
+		return 0
+	} else if err != nil {
+		return 2
+	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
