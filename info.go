@@ -51,12 +51,14 @@ func (p *Process) info() ProcessInfo {
 	in := ProcessInfo{
 		PID:        p.pid,
 		Name:       p.name,
-		Behaviour:  p.behaviour,
 		MailboxLen: int(p.mlen.Load()),
 		Handled:    p.handled.Load(),
 		TrapExit:   p.trap,
 		Started:    time.Unix(0, p.started),
 		Handler:    p.mode == modeHandler,
+	}
+	if p.extra != nil {
+		in.Behaviour = p.extra.behaviour
 	}
 	switch {
 	case p.dead.Load():

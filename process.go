@@ -21,38 +21,64 @@ const (
 // Exit) must be called only from the process itself: from its function's
 // goroutine, or from its handler while it handles a message. Self, Node and
 // Context are safe from any goroutine.
+//
+// The struct is kept small (an idle process's memory is one of gotp's
+// targets): state that few processes need lives in procExtra, made on first
+// use.
 type Process struct {
-	n         *Node
-	pid       PID
-	mode      procMode
-	handler   Handler
-	behaviour string
-	started   int64 // unix nanoseconds
-	handled   atomic.Uint64
-	mlen      atomic.Int64 // mailbox length, for introspection
-	dead      atomic.Bool
-	done      chan struct{} // closed when the process has exited
+	n       *Node
+	pid     PID
+	handler Handler
+	started int64 // unix nanoseconds
+	handled atomic.Uint64
+	mlen    atomic.Int64 // mailbox length, for introspection
+	dead    atomic.Bool
+	mode    procMode
 
 	mu         sync.Mutex // guards the fields below
-	reason     error
 	trap       bool
+	waiting    bool // function mode: the receiver waits on wake
+	running    bool // handler mode: a goroutine handles messages (or Init runs)
+	exited     bool // exit has finished: links signalled, monitors fired
+	reason     error
 	name       string
 	queue      []any         // messages not yet moved to the receiver's buffer
 	wake       chan struct{} // function mode: signals a waiting receiver
-	waiting    bool          // function mode: the receiver waits on wake
-	running    bool          // handler mode: a goroutine handles messages (or Init runs)
 	links      map[PID]struct{}
 	monitors   map[Ref]watcher // monitors of this process
 	monitoring map[Ref]PID     // monitors this process holds
-	ctx        context.Context
-	cancel     context.CancelFunc
-	values     map[any]any // process dictionary, set by behaviours
+	extra      *procExtra      // rarely needed state; nil until first needed
 
 	// Owned by the goroutine that receives (function mode) or handles
 	// (handler mode); never touched by senders.
 	rbuf  []any
 	rhead int
 }
+
+// procExtra holds the state of a process that most processes never need.
+// It is guarded by the process's mu.
+type procExtra struct {
+	behaviour string
+	done      chan struct{} // closed when exit has finished; made by Done
+	ctx       context.Context
+	cancel    context.CancelFunc
+	values    map[any]any // process dictionary, set by behaviours
+}
+
+// extraLocked returns p.extra, making it if needed. p.mu must be held.
+func (p *Process) extraLocked() *procExtra {
+	if p.extra == nil {
+		p.extra = new(procExtra)
+	}
+	return p.extra
+}
+
+// closedChan is returned by Done for a process that has already exited.
+var closedChan = func() chan struct{} {
+	c := make(chan struct{})
+	close(c)
+	return c
+}()
 
 // A Handler handles the messages of a handler-mode process (see
 // Node.SpawnHandler). A handler-mode process has no goroutine while its
@@ -78,7 +104,11 @@ type watcher struct {
 }
 
 // SpawnOption configures Spawn and SpawnHandler.
-type SpawnOption interface{ apply(*spawnConfig) }
+type SpawnOption interface {
+	// apply returns c with the option applied. It takes and returns the
+	// config by value so that reading options does not move it to the heap.
+	apply(c spawnConfig) spawnConfig
+}
 
 type spawnConfig struct {
 	link      PID
@@ -87,26 +117,44 @@ type spawnConfig struct {
 	behaviour string
 }
 
-type optionFunc func(*spawnConfig)
+func configOf(opts []SpawnOption) spawnConfig {
+	var c spawnConfig
+	for _, o := range opts {
+		c = o.apply(c)
+	}
+	return c
+}
 
-func (f optionFunc) apply(c *spawnConfig) { f(c) }
+type linkOption PID
+
+func (o linkOption) apply(c spawnConfig) spawnConfig { c.link = PID(o); return c }
+
+type nameOption string
+
+func (o nameOption) apply(c spawnConfig) spawnConfig { c.name = string(o); return c }
+
+type trapOption bool
+
+func (o trapOption) apply(c spawnConfig) spawnConfig { c.trap = bool(o); return c }
+
+type behaviourOption string
+
+func (o behaviourOption) apply(c spawnConfig) spawnConfig { c.behaviour = string(o); return c }
 
 // LinkTo links the new process to pid before it runs, atomically (Erlang's
 // spawn_link). If pid is not alive, the spawn fails with ErrNoProc.
-func LinkTo(pid PID) SpawnOption { return optionFunc(func(c *spawnConfig) { c.link = pid }) }
+func LinkTo(pid PID) SpawnOption { return linkOption(pid) }
 
 // Named registers the new process under a local name before it runs. If
 // the name is taken the spawn fails with *AlreadyRegisteredError.
-func Named(name string) SpawnOption { return optionFunc(func(c *spawnConfig) { c.name = name }) }
+func Named(name string) SpawnOption { return nameOption(name) }
 
 // TrapExit sets whether the new process traps exits from its start.
-func TrapExit(on bool) SpawnOption { return optionFunc(func(c *spawnConfig) { c.trap = on }) }
+func TrapExit(on bool) SpawnOption { return trapOption(on) }
 
 // Behaviour labels the new process for introspection (for example
 // "server" or "supervisor").
-func Behaviour(label string) SpawnOption {
-	return optionFunc(func(c *spawnConfig) { c.behaviour = label })
-}
+func Behaviour(label string) SpawnOption { return behaviourOption(label) }
 
 // Spawn starts fn as a new process with its own goroutine and returns its
 // PID. The process ends when fn returns, with fn's error as its reason (nil
@@ -118,12 +166,13 @@ func Behaviour(label string) SpawnOption {
 // Spawn fails only when the node is stopping (ErrNodeStopped), when the
 // name of Named is taken, or when the process of LinkTo is not alive.
 func (n *Node) Spawn(fn func(p *Process) error, opts ...SpawnOption) (PID, error) {
-	p, err := n.newProcess(modeFunc, nil, opts)
+	c := configOf(opts)
+	p, err := n.newProcess(modeFunc, nil, &c)
 	if err != nil {
 		return PID{}, err
 	}
 	n.goroutines.add()
-	if err := n.publish(p, opts); err != nil {
+	if err := n.publish(p, &c); err != nil {
 		n.goroutines.done()
 		return PID{}, err
 	}
@@ -138,12 +187,13 @@ func (n *Node) Spawn(fn func(p *Process) error, opts ...SpawnOption) (PID, error
 // error or panics, the process exits with that reason and SpawnHandler
 // returns it. Failures are otherwise those of Spawn.
 func (n *Node) SpawnHandler(h Handler, init func(p *Process) error, opts ...SpawnOption) (PID, error) {
-	p, err := n.newProcess(modeHandler, h, opts)
+	c := configOf(opts)
+	p, err := n.newProcess(modeHandler, h, &c)
 	if err != nil {
 		return PID{}, err
 	}
 	p.running = true // hold messages until init is done
-	if err := n.publish(p, opts); err != nil {
+	if err := n.publish(p, &c); err != nil {
 		return PID{}, err
 	}
 	if init != nil {
@@ -181,23 +231,20 @@ func (p *Process) runInit(init func(p *Process) error) (err error) {
 	return init(p)
 }
 
-func (n *Node) newProcess(mode procMode, h Handler, opts []SpawnOption) (*Process, error) {
+func (n *Node) newProcess(mode procMode, h Handler, c *spawnConfig) (*Process, error) {
 	if n.stopping.Load() {
 		return nil, ErrNodeStopped
 	}
-	var c spawnConfig
-	for _, o := range opts {
-		o.apply(&c)
-	}
 	p := &Process{
-		n:         n,
-		pid:       PID{node: n.name, creation: n.creation, id: n.nextID.Add(1)},
-		mode:      mode,
-		handler:   h,
-		behaviour: c.behaviour,
-		started:   time.Now().UnixNano(),
-		trap:      c.trap,
-		done:      make(chan struct{}),
+		n:       n,
+		pid:     PID{node: n.name, creation: n.creation, id: n.nextID.Add(1)},
+		mode:    mode,
+		handler: h,
+		started: time.Now().UnixNano(),
+		trap:    c.trap,
+	}
+	if c.behaviour != "" {
+		p.extra = &procExtra{behaviour: c.behaviour}
 	}
 	if mode == modeFunc {
 		p.wake = make(chan struct{}, 1)
@@ -207,11 +254,7 @@ func (n *Node) newProcess(mode procMode, h Handler, opts []SpawnOption) (*Proces
 
 // publish makes p visible: named, linked, in the table. On failure p is
 // discarded as if it never existed.
-func (n *Node) publish(p *Process, opts []SpawnOption) error {
-	var c spawnConfig
-	for _, o := range opts {
-		o.apply(&c)
-	}
+func (n *Node) publish(p *Process, c *spawnConfig) error {
 	n.table.put(p)
 	n.count.Add(1)
 	fail := func(err error) error {
@@ -359,17 +402,35 @@ func (p *Process) Node() *Node { return p.n }
 func (p *Process) Context() context.Context {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.ctx == nil {
-		p.ctx, p.cancel = context.WithCancel(context.Background())
+	x := p.extraLocked()
+	if x.ctx == nil {
+		x.ctx, x.cancel = context.WithCancel(context.Background())
 		if p.dead.Load() {
-			p.cancel()
+			x.cancel()
 		}
 	}
-	return p.ctx
+	return x.ctx
 }
 
 // Done returns a channel that is closed when the process has exited.
-func (p *Process) Done() <-chan struct{} { return p.done }
+func (p *Process) Done() <-chan struct{} {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.doneLocked()
+}
+
+// doneLocked returns the channel closed when exit has finished, making it
+// on first use (most processes are never waited for). p.mu must be held.
+func (p *Process) doneLocked() chan struct{} {
+	if p.exited {
+		return closedChan
+	}
+	x := p.extraLocked()
+	if x.done == nil {
+		x.done = make(chan struct{})
+	}
+	return x.done
+}
 
 // Receive returns the next message in the mailbox, waiting for one until
 // ctx ends (it then returns ctx.Err()). If the process has been killed it
@@ -526,10 +587,11 @@ func (p *Process) Register(name string) error { return p.n.register(name, p) }
 // attach what introspection shows. It is safe from any goroutine.
 func (p *Process) SetValue(key, value any) {
 	p.mu.Lock()
-	if p.values == nil {
-		p.values = make(map[any]any)
+	x := p.extraLocked()
+	if x.values == nil {
+		x.values = make(map[any]any)
 	}
-	p.values[key] = value
+	x.values[key] = value
 	p.mu.Unlock()
 }
 
@@ -538,13 +600,16 @@ func (p *Process) SetValue(key, value any) {
 func (p *Process) Value(key any) any {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return p.values[key]
+	if p.extra == nil {
+		return nil
+	}
+	return p.extra.values[key]
 }
 
 // waitDead waits until the process has exited or ctx ends.
 func (p *Process) waitDead(ctx context.Context) error {
 	select {
-	case <-p.done:
+	case <-p.Done():
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()

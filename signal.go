@@ -1,5 +1,7 @@
 package gotp
 
+import "context"
+
 // exit ends the process with reason: it is dead for everyone from here
 // on. It reports whether this call ended it (false if it was already dead).
 func (p *Process) exit(reason error) bool {
@@ -25,7 +27,10 @@ func (p *Process) exit(reason error) bool {
 		default:
 		}
 	}
-	cancel := p.cancel
+	var cancel context.CancelFunc
+	if p.extra != nil {
+		cancel = p.extra.cancel
+	}
 	p.mu.Unlock()
 
 	n := p.n
@@ -56,7 +61,16 @@ func (p *Process) exit(reason error) bool {
 			n.fire(w, Down{Ref: ref, PID: p.pid, Reason: reason})
 		}
 	}
-	close(p.done)
+	p.mu.Lock()
+	p.exited = true
+	var done chan struct{}
+	if p.extra != nil {
+		done = p.extra.done
+	}
+	p.mu.Unlock()
+	if done != nil {
+		close(done)
+	}
 	return true
 }
 
