@@ -186,7 +186,7 @@ func (s *sup) startChild(ctx context.Context, spec ChildSpec) any {
 		}
 		return ErrAlreadyPresent
 	}
-	c := &child{spec: spec}
+	c := &child{spec: &spec}
 	s.mu.Lock()
 	s.children = append(s.children, c)
 	s.byID[spec.ID] = c

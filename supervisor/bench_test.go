@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"runtime"
 	"testing"
 	"time"
 
@@ -131,6 +132,7 @@ type idleChild struct{ server.Defaults }
 func BenchmarkW8DynamicStart(b *testing.B) {
 	const children = 100_000
 	var total time.Duration
+	var mem int64
 	starts := 0
 	for b.Loop() {
 		n := gotp.NewNode(gotp.Options{Name: "bench", Logger: slog.New(slog.DiscardHandler)})
@@ -143,6 +145,7 @@ func BenchmarkW8DynamicStart(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
+		before := heapInUse()
 		t0 := time.Now()
 		for i := range children {
 			if _, err := supervisor.StartDynamicChild(ctx, n, sup, i); err != nil {
@@ -150,12 +153,22 @@ func BenchmarkW8DynamicStart(b *testing.B) {
 			}
 		}
 		total += time.Since(t0)
+		mem += heapInUse() - before
 		starts += children
 		n.Exit(sup, gotp.ErrKill) // brutal teardown, not timed (as the BEAM script)
 		n.Stop(ctx)
 	}
 	b.ReportMetric(float64(starts)/total.Seconds(), "starts/s")
 	b.ReportMetric(float64(total.Nanoseconds())/float64(starts), "ns/start")
+	b.ReportMetric(float64(mem)/float64(starts), "B/child")
+}
+
+// heapInUse returns the live heap after a collection.
+func heapInUse() int64 {
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return int64(ms.HeapAlloc)
 }
 
 // BenchmarkW8DynamicStartBaseline is the floor under a dynamic start: the

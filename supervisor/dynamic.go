@@ -129,7 +129,7 @@ func (s *sup) startDynamic(ctx context.Context, arg any) any {
 	if s.maxChildren > 0 && s.byPID.len()+len(s.dynRestarting) >= s.maxChildren {
 		return ErrMaxChildren
 	}
-	c := &child{spec: s.tmpl, arg: arg}
+	c := &child{spec: &s.tmpl, arg: arg}
 	ignored, err := s.start(ctx, c)
 	switch {
 	case err != nil:

@@ -93,7 +93,7 @@ func TestIntensityReached(t *testing.T) {
 				if n.IsAlive(x) {
 					t.Fatal("sibling still running after the supervisor gave up")
 				}
-				if got := rec.find("supervisor: reached max restart intensity, shutting down"); len(got) != 1 || got[0].attrs["child"] != "w" {
+				if got := rec.find("supervisor: reached max restart intensity, shutting down"); len(got) != 1 || got[0].attrs["child"] != "w" || !errors.Is(got[0].attrs["reason"].(error), gotp.ErrKilled) {
 					t.Fatalf("give-up log: %+v", got)
 				}
 			})

@@ -76,18 +76,21 @@ func newStatic(spec Spec) (*sup, error) {
 // child is one child of a supervisor: a static child with its spec, or a
 // dynamic child with its argument.
 type child struct {
-	spec       ChildSpec // dynamic children: the template (Start is nil)
-	arg        any       // dynamic children: the start argument
-	pid        gotp.PID  // zero when not running
-	restarting bool      // a restart failed; a retry is queued
-	removed    bool      // no longer a child: a queued retry is void
-	restarts   int       // times restarted by the supervisor
+	spec       *ChildSpec // dynamic children: the shared template (Start is nil)
+	arg        any        // dynamic children: the start argument
+	pid        gotp.PID   // zero when not running
+	restarting bool       // a restart failed; a retry is queued
+	removed    bool       // no longer a child: a queued retry is void
+	restarts   int        // times restarted by the supervisor
 }
 
 // tryAgain is the message a supervisor sends itself to retry a failed
 // restart, so that other messages (an exit of its parent, for example)
 // are handled in between, as in OTP.
-type tryAgain struct{ c *child }
+type tryAgain struct {
+	c   *child
+	err error // why the last start failed
+}
 
 // infoKey keys the supervisor in its process dictionary, for Inspect.
 type infoKey struct{}
@@ -136,7 +139,7 @@ func (s *sup) Init(ctx context.Context, p *gotp.Process) error {
 	}
 	p.SetValue(infoKey{}, s)
 	for _, spec := range s.initial {
-		c := &child{spec: spec}
+		c := &child{spec: &spec}
 		s.mu.Lock()
 		s.children = append(s.children, c)
 		s.byID[spec.ID] = c
@@ -172,7 +175,7 @@ func (s *sup) HandleInfo(p *gotp.Process, msg any) error {
 		if m.c.removed || !m.c.restarting {
 			return nil
 		}
-		return s.restart(m.c)
+		return s.restart(m.c, m.err)
 	}
 	return s.Defaults.HandleInfo(p, msg)
 }
@@ -200,16 +203,16 @@ func (s *sup) childExited(c *child, reason error) error {
 		}
 		return nil
 	}
-	return s.restart(c)
+	return s.restart(c, reason)
 }
 
 // restart counts a restart against the intensity and restarts c (and, by
-// the strategy, its siblings). It returns ErrMaxIntensity when the
+// the strategy, its siblings) after it ended with reason. It returns ErrMaxIntensity when the
 // supervisor must give up.
-func (s *sup) restart(c *child) error {
+func (s *sup) restart(c *child, reason error) error {
 	if !s.ring.add(int64(time.Since(s.epoch)), s.intensity, int64(s.period)) {
 		s.log.Error("supervisor: reached max restart intensity, shutting down",
-			"supervisor", s.label, "child", c.spec.ID, "intensity", s.intensity, "period", s.period)
+			"supervisor", s.label, "child", c.spec.ID, "reason", reason, "intensity", s.intensity, "period", s.period)
 		return ErrMaxIntensity
 	}
 	s.mu.Lock()
@@ -262,7 +265,7 @@ func (s *sup) restartOne(ctx context.Context, c *child) error {
 			s.dynRestarting[c] = struct{}{}
 		}
 		s.mu.Unlock()
-		s.p.Send(s.p.Self(), tryAgain{c})
+		s.p.Send(s.p.Self(), tryAgain{c: c, err: err})
 	case ignored && s.dynamic:
 		s.remove(c)
 	case s.log.Enabled(context.Background(), slog.LevelInfo):
