@@ -1,0 +1,427 @@
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+)
+
+// progEnv, when set, makes the test binary run the program itself (run
+// with the binary's arguments) instead of the tests: the tests start the
+// program as a child process this way, with real signals, a real exit
+// status and its real log.
+const progEnv = "GOTP_CHAT_TEST_RUN_PROGRAM"
+
+func TestMain(m *testing.M) {
+	if os.Getenv(progEnv) == "1" {
+		os.Exit(run(os.Args[1:]))
+	}
+	goleak.VerifyTestMain(m)
+}
+
+// program is one run of cmd/chat as a child process.
+type program struct {
+	t    *testing.T
+	cmd  *exec.Cmd
+	log  *logLines
+	done chan struct{} // closed when the child has exited and Wait returned
+	err  error         // Wait's error, once done is closed
+
+	tcp, http string // the addresses it logged
+}
+
+// logLines collects the child's stderr, line by line.
+type logLines struct {
+	mu      sync.Mutex
+	partial []byte
+	lines   []string
+	changed chan struct{} // a token each time a line arrives
+}
+
+func (l *logLines) Write(b []byte) (int, error) {
+	l.mu.Lock()
+	l.partial = append(l.partial, b...)
+	for {
+		i := slices.Index(l.partial, '\n')
+		if i < 0 {
+			break
+		}
+		l.lines = append(l.lines, string(l.partial[:i]))
+		l.partial = l.partial[i+1:]
+	}
+	l.mu.Unlock()
+	select {
+	case l.changed <- struct{}{}:
+	default:
+	}
+	return len(b), nil
+}
+
+func (l *logLines) all() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Clone(l.lines)
+}
+
+// startProgram runs cmd/chat with args and, unless args says otherwise,
+// loopback ports chosen by the kernel; it waits for the addresses it logs.
+func startProgram(t *testing.T, args ...string) *program {
+	t.Helper()
+	p := launch(t, append([]string{"-tcp", "127.0.0.1:0", "-http", "127.0.0.1:0"}, args...)...)
+	tcp := p.waitLog(`msg="chat: line protocol listening" tcp=(\S+)`)
+	web := p.waitLog(`msg="chat: web page listening" http=http://(\S+)/ observer=`)
+	p.tcp, p.http = tcp[1], web[1]
+	return p
+}
+
+// launch runs cmd/chat with exactly args.
+func launch(t *testing.T, args ...string) *program {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], args...)
+	cmd.Env = append(os.Environ(), progEnv+"=1")
+	log := &logLines{changed: make(chan struct{}, 1)}
+	cmd.Stdout = log
+	cmd.Stderr = log
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	p := &program{t: t, cmd: cmd, log: log, done: make(chan struct{})}
+	go func() {
+		p.err = cmd.Wait()
+		close(p.done)
+	}()
+	t.Cleanup(func() {
+		select {
+		case <-p.done:
+		default:
+			cmd.Process.Kill()
+			<-p.done
+		}
+		if t.Failed() {
+			t.Logf("program log:\n%s", strings.Join(log.all(), "\n"))
+		}
+	})
+	return p
+}
+
+// waitLog waits for a log line matching re and returns its submatches.
+func (p *program) waitLog(re string) []string {
+	p.t.Helper()
+	rx := regexp.MustCompile(re)
+	deadline := time.After(30 * time.Second)
+	for {
+		for _, l := range p.log.all() {
+			if m := rx.FindStringSubmatch(l); m != nil {
+				return m
+			}
+		}
+		select {
+		case <-p.log.changed:
+		case <-p.done:
+			for _, l := range p.log.all() {
+				if m := rx.FindStringSubmatch(l); m != nil {
+					return m
+				}
+			}
+			p.t.Fatalf("the program exited (%v) without logging %s", p.err, re)
+		case <-deadline:
+			p.t.Fatalf("no log line %s", re)
+		}
+	}
+}
+
+// exit waits for the program to end and returns its exit status.
+func (p *program) exit() int {
+	p.t.Helper()
+	select {
+	case <-p.done:
+	case <-time.After(30 * time.Second):
+		p.t.Fatal("the program did not exit")
+	}
+	return p.cmd.ProcessState.ExitCode()
+}
+
+func (p *program) signal(sig os.Signal) {
+	p.t.Helper()
+	if err := p.cmd.Process.Signal(sig); err != nil {
+		p.t.Fatal(err)
+	}
+}
+
+// httpClient returns a client with a transport of its own, closed at the
+// end of the test (goleak would see its idle connections otherwise).
+func httpClient(t *testing.T) *http.Client {
+	tr := &http.Transport{}
+	t.Cleanup(tr.CloseIdleConnections)
+	return &http.Client{Transport: tr, Timeout: 10 * time.Second}
+}
+
+func get(t *testing.T, c *http.Client, u string) (int, string) {
+	t.Helper()
+	resp, err := c.Get(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.StatusCode, string(b)
+}
+
+// lineClient speaks the TCP line protocol.
+type lineClient struct {
+	t  *testing.T
+	c  net.Conn
+	rd *bufio.Reader
+}
+
+func dialLine(t *testing.T, addr string) *lineClient {
+	t.Helper()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return &lineClient{t: t, c: c, rd: bufio.NewReader(c)}
+}
+
+func (c *lineClient) line() string {
+	c.t.Helper()
+	c.c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	s, err := c.rd.ReadString('\n')
+	if err != nil {
+		c.t.Fatalf("read: %v (%q)", err, s)
+	}
+	return strings.TrimSuffix(s, "\n")
+}
+
+func (c *lineClient) expect(cmd, want string) {
+	c.t.Helper()
+	if _, err := c.c.Write([]byte(cmd + "\n")); err != nil {
+		c.t.Fatal(err)
+	}
+	if got := c.line(); got != want {
+		c.t.Fatalf("%s → %q, want %q", cmd, got, want)
+	}
+}
+
+// snapshot is the part of the observer's JSON the tests read.
+type snapshot struct {
+	Processes []struct {
+		PID    string `json:"pid"`
+		Name   string `json:"name"`
+		Status string `json:"status"`
+	} `json:"processes"`
+	Supervisors []struct {
+		PID      string `json:"pid"`
+		Name     string `json:"name"`
+		Children []struct {
+			ID  string `json:"id"`
+			PID string `json:"pid"`
+		} `json:"children"`
+	} `json:"supervisors"`
+}
+
+func (p *program) snapshot(c *http.Client) (snapshot, error) {
+	var s snapshot
+	resp, err := c.Get("http://" + p.http + "/observer/api/snapshot")
+	if err != nil {
+		return s, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return s, fmt.Errorf("snapshot: %s", resp.Status)
+	}
+	return s, json.NewDecoder(resp.Body).Decode(&s)
+}
+
+// pidOf returns the PID of the process registered as name, or "".
+func (s snapshot) pidOf(name string) string {
+	for _, p := range s.Processes {
+		if p.Name == name {
+			return p.PID
+		}
+	}
+	return ""
+}
+
+func TestProgramServesAndStopsCleanly(t *testing.T) {
+	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGINT} {
+		t.Run(sig.String(), func(t *testing.T) {
+			dir := filepath.Join(t.TempDir(), "fresh", "data") // does not exist yet
+			p := startProgram(t, "-data", dir)
+			hc := httpClient(t)
+
+			// TCP: two users talk.
+			ana, bob := dialLine(t, p.tcp), dialLine(t, p.tcp)
+			ana.expect("CONNECT ana", "OK")
+			bob.expect("CONNECT bob", "OK")
+			ana.expect("SEND bob hi from the program test", "SENT bob")
+			if got := bob.line(); got != "MSG ana hi from the program test" {
+				t.Fatalf("bob got %q", got)
+			}
+			ana.expect("WHO", "ONLINE 2 ana bob")
+
+			// HTTP: the page, and the observer with the tree.
+			if code, body := get(t, hc, "http://"+p.http+"/"); code != http.StatusOK || !strings.Contains(body, "/ws") {
+				t.Fatalf("GET / = %d %.80q", code, body)
+			}
+			if code, body := get(t, hc, "http://"+p.http+"/observer/"); code != http.StatusOK || !strings.Contains(body, "chat.root") {
+				t.Fatalf("GET /observer/ = %d, chat.root shown: %v", code, strings.Contains(body, "chat.root"))
+			}
+			s, err := p.snapshot(hc)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, name := range []string{"chat.root", "chat.online", "chat.history", "chat.connections"} {
+				if s.pidOf(name) == "" {
+					t.Errorf("observer snapshot has no process %s", name)
+				}
+			}
+			if _, err := os.Stat(filepath.Join(dir, "history.db")); err != nil {
+				t.Fatalf("history store: %v", err)
+			}
+
+			p.signal(sig)
+			if code := p.exit(); code != 0 {
+				t.Fatalf("exit status %d after %v, want 0", code, sig)
+			}
+			logs := p.log.all()
+			p.waitLog(`msg="chat: stopping"`)
+			p.waitLog(`msg="chat: stopped"`)
+			for _, l := range logs {
+				if strings.Contains(l, "level=ERROR") || strings.Contains(l, "panic") || strings.Contains(l, "DATA RACE") {
+					t.Errorf("unclean log line: %s", l)
+				}
+			}
+			// The clients saw their connections closed.
+			bob.c.SetReadDeadline(time.Now().Add(10 * time.Second))
+			if l, err := bob.rd.ReadString('\n'); err == nil {
+				t.Fatalf("bob read %q after the program stopped", l)
+			}
+
+			// The seed's restart scenario, at the program's level: a new run
+			// on the same data directory still has the history.
+			p2 := startProgram(t, "-data", dir)
+			bob2 := dialLine(t, p2.tcp)
+			bob2.expect("CONNECT bob", "OK")
+			bob2.expect("HISTORY ana", "HISTORY 1")
+			if got := bob2.line(); got != "ana hi from the program test" {
+				t.Fatalf("history after the restart: %q", got)
+			}
+			p2.signal(syscall.SIGTERM)
+			if code := p2.exit(); code != 0 {
+				t.Fatalf("second run: exit status %d, want 0", code)
+			}
+		})
+	}
+}
+
+// A failure that repeats beyond the root's intensity ends the program with
+// status 1 and a clear log line, rather than leaving it half-dead.
+func TestProgramGivesUpWhenFailuresRepeat(t *testing.T) {
+	p := startProgram(t, "-data", t.TempDir(), "-observer-kill")
+	hc := httpClient(t)
+	kill := func(pid string) {
+		t.Helper()
+		resp, err := hc.PostForm("http://"+p.http+"/observer/api/kill", url.Values{"pid": {pid}})
+		if err != nil {
+			t.Fatalf("kill %s: %v", pid, err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), pid) {
+			t.Fatalf("kill %s: %d %s", pid, resp.StatusCode, body)
+		}
+	}
+	// Intensity 3 in 5 s: three kills are restarted, the fourth is one
+	// too many.
+	var last string
+	for i := range 4 {
+		var pid string
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			s, err := p.snapshot(hc)
+			if err != nil {
+				t.Fatalf("kill %d: snapshot: %v", i, err)
+			}
+			if pid = s.pidOf("chat.online"); pid != "" && pid != last {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("kill %d: no new chat.online process (last %s)", i, last)
+			}
+			time.Sleep(10 * time.Millisecond) // the restart has no signal outside the process
+		}
+		kill(pid)
+		last = pid
+	}
+	if code := p.exit(); code != 1 {
+		t.Fatalf("exit status %d, want 1", code)
+	}
+	m := p.waitLog(`level=ERROR msg="chat: giving up" err="(.*)"`)
+	if !strings.Contains(m[1], "intensity") {
+		t.Fatalf("the giving-up line does not say why: %s", m[0])
+	}
+	if slices.ContainsFunc(p.log.all(), func(l string) bool { return strings.Contains(l, `msg="chat: stopped"`) }) {
+		t.Fatal(`"chat: stopped" logged by a program that gave up`)
+	}
+}
+
+func TestProgramBadStart(t *testing.T) {
+	t.Run("flag", func(t *testing.T) {
+		p := launch(t, "-no-such-flag")
+		if code := p.exit(); code != 2 {
+			t.Fatalf("exit status %d, want 2", code)
+		}
+		p.waitLog(`flag provided but not defined: -no-such-flag`)
+	})
+	t.Run("help", func(t *testing.T) {
+		p := launch(t, "-h")
+		if code := p.exit(); code != 0 {
+			t.Fatalf("exit status %d, want 0", code)
+		}
+		p.waitLog(`-observer-kill`)
+	})
+	t.Run("port in use", func(t *testing.T) {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ln.Close()
+		p := launch(t, "-data", t.TempDir(), "-tcp", ln.Addr().String(), "-http", "127.0.0.1:0")
+		if code := p.exit(); code != 1 {
+			t.Fatalf("exit status %d, want 1", code)
+		}
+		p.waitLog(`level=ERROR msg="chat: cannot start" err=".*listen tcp.*address already in use`)
+	})
+	t.Run("data dir is a file", func(t *testing.T) {
+		f := filepath.Join(t.TempDir(), "file")
+		if err := os.WriteFile(f, nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		p := launch(t, "-data", f, "-tcp", "127.0.0.1:0", "-http", "127.0.0.1:0")
+		if code := p.exit(); code != 1 {
+			t.Fatalf("exit status %d, want 1", code)
+		}
+		p.waitLog(`level=ERROR msg="chat: cannot start" err=.*data directory`)
+	})
+}
