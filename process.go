@@ -497,9 +497,16 @@ func (p *Process) receive(ctx context.Context, match func(any) bool) (any, error
 		}
 		p.waiting = true
 		p.mu.Unlock()
+		done := ctx.Done()
+		if done == nil {
+			// A context that never ends (context.Background): a plain
+			// channel receive parks and wakes faster than a select.
+			<-p.wake
+			continue
+		}
 		select {
 		case <-p.wake:
-		case <-ctx.Done():
+		case <-done:
 			p.mu.Lock()
 			p.waiting = false
 			p.mu.Unlock()
