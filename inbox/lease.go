@@ -70,7 +70,7 @@ func (s *Subscription[T]) leaseLoop(ctx context.Context, l *lane) {
 	n := l.max
 	inflight := make(map[int64]*leased, n)
 	canClaim := true
-	stopping := false
+	stopping, drained := false, false
 	stopClaim := s.stopClaim
 	poll := time.NewTimer(s.o.PollInterval)
 	defer poll.Stop()
@@ -129,6 +129,20 @@ func (s *Subscription[T]) leaseLoop(ctx context.Context, l *lane) {
 				}
 			}
 			linger.Stop()
+		}
+		if stopping && !drained {
+			// Prefetched jobs no worker has started go back at once.
+			drained = true
+		undispatch:
+			for {
+				select {
+				case j := <-l.jobs:
+					j.cancel(nil)
+					batch = append(batch, settlement{j: j, d: decision{out: Released}})
+				default:
+					break undispatch
+				}
+			}
 		}
 		if context.Cause(s.workCtx) == errRelease {
 			// Stop's deadline passed: settle what finished, release the rest as it returns.
