@@ -3,6 +3,7 @@ package gotp_test
 import (
 	"errors"
 	"slices"
+	"sync/atomic"
 	"testing"
 
 	"github.com/gotp/gotp"
@@ -152,5 +153,56 @@ func TestRegisterDeadOrUnknown(t *testing.T) {
 	}
 	if _, ok := n.Whereis("z"); ok {
 		t.Fatal("a failed Register took the name")
+	}
+}
+
+// A spawn that fails (here: its name is taken) must not leave anything
+// hanging on the PID it briefly had: a monitor made on that PID while the
+// spawn was failing still fires.
+func TestFailedSpawnFiresMonitorsOfItsPID(t *testing.T) {
+	n := newNode(t)
+	waiter(t, n, gotp.Named("taken"))
+	h := gotp.HandlerFunc(func(*gotp.Process, any) (bool, error) { return false, nil })
+	var lost int
+	for range 2000 {
+		probe, err := n.SpawnHandler(h, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		next := gotp.NewPID(n.Name(), n.Creation(), probe.ID()+1)
+		stop, running := make(chan struct{}), make(chan struct{})
+		calls := make(chan int, 1)
+		go func() {
+			var made, fired atomic.Int64
+			for i := 0; ; i++ {
+				if i == 10 {
+					close(running)
+				}
+				select {
+				case <-stop:
+					// The failed spawn is over: every monitor has fired.
+					calls <- int(made.Load() - fired.Load())
+					return
+				default:
+				}
+				made.Add(1)
+				n.MonitorFunc(next, func(d gotp.Down) {
+					if d.Reason != gotp.ErrNoProc {
+						t.Errorf("Down reason %v, want ErrNoProc", d.Reason)
+					}
+					fired.Add(1)
+				})
+			}
+		}()
+		<-running
+		if _, err := n.Spawn(noop, gotp.Named("taken")); err == nil {
+			t.Fatal("spawn under a taken name succeeded")
+		}
+		close(stop)
+		lost += recv(t, calls)
+		n.Exit(probe, gotp.ErrKill)
+	}
+	if lost > 0 {
+		t.Fatalf("%d monitors of a failed spawn's PID never fired", lost)
 	}
 }

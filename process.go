@@ -252,15 +252,15 @@ func (n *Node) newProcess(mode procMode, h Handler, c *spawnConfig) (*Process, e
 	return p, nil
 }
 
-// publish makes p visible: named, linked, in the table. On failure p is
-// discarded as if it never existed.
+// publish makes p visible: named, linked, in the table. On failure p never
+// runs. It was in the table meanwhile, so someone may have monitored or
+// linked its PID: it exits with ErrNoProc, as a process that did not exist,
+// which fires those monitors and links and frees its name.
 func (n *Node) publish(p *Process, c *spawnConfig) error {
 	n.table.put(p)
 	n.count.Add(1)
 	fail := func(err error) error {
-		n.table.delete(p.pid.id)
-		n.count.Add(-1)
-		p.dead.Store(true)
+		p.exit(ErrNoProc)
 		return err
 	}
 	if n.stopping.Load() { // Stop may have listed the table before put
@@ -273,9 +273,6 @@ func (n *Node) publish(p *Process, c *spawnConfig) error {
 	}
 	if !c.link.IsZero() {
 		if err := p.link(c.link); err != nil {
-			if c.name != "" {
-				n.unregisterProcName(c.name, p)
-			}
 			return fail(err)
 		}
 	}
