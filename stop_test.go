@@ -266,3 +266,49 @@ func TestTwoNodesAreIndependent(t *testing.T) {
 		t.Fatalf("a message crossed incarnations (pc %v, pb %v)", pc, pb)
 	}
 }
+
+// Spawns, sends and timers racing Stop: every spawn either fails with
+// ErrNodeStopped or makes a process that Stop ends, and nothing is left.
+func TestSpawnRacingStop(t *testing.T) {
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	for range 20 {
+		n := gotp.NewNode(gotp.Options{})
+		h := gotp.HandlerFunc(func(*gotp.Process, any) (bool, error) { return false, nil })
+		var wg sync.WaitGroup
+		for g := range 4 {
+			wg.Go(func() {
+				for {
+					var pid gotp.PID
+					var err error
+					if g%2 == 0 {
+						pid, err = n.Spawn(func(p *gotp.Process) error {
+							_, err := p.Receive(context.Background())
+							return err
+						}, gotp.TrapExit(g == 2))
+					} else {
+						pid, err = n.SpawnHandler(h, nil)
+					}
+					if errors.Is(err, gotp.ErrNodeStopped) {
+						return
+					}
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					n.Send(pid, "work")
+					n.SendAfter(time.Millisecond, pid, "later")
+				}
+			})
+		}
+		if err := n.Stop(stopCtx(t)); err != nil {
+			t.Fatal(err)
+		}
+		wg.Wait()
+		if err := n.Stop(stopCtx(t)); err != nil {
+			t.Fatal(err)
+		}
+		if c := n.ProcessCount(); c != 0 {
+			t.Fatalf("%d processes outlived Stop", c)
+		}
+	}
+}
