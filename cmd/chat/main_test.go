@@ -230,14 +230,34 @@ type snapshot struct {
 		Name   string `json:"name"`
 		Status string `json:"status"`
 	} `json:"processes"`
-	Supervisors []struct {
-		PID      string `json:"pid"`
-		Name     string `json:"name"`
-		Children []struct {
-			ID  string `json:"id"`
-			PID string `json:"pid"`
-		} `json:"children"`
-	} `json:"supervisors"`
+	Supervisors []supTree `json:"supervisors"`
+}
+
+type supTree struct {
+	PID      string `json:"pid"`
+	Name     string `json:"name"`
+	Children []struct {
+		ID  string   `json:"id"`
+		PID string   `json:"pid"`
+		Sub *supTree `json:"sub"`
+	} `json:"children"`
+}
+
+// find returns the tree of the supervisor named name, at any depth.
+func find(trees []supTree, name string) *supTree {
+	for i := range trees {
+		if trees[i].Name == name {
+			return &trees[i]
+		}
+		for _, c := range trees[i].Children {
+			if c.Sub != nil {
+				if t := find([]supTree{*c.Sub}, name); t != nil {
+					return t
+				}
+			}
+		}
+	}
+	return nil
 }
 
 func (p *program) snapshot(c *http.Client) (snapshot, error) {

@@ -1,0 +1,268 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+)
+
+// The browser tests drive headless Chromium (Debian's chromium package,
+// which .ci/run installs) against the program run as a child process. They
+// are skipped when no Chromium is found; GOTP_CHROMIUM names another
+// binary.
+
+// chromium returns the path of the browser, or skips the test.
+func chromium(t *testing.T) string {
+	t.Helper()
+	if p := os.Getenv("GOTP_CHROMIUM"); p != "" {
+		return p
+	}
+	for _, name := range []string{"/usr/bin/chromium", "chromium", "chromium-browser"} {
+		if p, err := exec.LookPath(name); err == nil {
+			return p
+		}
+	}
+	t.Skip("no Chromium installed (apt-get install chromium, or set GOTP_CHROMIUM)")
+	return ""
+}
+
+// browser starts a headless Chromium with a fresh profile and returns the
+// context of its first tab; the browser is closed, and waited for, at the
+// end of the test.
+func browser(t *testing.T) context.Context {
+	t.Helper()
+	opts := []chromedp.ExecAllocatorOption{
+		chromedp.ExecPath(chromium(t)),
+		chromedp.Headless,
+		chromedp.NoSandbox,
+		chromedp.DisableGPU,
+		chromedp.NoFirstRun,
+		chromedp.NoDefaultBrowserCheck,
+		chromedp.Flag("disable-quic", true),
+		chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true),
+		chromedp.Flag("disable-dev-shm-usage", true),
+		chromedp.Flag("disable-background-timer-throttling", true),
+		chromedp.Flag("disable-renderer-backgrounding", true),
+		chromedp.Flag("disable-backgrounding-occluded-windows", true),
+		chromedp.UserDataDir(t.TempDir()),
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	actx, acancel := chromedp.NewExecAllocator(ctx, opts...)
+	bctx, bcancel := chromedp.NewContext(actx)
+	t.Cleanup(func() {
+		bcancel()
+		acancel() // waits for the browser to exit
+		cancel()
+	})
+	if err := chromedp.Do(bctx); err != nil {
+		t.Fatalf("start chromium: %v", err)
+	}
+	return bctx
+}
+
+// newTab opens another tab in the browser of ctx.
+func newTab(t *testing.T, ctx context.Context) context.Context {
+	t.Helper()
+	tctx, cancel := chromedp.NewContext(ctx)
+	t.Cleanup(cancel)
+	if err := chromedp.Do(tctx); err != nil {
+		t.Fatalf("new tab: %v", err)
+	}
+	return tctx
+}
+
+// runActions runs actions, failing the test with what if one fails.
+func runActions(t *testing.T, ctx context.Context, what string, actions ...chromedp.Action[chromedp.Void]) {
+	t.Helper()
+	if err := chromedp.Do(ctx, actions...); err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+}
+
+// waitJS polls a JavaScript expression until it is true.
+func waitJS(expr string) chromedp.Action[chromedp.Void] {
+	return chromedp.Poll[chromedp.Void](expr, chromedp.WithPollingTimeout(20*time.Second), chromedp.WithPollingInterval(50*time.Millisecond))
+}
+
+// logHas is a JS expression: the chat page's log has a line equal to line.
+func logHas(line string) string {
+	return fmt.Sprintf(`Array.from(document.querySelectorAll('#log div')).some(d => d.textContent === %s)`, strconv.Quote(line))
+}
+
+func text(t *testing.T, ctx context.Context, sel string) string {
+	t.Helper()
+	s, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(sel)))
+	if err != nil {
+		t.Fatalf("text of %s: %v", sel, err)
+	}
+	return s
+}
+
+// eval evaluates a JavaScript expression into a T.
+func eval[T any](t *testing.T, ctx context.Context, expr string) T {
+	t.Helper()
+	v, err := chromedp.Run(ctx, chromedp.Evaluate[T](expr))
+	if err != nil {
+		t.Fatalf("evaluate %s: %v", expr, err)
+	}
+	return v
+}
+
+// TestBrowserChat: two users in two tabs of the chat page; one sends, the
+// other sees it arrive; a room message reaches both; history shows both.
+func TestBrowserChat(t *testing.T) {
+	chromium(t)
+	p := startProgram(t, "-data", t.TempDir())
+	page := "http://" + p.http + "/"
+	ana := browser(t)
+	bob := newTab(t, ana)
+
+	connect := func(ctx context.Context, name string) {
+		t.Helper()
+		runActions(t, ctx, "connect "+name,
+			chromedp.Navigate(page),
+			chromedp.WaitVisible(chromedp.CSS(`#name`)),
+			chromedp.SendKeys(chromedp.CSS(`#name`), name),
+			chromedp.Click(chromedp.CSS(`#connect button`)),
+			waitJS(logHas("connected as "+name)),
+		)
+	}
+	connect(ana, "ana")
+	connect(bob, "bob")
+	// bob's page asked WHO when it connected: ana is listed.
+	runActions(t, bob, "bob sees ana online",
+		waitJS(`Array.from(document.querySelectorAll('#online li')).map(li => li.textContent).join(',') === 'ana,bob'`))
+
+	runActions(t, ana, "ana sends",
+		chromedp.SendKeys(chromedp.CSS(`#to`), "bob"),
+		chromedp.SendKeys(chromedp.CSS(`#text`), "hello from a browser 👋"),
+		chromedp.Click(chromedp.CSS(`#send button`)),
+		waitJS(logHas("→ bob: hello from a browser 👋")),
+	)
+	runActions(t, bob, "bob receives", waitJS(logHas("ana: hello from a browser 👋")))
+
+	// Rooms: both join, bob says, both see it.
+	for _, ctx := range []context.Context{ana, bob} {
+		runActions(t, ctx, "join",
+			chromedp.SendKeys(chromedp.CSS(`#room`), "lobby"),
+			chromedp.Click(chromedp.CSS(`#join button`)),
+			waitJS(`document.querySelector('#rooms').textContent.includes('#lobby')`),
+		)
+	}
+	runActions(t, bob, "bob says",
+		chromedp.SetValue(chromedp.CSS(`#to`), "#lobby"),
+		chromedp.SendKeys(chromedp.CSS(`#text`), "hi room"),
+		chromedp.Click(chromedp.CSS(`#send button`)),
+		waitJS(logHas("#lobby bob: hi room")),
+	)
+	runActions(t, ana, "ana sees the room message", waitJS(logHas("#lobby bob: hi room")))
+
+	// History from bob's side.
+	runActions(t, bob, "history",
+		chromedp.SendKeys(chromedp.CSS(`#with`), "ana"),
+		chromedp.Click(chromedp.CSS(`#history button`)),
+		waitJS(logHas("history with ana (1)")),
+		waitJS(logHas("  ana: hello from a browser 👋")),
+	)
+	// No errors were shown on either page.
+	for name, ctx := range map[string]context.Context{"ana": ana, "bob": bob} {
+		errs := eval[[]string](t, ctx, `Array.from(document.querySelectorAll('#log .err')).map(d => d.textContent)`)
+		if len(errs) != 0 {
+			t.Errorf("%s's page shows errors: %q", name, errs)
+		}
+	}
+}
+
+// TestBrowserObserver: the observer page of a running cmd/chat shows the
+// root supervisor and its three children; a TCP user's connection process
+// appears, its kill button ends it, and it disappears from the page.
+func TestBrowserObserver(t *testing.T) {
+	chromium(t)
+	p := startProgram(t, "-data", t.TempDir(), "-observer-kill")
+	ctx := browser(t)
+	runActions(t, ctx, "open the observer",
+		chromedp.Navigate("http://"+p.http+"/observer/"),
+		chromedp.WaitVisible(chromedp.CSS(`#trees`)),
+	)
+	// The tree: chat.root with online, history and connections, each with a PID.
+	tree := eval[[]map[string]string](t, ctx, `
+		Array.from(document.querySelectorAll('#trees > li.sup')).map(li => ({
+			root: li.querySelector(':scope > b').textContent,
+			children: Array.from(li.querySelectorAll(':scope > ul > li.child')).map(c => c.dataset.id + '=' + c.dataset.pid).join(' '),
+		}))`)
+	var root map[string]string
+	for _, r := range tree {
+		if strings.HasPrefix(r["root"], "chat.root ") {
+			root = r
+		}
+	}
+	if root == nil {
+		t.Fatalf("no chat.root tree on the page: %v", tree)
+	}
+	kids := strings.Fields(root["children"])
+	if len(kids) != 3 {
+		t.Fatalf("chat.root children %q, want online, history, connections", kids)
+	}
+	for i, id := range []string{"online", "history", "connections"} {
+		k, pid, _ := strings.Cut(kids[i], "=")
+		if k != id || !strings.HasPrefix(pid, "<") {
+			t.Fatalf("chat.root child %d = %q, want %s with a PID", i, kids[i], id)
+		}
+	}
+	// The process table lists them by name.
+	table := text(t, ctx, `#processes`)
+	for _, name := range []string{"chat.root", "chat.online", "chat.history", "chat.connections"} {
+		if !strings.Contains(table, name) {
+			t.Errorf("process table lacks %s", name)
+		}
+	}
+
+	// A TCP user connects: its connection process shows up under
+	// chat.connections once the page refreshes itself.
+	carol := dialLine(t, p.tcp)
+	carol.expect("CONNECT carol", "OK")
+	s, err := p.snapshot(httpClient(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var conn string
+	if sup := find(s.Supervisors, "chat.connections"); sup != nil && len(sup.Children) == 1 {
+		conn = sup.Children[0].PID
+	}
+	if conn == "" {
+		t.Fatalf("no connection process under chat.connections: %+v", s.Supervisors)
+	}
+	row := fmt.Sprintf(`#processes tr[data-pid=%s]`, strconv.Quote(conn))
+	button := fmt.Sprintf(`button.kill[data-pid=%s]`, strconv.Quote(conn))
+	runActions(t, ctx, "the connection appears",
+		waitJS(fmt.Sprintf(`document.querySelector(%s) !== null`, strconv.Quote(row))),
+		waitJS(fmt.Sprintf(`document.querySelector(%s) !== null`, strconv.Quote(button))),
+		chromedp.Click(chromedp.CSS(button)),
+	)
+	runActions(t, ctx, "the connection disappears",
+		waitJS(fmt.Sprintf(`document.querySelector(%s) === null && document.querySelector('#trees li.child[data-pid=%s]') === null`, strconv.Quote(row), strconv.Quote(conn))),
+	)
+	// Killed for real: carol's client sees its connection closed, and the
+	// rest of the tree is still there.
+	carol.c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if l, err := carol.rd.ReadString('\n'); err == nil {
+		t.Fatalf("carol read %q after her connection was killed", l)
+	}
+	table = text(t, ctx, `#processes`)
+	for _, name := range []string{"chat.root", "chat.online", "chat.history", "chat.connections"} {
+		if !strings.Contains(table, name) {
+			t.Errorf("after the kill, the process table lacks %s", name)
+		}
+	}
+	p.waitLog(`msg="observer: killing a process on request" pid=` + regexp.QuoteMeta(conn))
+}
