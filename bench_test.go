@@ -6,11 +6,16 @@ package gotp_test
 //
 //	go test -run '^$' -bench 'W6|W7|Baseline' -count 5 .
 //
-// The idle-memory benchmarks build 100,000 processes per iteration and
-// report bytes per process as a metric; their ns/op is not meaningful.
+// The idle-memory benchmarks build 100,000 processes per iteration, each in
+// a fresh child process, and report bytes per process as metrics; their
+// ns/op is not meaningful. -benchtime 3x runs three children.
 
 import (
+	"bytes"
 	"context"
+	"fmt"
+	"os"
+	"os/exec"
 	"runtime"
 	"sync"
 	"testing"
@@ -70,54 +75,68 @@ func BenchmarkBaselineGoroutineSpawnExit(b *testing.B) {
 
 const idleProcs = 100_000
 
-// memNow returns heap-in-use plus stack-in-use, and Sys, after a GC.
-func memNow() (inuse, sys uint64) {
-	runtime.GC()
-	runtime.GC()
-	var m runtime.MemStats
-	runtime.ReadMemStats(&m)
-	return m.HeapInuse + m.StackInuse, m.Sys
-}
+// The idle-memory benchmarks measure in a fresh child process (this test
+// binary, running TestIdleChild): Go never frees a goroutine's descriptor,
+// and keeps dead goroutines' stacks for reuse, so what earlier benchmarks
+// left behind would make the deltas here meaningless.
+const idleChildEnv = "GOTP_BENCH_IDLE_CHILD"
 
-// idleBytes measures what count idle things cost: spawn builds them and
-// returns once they are all idle, teardown ends them.
-func idleBytes(b *testing.B, count int, spawn func(count int), teardown func()) {
-	var inuse, sys float64
+// idleBytes runs the child b.N times and reports its figures.
+func idleBytes(b *testing.B, kind string) {
+	var inuse, heap, stack float64
 	for range b.N {
-		b.StopTimer()
-		in0, sys0 := memNow()
-		b.StartTimer()
-		spawn(count)
-		b.StopTimer()
-		in1, sys1 := memNow()
-		inuse += float64(int64(in1)-int64(in0)) / float64(count)
-		sys += float64(int64(sys1)-int64(sys0)) / float64(count)
-		teardown()
-		b.StartTimer()
+		cmd := exec.Command(os.Args[0], "-test.run=^TestIdleChild$", "-test.count=1")
+		cmd.Env = append(os.Environ(), idleChildEnv+"="+kind)
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			b.Fatalf("child: %v\n%s", err, out)
+		}
+		var h, s float64
+		i := bytes.Index(out, []byte("idle-bytes "))
+		if i < 0 {
+			b.Fatalf("child printed no figures:\n%s", out)
+		}
+		if _, err := fmt.Sscanf(string(out[i:]), "idle-bytes %g %g", &h, &s); err != nil {
+			b.Fatalf("child output: %v\n%s", err, out)
+		}
+		heap += h
+		stack += s
+		inuse += h + s
 	}
-	b.ReportMetric(inuse/float64(b.N), "inuse-bytes/proc")
-	b.ReportMetric(sys/float64(b.N), "sys-bytes/proc")
+	b.ReportMetric(inuse/float64(b.N), "bytes/proc")
+	b.ReportMetric(heap/float64(b.N), "heap-bytes/proc")
+	b.ReportMetric(stack/float64(b.N), "stack-bytes/proc")
 }
 
-// BenchmarkW6IdleProcessBytes: 100,000 function processes waiting in
-// Receive (with context.Background, as Erlang's receive without after).
-func BenchmarkW6IdleProcessBytes(b *testing.B) {
-	var n *gotp.Node
-	idleBytes(b, idleProcs, func(count int) {
-		n = gotp.NewNode(gotp.Options{Name: "bench"})
-		var ready sync.WaitGroup
-		ready.Add(count)
-		for range count {
-			_, err := n.Spawn(func(p *gotp.Process) error {
-				ready.Done()
+// TestIdleChild is the child of the idle-memory benchmarks; it does nothing
+// unless run by one of them. It builds idleProcs idle things of one kind
+// and prints the growth of HeapInuse and StackInuse per thing.
+func TestIdleChild(t *testing.T) {
+	kind := os.Getenv(idleChildEnv)
+	if kind == "" {
+		t.Skip("run by the idle-memory benchmarks")
+	}
+	memNow := func() runtime.MemStats {
+		runtime.GC()
+		runtime.GC()
+		var m runtime.MemStats
+		runtime.ReadMemStats(&m)
+		return m
+	}
+	n := gotp.NewNode(gotp.Options{Name: "bench"})
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	m0 := memNow()
+	switch kind {
+	case "process": // function processes waiting in Receive, as Erlang's receive without after
+		for range idleProcs {
+			if _, err := n.Spawn(func(p *gotp.Process) error {
 				_, err := p.Receive(context.Background())
 				return err
-			})
-			if err != nil {
-				b.Fatal(err)
+			}); err != nil {
+				t.Fatal(err)
 			}
 		}
-		ready.Wait()
 		for _, pid := range n.Processes() { // every one parked in Receive
 			for {
 				if in, ok := n.ProcessInfo(pid); !ok || in.Status == gotp.StatusWaiting {
@@ -126,54 +145,45 @@ func BenchmarkW6IdleProcessBytes(b *testing.B) {
 				runtime.Gosched()
 			}
 		}
-	}, func() {
-		if err := n.Stop(context.Background()); err != nil {
-			b.Fatal(err)
-		}
-	})
-}
-
-// BenchmarkW6IdleHandlerBytes: 100,000 idle handler-mode processes, the
-// shape of an idle gen_server.
-func BenchmarkW6IdleHandlerBytes(b *testing.B) {
-	var n *gotp.Node
-	h := gotp.HandlerFunc(func(*gotp.Process, any) (bool, error) { return false, nil })
-	idleBytes(b, idleProcs, func(count int) {
-		n = gotp.NewNode(gotp.Options{Name: "bench"})
-		for range count {
+	case "handler": // idle handler-mode processes, the shape of an idle gen_server
+		h := gotp.HandlerFunc(func(*gotp.Process, any) (bool, error) { return false, nil })
+		for range idleProcs {
 			if _, err := n.SpawnHandler(h, nil); err != nil {
-				b.Fatal(err)
+				t.Fatal(err)
 			}
 		}
-	}, func() {
-		if err := n.Stop(context.Background()); err != nil {
-			b.Fatal(err)
+	case "goroutine": // bare goroutines parked on a channel receive
+		base := runtime.NumGoroutine()
+		for range idleProcs {
+			wg.Go(func() { <-stop })
 		}
-	})
+		for runtime.NumGoroutine() < base+idleProcs {
+			runtime.Gosched()
+		}
+	default:
+		t.Fatalf("unknown kind %q", kind)
+	}
+	m1 := memNow()
+	heap := float64(int64(m1.HeapInuse)-int64(m0.HeapInuse)) / idleProcs
+	stack := float64(int64(m1.StackInuse)-int64(m0.StackInuse)) / idleProcs
+	fmt.Printf("idle-bytes %.1f %.1f\n", heap, stack)
+	close(stop)
+	wg.Wait()
+	if err := n.Stop(context.Background()); err != nil {
+		t.Fatal(err)
+	}
 }
+
+// BenchmarkW6IdleProcessBytes: 100,000 function processes waiting in
+// Receive. bytes/proc is HeapInuse plus StackInuse growth per process.
+func BenchmarkW6IdleProcessBytes(b *testing.B) { idleBytes(b, "process") }
+
+// BenchmarkW6IdleHandlerBytes: 100,000 idle handler-mode processes.
+func BenchmarkW6IdleHandlerBytes(b *testing.B) { idleBytes(b, "handler") }
 
 // BenchmarkBaselineIdleGoroutineBytes: 100,000 bare goroutines parked on
 // a channel receive.
-func BenchmarkBaselineIdleGoroutineBytes(b *testing.B) {
-	var stop chan struct{}
-	var wg sync.WaitGroup
-	idleBytes(b, idleProcs, func(count int) {
-		stop = make(chan struct{})
-		wg.Add(count)
-		for range count {
-			go func() {
-				defer wg.Done()
-				<-stop
-			}()
-		}
-		for runtime.NumGoroutine() < count {
-			runtime.Gosched()
-		}
-	}, func() {
-		close(stop)
-		wg.Wait()
-	})
-}
+func BenchmarkBaselineIdleGoroutineBytes(b *testing.B) { idleBytes(b, "goroutine") }
 
 type ping struct{ from gotp.PID }
 
