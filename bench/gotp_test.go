@@ -2,9 +2,7 @@ package bench
 
 import (
 	"context"
-	"os"
 	"path/filepath"
-	"strconv"
 	"testing"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -24,16 +22,36 @@ type gotpSys struct {
 	url     string // postgres
 	table   string
 	notify  bool
+	o       gotpOpts
 	q       *inbox.Queue[job] // the publisher's queue (its own pool)
 	started int
 	closes  []func()
 }
 
-func newGotp(b *testing.B, db string) system       { return mkGotp(b, db, false) }
-func newGotpNotify(b *testing.B, db string) system { return mkGotp(b, db, true) }
+// newGotp is gotp's inbox with its defaults (lease form, no prefetch, synchronous
+// commits) and the workload's workers.
+func newGotp(b *testing.B, db string) system { return mkGotp(b, db, gotpOpts{}) }
 
-func mkGotp(b *testing.B, db string, notify bool) system {
-	s := &gotpSys{b: b, db: db, table: uniq("gotp_jobs"), notify: notify}
+// newGotpNotify adds Config.ListenNotify: publisher and subscriber are separate Queues
+// with separate pools, so only the Postgres notification wakes the subscriber.
+func newGotpNotify(b *testing.B, db string) system { return mkGotp(b, db, gotpOpts{notify: true}) }
+
+// newGotpTuned is tuned for throughput: Prefetch of 16 rows beyond the 8 workers and,
+// on Postgres, AsyncCommit for the claim-and-ack statements.
+func newGotpTuned(b *testing.B, db string) system {
+	return mkGotp(b, db, gotpOpts{prefetch: 16, async: db == "postgres"})
+}
+
+// newGotpAsync is the defaults plus AsyncCommit (Postgres).
+func newGotpAsync(b *testing.B, db string) system { return mkGotp(b, db, gotpOpts{async: true}) }
+
+type gotpOpts struct {
+	notify, async bool
+	prefetch      int
+}
+
+func mkGotp(b *testing.B, db string, o gotpOpts) system {
+	s := &gotpSys{b: b, db: db, table: uniq("gotp_jobs"), notify: o.notify, o: o}
 	if db == "sqlite" {
 		s.path = filepath.Join(b.TempDir(), "gotp.db")
 	} else {
@@ -67,9 +85,6 @@ func (s *gotpSys) queue() *inbox.Queue[job] {
 		s.b.Fatal(err)
 	}
 	pc.MaxConns = 10
-	if os.Getenv("GOTP_ASYNC") != "" {
-		pc.ConnConfig.RuntimeParams["synchronous_commit"] = "off"
-	}
 	pool, err := pgxpool.NewWithConfig(context.Background(), pc)
 	if err != nil {
 		s.b.Fatal(err)
@@ -108,7 +123,7 @@ func (s *gotpSys) startInstance(ctx context.Context, workers int, fn func(int)) 
 	sub, err := q.Subscribe(func(ctx context.Context, j inbox.Job[job]) error {
 		fn(j.Payload.N)
 		return nil
-	}, inbox.SubscribeOptions{Workers: workers, Claimers: claimers(), Prefetch: envInt("GOTP_PREFETCH")})
+	}, inbox.SubscribeOptions{Workers: workers, Prefetch: s.o.prefetch, AsyncCommit: s.o.async})
 	if err != nil {
 		return nil, err
 	}
@@ -129,14 +144,4 @@ func (s *gotpSys) close() {
 	for _, c := range s.closes {
 		c()
 	}
-}
-
-// claimers reads GOTP_CLAIMERS (default: the inbox's default) for experiments.
-func claimers() int {
-	return envInt("GOTP_CLAIMERS")
-}
-
-func envInt(name string) int {
-	n, _ := strconv.Atoi(os.Getenv(name))
-	return n
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 )
 
 // leased is one row claimed by the lease form. Only the lease loop reads or writes
@@ -363,29 +365,66 @@ func (s *Subscription[T]) pgCycle(ctx context.Context, batch []settlement, want 
 		ids, fences = []int64{}, []time.Time{}
 	}
 	sql, args := q.pgAckClaimSQL(ids, fences, deadline, now, want)
-	r, err := q.pool.Query(ctx, sql, args...)
-	if err != nil {
-		return err
-	}
-	defer r.Close()
-	acked := make(map[int64]bool, len(ids))
 	var out []*leased
-	for r.Next() {
-		var isAck bool
-		j := &leased{}
-		var a int64
-		if err := r.Scan(&isAck, &j.id, &a, &j.payload); err != nil {
+	acked := make(map[int64]bool, len(ids))
+	read := func(r pgx.Rows) error {
+		defer r.Close()
+		for r.Next() {
+			var isAck bool
+			j := &leased{}
+			var a int64
+			if err := r.Scan(&isAck, &j.id, &a, &j.payload); err != nil {
+				return err
+			}
+			if isAck {
+				acked[j.id] = true
+				continue
+			}
+			j.attempt = int(a)
+			out = append(out, j)
+		}
+		return r.Err()
+	}
+	if !s.o.AsyncCommit {
+		r, err := q.pool.Query(ctx, sql, args...)
+		if err != nil {
 			return err
 		}
-		if isAck {
-			acked[j.id] = true
-			continue
+		if err := read(r); err != nil {
+			return err
 		}
-		j.attempt = int(a)
-		out = append(out, j)
-	}
-	if err := r.Err(); err != nil {
-		return err
+	} else {
+		// One round trip: the cycle's transaction commits without waiting for its
+		// WAL flush. An aborted batch leaves the connection in a failed transaction,
+		// which the pool closes instead of reusing.
+		b := &pgx.Batch{}
+		b.Queue("BEGIN")
+		b.Queue("SET LOCAL synchronous_commit = off")
+		b.Queue(sql, args...)
+		b.Queue("COMMIT")
+		br := q.pool.SendBatch(ctx, b)
+		err := func() error {
+			for range 2 {
+				if _, err := br.Exec(); err != nil {
+					return err
+				}
+			}
+			r, err := br.Query()
+			if err != nil {
+				return err
+			}
+			if err := read(r); err != nil {
+				return err
+			}
+			_, err = br.Exec()
+			return err
+		}()
+		if cerr := br.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return err
+		}
 	}
 	for _, id := range ids {
 		if !acked[id] {

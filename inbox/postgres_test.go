@@ -282,3 +282,39 @@ func TestStressFourInstancesEightWorkers(t *testing.T) {
 	c.exactlyOnce(t)
 	t.Logf("%d jobs in %v", jobs, time.Since(began))
 }
+
+// The lease form's throughput options on Postgres keep every job exactly once:
+// several claimers per instance, prefetch, and asynchronous commits.
+func TestLeaseOptionsKeepExactlyOnce(t *testing.T) {
+	for name, o := range map[string]inbox.SubscribeOptions{
+		"claimers":     {Workers: 6, Claimers: 3},
+		"prefetch":     {Workers: 4, Prefetch: 12},
+		"async-commit": {Workers: 8, AsyncCommit: true, Prefetch: 8},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			b := pgBackend(t)
+			q := defaultTable(t, b)
+			const jobs = 2000
+			batch := make([]msg, jobs)
+			for i := range batch {
+				batch[i] = msg{N: i}
+			}
+			if err := q.PublishBatch(t.Context(), batch, nil); err != nil {
+				t.Fatal(err)
+			}
+			c := newTally(jobs)
+			for range 2 {
+				start(t, newQueue(t, b, inbox.Config[msg]{}), func(ctx context.Context, j inbox.Job[msg]) error {
+					c.add(j.Payload.N)
+					return nil
+				}, o)
+			}
+			c.wait(t, 60*time.Second)
+			c.exactlyOnce(t)
+			within(t, 10*time.Second, func() bool {
+				return b.queryN(t, `SELECT count(*) FROM "`+b.table+`"`) == 0
+			}, "every ack written")
+		})
+	}
+}

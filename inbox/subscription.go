@@ -77,6 +77,12 @@ type SubscribeOptions struct {
 	// leased, not in work, and are released at once (attempt uncounted) by Stop.
 	// Defaults to 0: only free workers are claimed for, as the seed describes.
 	Prefetch int
+	// AsyncCommit (Postgres, lease form) commits each claim-and-ack statement without
+	// waiting for its WAL flush (SET LOCAL synchronous_commit = off): a cycle costs no
+	// disk flush. Publishes, retries and dead letters stay synchronous, so no accepted
+	// job can be lost; but a crash of the database server may forget the last claims
+	// and acks, and those jobs run again. Off by default.
+	AsyncCommit bool
 	// Observe, if set, is called once for every settled attempt, from the
 	// subscription's goroutines; it must not block for long.
 	Observe func(Result)
