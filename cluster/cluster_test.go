@@ -1,0 +1,275 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/gotp/gotp"
+	"github.com/gotp/gotp/server"
+)
+
+func TestRemoteSend(t *testing.T) {
+	ms := startCluster(t, "a", "b", "c")
+	a, b := ms[0], ms[1]
+	pid, ch := inbox(t, b.n)
+	from, _ := inbox(t, a.n)
+
+	a.n.Send(pid, "hello")
+	if got := recv(t, ch, 5*time.Second); got != "hello" {
+		t.Fatalf("got %#v", got)
+	}
+	ping := Ping{From: from, N: 42, Note: "olá"}
+	must(t, a.c.Send(pid, ping))
+	if got := recv(t, ch, 5*time.Second); got != ping {
+		t.Fatalf("got %#v, want %#v", got, ping)
+	}
+	// Registered named types keep their type inside interface fields.
+	box := Box{Any: Ping{N: 7}}
+	must(t, a.c.Send(pid, box))
+	if got := recv(t, ch, 5*time.Second); got != box {
+		t.Fatalf("got %#v, want %#v", got, box)
+	}
+	// Order from one sender is kept, across batches.
+	for i := range 5000 {
+		a.n.Send(pid, i)
+	}
+	for i := range 5000 {
+		if got := recv(t, ch, 5*time.Second); got != i {
+			t.Fatalf("message %d: got %#v", i, got)
+		}
+	}
+	// A message to a node that is not there is dropped, and Send says so.
+	ghost := gotp.NewPID("ghost", 1, 1)
+	if err := a.c.Send(ghost, "x"); !errors.Is(err, gotp.ErrNoConnection) {
+		t.Fatalf("send to unknown node: %v", err)
+	}
+	st := a.c.Stats()
+	if st.MessagesOut < 5003 || b.c.Stats().MessagesIn < 5003 {
+		t.Fatalf("counters: a %+v, b %+v", st, b.c.Stats())
+	}
+}
+
+func TestUnregisteredTypeRefused(t *testing.T) {
+	ms := startCluster(t, "a", "b")
+	a, b := ms[0], ms[1]
+	pid, ch := inbox(t, b.n)
+
+	var ute *UnregisteredTypeError
+	if err := a.c.Send(pid, unregistered{1}); !errors.As(err, &ute) || ute.Type != "cluster.unregistered" {
+		t.Fatalf("got %v", err)
+	}
+	if err := a.c.Send(pid, Box{Any: unregistered{2}}); !errors.As(err, &ute) || ute.Path != ".Any" {
+		t.Fatalf("nested: got %v", err)
+	}
+	if err := a.c.Send(pid, Box{Any: []any{1, unregistered{3}}}); !errors.As(err, &ute) {
+		t.Fatalf("deeper: got %v", err)
+	}
+	before := a.c.Stats().EncodeErrors
+	a.n.Send(pid, unregistered{4}) // Node.Send cannot fail: counted and logged
+	if got := a.c.Stats().EncodeErrors; got != before+1 {
+		t.Fatalf("EncodeErrors %d, want %d", got, before+1)
+	}
+	a.n.Send(pid, "after") // the next message still goes through, alone
+	if got := recv(t, ch, 5*time.Second); got != "after" {
+		t.Fatalf("got %#v", got)
+	}
+	// Too large.
+	big := make([]byte, DefaultMaxMessageSize+1)
+	if err := a.c.Send(pid, big); !errors.Is(err, ErrTooLarge) {
+		t.Fatalf("too large: %v", err)
+	}
+}
+
+type echo struct {
+	server.Defaults
+	casts chan any
+	held  *server.From
+}
+
+func (e *echo) HandleCall(p *gotp.Process, from server.From, req any) (any, error) {
+	switch r := req.(type) {
+	case string:
+		switch r {
+		case "boom":
+			return fmt.Errorf("wrapped: %w", errBoom), nil
+		case "noproc":
+			return gotp.ErrNoProc, nil
+		case "hold":
+			return server.NoReply, nil
+		}
+		return "echo " + r, nil
+	case int:
+		return r * 2, nil
+	}
+	return req, nil
+}
+
+func (e *echo) HandleCast(p *gotp.Process, msg any) error {
+	e.casts <- msg
+	return nil
+}
+
+func TestRemoteCallCastStop(t *testing.T) {
+	ms := startCluster(t, "a", "b")
+	a, b := ms[0], ms[1]
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	e := &echo{casts: make(chan any, 8)}
+	srv, err := server.Start(ctx, b.n, e)
+	must(t, err)
+
+	got, err := server.Call[string](ctx, a.n, srv, "hi")
+	if err != nil || got != "echo hi" {
+		t.Fatalf("call: %q, %v", got, err)
+	}
+	n, err := server.Call[int](ctx, a.n, srv, 21)
+	if err != nil || n != 42 {
+		t.Fatalf("call int: %d, %v", n, err)
+	}
+	p, err := server.Call[Ping](ctx, a.n, srv, Ping{N: 1})
+	if err != nil || p.N != 1 {
+		t.Fatalf("call struct: %v, %v", p, err)
+	}
+	_, err = server.Call[string](ctx, a.n, srv, "boom")
+	if !errors.Is(err, errBoom) || err.Error() != "wrapped: boom" {
+		t.Fatalf("error reply: %v", err)
+	}
+	_, err = server.Call[string](ctx, a.n, srv, "noproc")
+	if err != gotp.ErrNoProc {
+		t.Fatalf("sentinel reply is not the sentinel: %#v", err)
+	}
+	server.Cast(a.n, srv, Ping{N: 9})
+	if got := recv(t, chanAny(e.casts), 5*time.Second); got != (Ping{N: 9}) {
+		t.Fatalf("cast: %#v", got)
+	}
+	// Stop with a reason; the caller's monitor sees it.
+	down := make(chan gotp.Down, 1)
+	a.n.MonitorFunc(srv, func(d gotp.Down) { down <- d })
+	must(t, server.Stop(ctx, a.n, srv, gotp.ErrShutdown))
+	select {
+	case d := <-down:
+		if d.Reason != gotp.ErrShutdown {
+			t.Fatalf("down reason %v", d.Reason)
+		}
+	case <-ctx.Done():
+		t.Fatal("no Down")
+	}
+	// A call to a server that is gone.
+	_, err = server.Call[string](ctx, a.n, srv, "hi")
+	if !errors.Is(err, gotp.ErrNoProc) {
+		t.Fatalf("call to a dead server: %v", err)
+	}
+}
+
+func chanAny[T any](ch chan T) chan any {
+	out := make(chan any, cap(ch))
+	go func() {
+		for v := range ch {
+			out <- v
+			return
+		}
+	}()
+	return out
+}
+
+func TestRemoteMonitorLinkExit(t *testing.T) {
+	ms := startCluster(t, "a", "b")
+	a, b := ms[0], ms[1]
+
+	// Monitor: a custom reason arrives with its message and sentinels.
+	stop := make(chan error)
+	target, err := b.n.Spawn(func(p *gotp.Process) error { return <-stop })
+	must(t, err)
+	watcher, wch := inbox(t, a.n)
+	ref := monitorFrom(t, a.n, watcher, target)
+	syncPair(t, a, b) // the monitor has reached b
+	stop <- fmt.Errorf("crashed: %w", errBoom)
+	d := recv(t, wch, 5*time.Second).(gotp.Down)
+	if d.Ref != ref || d.PID != target || !errors.Is(d.Reason, errBoom) || d.Reason.Error() != "crashed: boom" {
+		t.Fatalf("down %+v", d)
+	}
+
+	// Monitor of a process that is already gone: noproc.
+	monitorFrom(t, a.n, watcher, target)
+	d = recv(t, wch, 5*time.Second).(gotp.Down)
+	if d.Reason != gotp.ErrNoProc {
+		t.Fatalf("monitor of dead pid: %v", d.Reason)
+	}
+
+	// Link: a trapping process on a gets the exit of b's process.
+	target2, err := b.n.Spawn(func(p *gotp.Process) error { return <-stop })
+	must(t, err)
+	linked, lch := inbox(t, a.n, gotp.TrapExit(true), gotp.LinkTo(target2))
+	syncPair(t, a, b)
+	stop <- errBoom
+	ex := recv(t, lch, 5*time.Second).(gotp.Exit)
+	if ex.From != target2 || ex.Reason != errBoom {
+		t.Fatalf("exit %+v", ex)
+	}
+	// Link to a dead remote process: exit noproc.
+	linkFrom(t, a.n, linked, target2)
+	ex = recv(t, lch, 5*time.Second).(gotp.Exit)
+	if ex.From != target2 || ex.Reason != gotp.ErrNoProc {
+		t.Fatalf("link to dead: %+v", ex)
+	}
+
+	// Exit signal: kill a remote process; its monitor says killed.
+	victim, err := b.n.Spawn(func(p *gotp.Process) error { _, err := p.Receive(context.Background()); return err }, gotp.TrapExit(true))
+	must(t, err)
+	mon := make(chan gotp.Down, 1)
+	a.n.MonitorFunc(victim, func(d gotp.Down) { mon <- d })
+	a.n.Exit(victim, gotp.ErrKill)
+	select {
+	case d := <-mon:
+		if d.Reason != gotp.ErrKilled {
+			t.Fatalf("killed reason: %v", d.Reason)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("no Down after kill")
+	}
+
+	// A link from b's side: b's process dies abnormally, a's linked
+	// process (not trapping) dies with the same reason.
+	bproc, err := b.n.Spawn(func(p *gotp.Process) error { return <-stop })
+	must(t, err)
+	aproc, err := a.n.Spawn(func(p *gotp.Process) error { _, err := p.Receive(context.Background()); return err }, gotp.LinkTo(bproc))
+	must(t, err)
+	amon := make(chan gotp.Down, 1)
+	a.n.MonitorFunc(aproc, func(d gotp.Down) { amon <- d })
+	// Make sure the link reached b before b's process ends: a round trip.
+	syncPair(t, a, b)
+	stop <- errBoom
+	select {
+	case d := <-amon:
+		if d.Reason != errBoom {
+			t.Fatalf("linked death reason %v", d.Reason)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("linked process did not die")
+	}
+}
+
+// syncPair waits until every signal a sent to b before the call has been
+// handled on b (signals between two nodes keep their order).
+func syncPair(t testing.TB, a, b member) {
+	t.Helper()
+	pid, ch := inbox(t, b.n)
+	a.n.Send(pid, "sync")
+	recv(t, ch, 5*time.Second)
+	b.n.Exit(pid, gotp.ErrKill)
+}
+
+func monitorFrom(t testing.TB, n *gotp.Node, watcher, target gotp.PID) gotp.Ref {
+	t.Helper()
+	var ref gotp.Ref
+	as(t, n, watcher, func(p *gotp.Process) { ref = p.Monitor(target) })
+	return ref
+}
+
+func linkFrom(t testing.TB, n *gotp.Node, from, to gotp.PID) {
+	t.Helper()
+	as(t, n, from, func(p *gotp.Process) { _ = p.Link(to) })
+}

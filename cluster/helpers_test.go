@@ -1,0 +1,262 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/gotp/gotp"
+)
+
+func TestMain(m *testing.M) {
+	if os.Getenv(childEnv) != "" {
+		os.Exit(childMain())
+	}
+	goleak.VerifyTestMain(m)
+}
+
+// Test message types, registered on every test node.
+type Ping struct {
+	From gotp.PID
+	N    int
+	Note string
+}
+
+type Box struct {
+	Any any
+}
+
+type unregistered struct{ X int }
+
+func testCodec(t testing.TB) *Codec {
+	c := NewCodec()
+	must(t, Register[Ping](c, "test.Ping"))
+	must(t, Register[Box](c, "test.Box"))
+	must(t, c.RegisterError("test.errBoom", errBoom))
+	return c
+}
+
+var errBoom = errors.New("boom")
+
+func must(t testing.TB, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+type member struct {
+	n *gotp.Node
+	c *Cluster
+}
+
+func fastOpts(t testing.TB) Options {
+	return Options{
+		Cluster:           "test",
+		HeartbeatInterval: 100 * time.Millisecond,
+		HeartbeatTimeout:  2 * time.Second,
+		Codec:             testCodec(t),
+		Logger:            slog.New(slog.NewTextHandler(io.Discard, nil)),
+	}
+}
+
+// startNode joins a new node named name with opts; it is stopped at the
+// end of the test.
+func startNode(t testing.TB, name string, opts Options) member {
+	t.Helper()
+	n := gotp.NewNode(gotp.Options{Name: name})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	c, err := Join(ctx, n, opts)
+	if err != nil {
+		_ = n.Stop(ctx)
+		t.Fatalf("join %s: %v", name, err)
+	}
+	t.Cleanup(func() { stopNode(t, n) })
+	return member{n: n, c: c}
+}
+
+func stopNode(t testing.TB, n *gotp.Node) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := n.Stop(ctx); err != nil {
+		t.Errorf("stop %s: %v", n.Name(), err)
+	}
+}
+
+// startCluster starts len(names) nodes, each with its own embedded NATS
+// server, routed to all the earlier ones, and waits until every node sees
+// every other.
+func startCluster(t testing.TB, names ...string) []member {
+	t.Helper()
+	var ms []member
+	var routes []string
+	for _, name := range names {
+		o := fastOpts(t)
+		o.Peers = append([]string(nil), routes...)
+		m := startNode(t, name, o)
+		routes = append(routes, m.c.RouteURL())
+		ms = append(ms, m)
+	}
+	waitMesh(t, ms)
+	return ms
+}
+
+func waitMesh(t testing.TB, ms []member) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	for _, m := range ms {
+		var others []string
+		for _, o := range ms {
+			if o.n != m.n {
+				others = append(others, o.n.Name())
+			}
+		}
+		if err := m.c.WaitFor(ctx, others...); err != nil {
+			t.Fatalf("%s does not see %v: %v (sees %v)", m.n.Name(), others, err, m.c.Nodes())
+		}
+	}
+}
+
+// inbox spawns a process that forwards every message to a channel, and
+// runs messages of type func(*gotp.Process) as itself (see as).
+func inbox(t testing.TB, n *gotp.Node, opts ...gotp.SpawnOption) (gotp.PID, chan any) {
+	t.Helper()
+	ch := make(chan any, 1024)
+	pid, err := n.SpawnHandler(gotp.HandlerFunc(func(p *gotp.Process, msg any) (bool, error) {
+		if f, ok := msg.(func(*gotp.Process)); ok { // a command run as the process
+			f(p)
+			return false, nil
+		}
+		if e, ok := msg.(gotp.Exit); ok && e.From.IsZero() {
+			return true, e.Reason // Node.Stop
+		}
+		ch <- msg
+		return false, nil
+	}), nil, opts...)
+	must(t, err)
+	return pid, ch
+}
+
+func recv(t testing.TB, ch <-chan any, d time.Duration) any {
+	t.Helper()
+	select {
+	case v := <-ch:
+		return v
+	case <-time.After(d):
+		t.Fatalf("nothing received in %v", d)
+		return nil
+	}
+}
+
+// waitUntil polls cond until it holds or d passes (for conditions that
+// have no event to wait on, such as another node's view).
+func waitUntil(t testing.TB, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", d, what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// proxy is a TCP forwarder that can cut every connection through it and
+// refuse new ones, to partition a node's routes.
+type proxy struct {
+	ln     net.Listener
+	target string
+	mu     sync.Mutex
+	cut    bool
+	conns  map[net.Conn]struct{}
+	wg     sync.WaitGroup
+}
+
+func newProxy(t testing.TB, target string) *proxy {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	must(t, err)
+	p := &proxy{ln: ln, target: target, conns: map[net.Conn]struct{}{}}
+	p.wg.Add(1)
+	go p.accept()
+	t.Cleanup(p.close)
+	return p
+}
+
+func (p *proxy) url() string { return "nats-route://" + p.ln.Addr().String() }
+
+func (p *proxy) accept() {
+	defer p.wg.Done()
+	for {
+		in, err := p.ln.Accept()
+		if err != nil {
+			return
+		}
+		p.mu.Lock()
+		if p.cut {
+			p.mu.Unlock()
+			in.Close()
+			continue
+		}
+		out, err := net.Dial("tcp", p.target)
+		if err != nil {
+			p.mu.Unlock()
+			in.Close()
+			continue
+		}
+		p.conns[in], p.conns[out] = struct{}{}, struct{}{}
+		p.mu.Unlock()
+		p.wg.Add(2)
+		go p.pipe(in, out)
+		go p.pipe(out, in)
+	}
+}
+
+func (p *proxy) pipe(a, b net.Conn) {
+	defer p.wg.Done()
+	_, _ = io.Copy(a, b)
+	a.Close()
+	b.Close()
+}
+
+func (p *proxy) setCut(cut bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.cut = cut
+	if cut {
+		for c := range p.conns {
+			c.Close()
+		}
+		clear(p.conns)
+	}
+}
+
+func (p *proxy) close() {
+	p.ln.Close()
+	p.setCut(true)
+	p.wg.Wait()
+}
+
+func pidList(ps []gotp.PID) string { return fmt.Sprint(ps) }
+
+// as runs f as the inbox process pid (of node n) and waits for it.
+func as(t testing.TB, n *gotp.Node, pid gotp.PID, f func(p *gotp.Process)) {
+	t.Helper()
+	done := make(chan struct{})
+	n.Send(pid, func(p *gotp.Process) { f(p); close(done) })
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("command not run")
+	}
+}

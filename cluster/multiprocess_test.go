@@ -1,0 +1,5 @@
+package cluster
+
+const childEnv = "GOTP_CLUSTER_CHILD"
+
+func childMain() int { return 0 }
