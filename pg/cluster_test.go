@@ -54,7 +54,7 @@ func (w *wire) Detached() {
 }
 
 // flush waits until everything w has carried so far has been applied.
-func (w *wire) flush(t testing.TB) {
+func (w *wire) flush(t tb) {
 	t.Helper()
 	done := make(chan struct{})
 	w.dst.Send(w.fwd, opBarrier{done})
@@ -63,7 +63,7 @@ func (w *wire) flush(t testing.TB) {
 
 // forwarder spawns, on gw's node, the process that applies what arrives
 // from the node from.
-func forwarder(t testing.TB, n *gotp.Node, from string, gw *pg.Gateway) gotp.PID {
+func forwarder(t tb, n *gotp.Node, from string, gw *pg.Gateway) gotp.PID {
 	t.Helper()
 	pid, err := n.SpawnHandler(gotp.HandlerFunc(func(_ *gotp.Process, msg any) (bool, error) {
 		switch m := msg.(type) {
@@ -97,7 +97,7 @@ type pair struct {
 
 // twoNodes starts nodes "a" and "b", a scope id on each, wired together,
 // with each side's initial state sent to the other as a full sync.
-func twoNodes(t testing.TB, id string) *pair {
+func twoNodes(t tb, id string) *pair {
 	t.Helper()
 	p := &pair{na: newNode(t, "a"), nb: newNode(t, "b")}
 	p.sa = newScope(t, p.na, id, pg.Options{})
@@ -117,7 +117,7 @@ func twoNodes(t testing.TB, id string) *pair {
 	return p
 }
 
-func (p *pair) sync(t testing.TB) {
+func (p *pair) sync(t tb) {
 	t.Helper()
 	p.ab.flush(t)
 	p.ba.flush(t)

@@ -18,12 +18,22 @@ import (
 // test starts is stopped, and pg itself starts none.
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
+// tb is what the helpers need of a test: *testing.T, *testing.B and
+// *rapid.T all have it.
+type tb interface {
+	Helper()
+	Fatal(args ...any)
+	Fatalf(format string, args ...any)
+	Errorf(format string, args ...any)
+	Cleanup(func())
+}
+
 // waitLong bounds every wait for something that should happen promptly. A
 // wait that runs out is a failure, not a slow machine.
 const waitLong = 10 * time.Second
 
 // newNode returns a node named name that is stopped when the test ends.
-func newNode(t testing.TB, name string) *gotp.Node {
+func newNode(t tb, name string) *gotp.Node {
 	t.Helper()
 	n := gotp.NewNode(gotp.Options{Name: name, Logger: slog.New(slog.DiscardHandler)})
 	t.Cleanup(func() {
@@ -37,7 +47,7 @@ func newNode(t testing.TB, name string) *gotp.Node {
 }
 
 // newScope starts a scope on n.
-func newScope(t testing.TB, n *gotp.Node, id string, opts pg.Options) *pg.Scope {
+func newScope(t tb, n *gotp.Node, id string, opts pg.Options) *pg.Scope {
 	t.Helper()
 	s, err := pg.Start(context.Background(), n, id, opts)
 	if err != nil {
@@ -55,7 +65,7 @@ type member struct {
 	msgs chan any
 }
 
-func spawn(t testing.TB, n *gotp.Node) *member {
+func spawn(t tb, n *gotp.Node) *member {
 	t.Helper()
 	m := &member{n: n, msgs: make(chan any, 1<<12)}
 	got := make(chan *gotp.Process, 1)
@@ -77,7 +87,7 @@ func spawn(t testing.TB, n *gotp.Node) *member {
 }
 
 // open opens s for m, failing the test on error.
-func (m *member) open(t testing.TB, s *pg.Scope) *pg.Instance {
+func (m *member) open(t tb, s *pg.Scope) *pg.Instance {
 	t.Helper()
 	inst, err := s.Open(m.p)
 	if err != nil {
@@ -89,20 +99,20 @@ func (m *member) open(t testing.TB, s *pg.Scope) *pg.Instance {
 // kill kills the process and waits until it is dead and every monitor of
 // it (the scope's among them) has fired: the process's Done channel is
 // closed only after its monitors have run.
-func (m *member) kill(t testing.TB) {
+func (m *member) kill(t tb) {
 	t.Helper()
 	m.n.Exit(m.pid, gotp.ErrKill)
 	recvDone(t, m.p.Done())
 }
 
 // next returns the next message m received, failing after waitLong.
-func (m *member) next(t testing.TB) any {
+func (m *member) next(t tb) any {
 	t.Helper()
 	return recv(t, m.msgs)
 }
 
 // none checks that m has received nothing so far.
-func (m *member) none(t testing.TB) {
+func (m *member) none(t tb) {
 	t.Helper()
 	select {
 	case msg := <-m.msgs:
@@ -111,7 +121,7 @@ func (m *member) none(t testing.TB) {
 	}
 }
 
-func recv[T any](t testing.TB, ch <-chan T) T {
+func recv[T any](t tb, ch <-chan T) T {
 	t.Helper()
 	select {
 	case v := <-ch:
@@ -122,7 +132,7 @@ func recv[T any](t testing.TB, ch <-chan T) T {
 	panic("unreachable")
 }
 
-func recvDone(t testing.TB, ch <-chan struct{}) {
+func recvDone(t tb, ch <-chan struct{}) {
 	t.Helper()
 	select {
 	case <-ch:
@@ -132,7 +142,7 @@ func recvDone(t testing.TB, ch <-chan struct{}) {
 }
 
 // event receives the next event of sub, failing if the channel is closed.
-func event(t testing.TB, sub *pg.Subscription) pg.Event {
+func event(t tb, sub *pg.Subscription) pg.Event {
 	t.Helper()
 	select {
 	case ev, ok := <-sub.C():
@@ -147,7 +157,7 @@ func event(t testing.TB, sub *pg.Subscription) pg.Event {
 }
 
 // noEvent checks that sub has no event queued.
-func noEvent(t testing.TB, sub *pg.Subscription) {
+func noEvent(t tb, sub *pg.Subscription) {
 	t.Helper()
 	select {
 	case ev, ok := <-sub.C():
@@ -160,7 +170,7 @@ func noEvent(t testing.TB, sub *pg.Subscription) {
 }
 
 // closed checks that sub's channel is closed with nothing left in it.
-func closed(t testing.TB, sub *pg.Subscription) {
+func closed(t tb, sub *pg.Subscription) {
 	t.Helper()
 	select {
 	case ev, ok := <-sub.C():
@@ -172,7 +182,7 @@ func closed(t testing.TB, sub *pg.Subscription) {
 	}
 }
 
-func wantEvent(t testing.TB, sub *pg.Subscription, kind pg.EventKind, group string, pids ...gotp.PID) {
+func wantEvent(t tb, sub *pg.Subscription, kind pg.EventKind, group string, pids ...gotp.PID) {
 	t.Helper()
 	ev := event(t, sub)
 	if ev.Kind != kind || ev.Group != group || !samePIDs(ev.PIDs, pids) {
@@ -193,7 +203,7 @@ func samePIDs(a, b []gotp.PID) bool {
 	return slices.Equal(sorted(a), sorted(b))
 }
 
-func wantMembers(t testing.TB, inst *pg.Instance, group string, want ...gotp.PID) {
+func wantMembers(t tb, inst *pg.Instance, group string, want ...gotp.PID) {
 	t.Helper()
 	got, err := inst.Members(group)
 	if err != nil {
@@ -204,7 +214,7 @@ func wantMembers(t testing.TB, inst *pg.Instance, group string, want ...gotp.PID
 	}
 }
 
-func wantLocalMembers(t testing.TB, inst *pg.Instance, group string, want ...gotp.PID) {
+func wantLocalMembers(t tb, inst *pg.Instance, group string, want ...gotp.PID) {
 	t.Helper()
 	got, err := inst.LocalMembers(group)
 	if err != nil {
@@ -215,7 +225,7 @@ func wantLocalMembers(t testing.TB, inst *pg.Instance, group string, want ...got
 	}
 }
 
-func wantGroups(t testing.TB, inst *pg.Instance, want ...string) {
+func wantGroups(t tb, inst *pg.Instance, want ...string) {
 	t.Helper()
 	got, err := inst.WhichGroups()
 	if err != nil {
@@ -229,7 +239,7 @@ func wantGroups(t testing.TB, inst *pg.Instance, want ...string) {
 	}
 }
 
-func wantLocalGroups(t testing.TB, inst *pg.Instance, want ...string) {
+func wantLocalGroups(t tb, inst *pg.Instance, want ...string) {
 	t.Helper()
 	got, err := inst.WhichLocalGroups()
 	if err != nil {
@@ -243,14 +253,14 @@ func wantLocalGroups(t testing.TB, inst *pg.Instance, want ...string) {
 	}
 }
 
-func must(t testing.TB, err error) {
+func must(t tb, err error) {
 	t.Helper()
 	if err != nil {
 		t.Fatal(err)
 	}
 }
 
-func wantErr(t testing.TB, err, target error) {
+func wantErr(t tb, err, target error) {
 	t.Helper()
 	if !errors.Is(err, target) {
 		t.Fatalf("err = %v, want %v", err, target)
@@ -259,7 +269,7 @@ func wantErr(t testing.TB, err, target error) {
 
 // waitFor polls cond until it holds or waitLong passes. It is used only
 // where there is no signal to wait on.
-func waitFor(t testing.TB, what string, cond func() bool) {
+func waitFor(t tb, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(waitLong)
 	for !cond() {
