@@ -559,7 +559,7 @@ func TestNodeStopClosesScope(t *testing.T) {
 
 type nopReplicator struct{}
 
-func (nopReplicator) Joined(string, []gotp.PID)   {}
-func (nopReplicator) Left(string, []gotp.PID)     {}
+func (nopReplicator) Joined(string, []gotp.PID)    {}
+func (nopReplicator) Left(string, []gotp.PID)      {}
 func (nopReplicator) Broadcast(string, pg.Message) {}
-func (nopReplicator) Detached()                   {}
+func (nopReplicator) Detached()                    {}
