@@ -268,3 +268,27 @@ func TestFormsADatabaseCannotDoAreRefusedAtSubscribe(t *testing.T) {
 
 func isFormError(err error) bool   { _, ok := errors.AsType[*inbox.FormError](err); return ok }
 func isConfigError(err error) bool { _, ok := errors.AsType[*inbox.ConfigError](err); return ok }
+
+// A SQLite database opened without a busy timeout is refused at Start: concurrent
+// writers would otherwise surface "database is locked".
+func TestSQLiteWithoutBusyTimeoutRefused(t *testing.T) {
+	db, err := sql.Open("sqlite", "file:"+t.TempDir()+"/plain.db")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	q, err := inbox.NewSQLite(db, inbox.Config[msg]{Table: "jobs", Logger: quiet()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := q.CreateTable(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	s, err := q.Subscribe(func(context.Context, inbox.Job[msg]) error { return nil }, inbox.SubscribeOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Start(t.Context()); !isConfigError(err) {
+		t.Fatalf("Start without busy timeout = %v, want *ConfigError", err)
+	}
+}

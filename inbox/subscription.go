@@ -191,9 +191,14 @@ func (q *Queue[T]) Subscribe(h Handler[T], o SubscribeOptions) (*Subscription[T]
 		done:      make(chan struct{}),
 	}
 	// Pool rule: never more than pool size - 1 connections (at least one).
+	// A ListenNotify queue's listener holds one more for its whole life.
 	limit := o.Workers + 1
 	if size := q.poolSize(); size > 0 {
-		limit = max(1, size-1)
+		limit = size - 1
+		if q.notify {
+			limit--
+		}
+		limit = max(1, limit)
 	}
 	s.conns = make(chan struct{}, limit)
 	return s, nil
@@ -352,6 +357,16 @@ func (s *Subscription[T]) check(ctx context.Context) error {
 		add(q.takeSQL(0, now))
 		for _, k := range []settleKind{skAck, skRetry, skDead, skRelease} {
 			add(q.settleSQL(k, 0, nil, now, time.Second, "", now))
+		}
+	}
+	if q.dialect == SQLite {
+		// Without a busy timeout, two writers would meet "database is locked".
+		var ms int64
+		if err := q.sqldb.QueryRowContext(ctx, "PRAGMA busy_timeout").Scan(&ms); err != nil {
+			return fmt.Errorf("inbox: %s: read busy_timeout: %w", q.name, err)
+		}
+		if ms == 0 {
+			return &ConfigError{Field: "db", Reason: "SQLite busy_timeout is 0: open the database with OpenSQLite or set _pragma=busy_timeout(ms)"}
 		}
 	}
 	for _, st := range stmts {
