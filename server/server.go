@@ -101,6 +101,8 @@ type config struct {
 	link   gotp.PID
 	trap   bool
 	parent gotp.PID
+	// dedicated runs the server on a goroutine of its own (see Dedicated).
+	dedicated bool
 }
 
 type optionFunc func(*config)
@@ -124,6 +126,15 @@ func TrapExit(on bool) Option { return optionFunc(func(c *config) { c.trap = on 
 func LinkTo(pid gotp.PID) Option {
 	return optionFunc(func(c *config) { c.link, c.parent = pid, pid })
 }
+
+// Dedicated runs the server on a goroutine of its own for its whole life
+// (a function-mode process) instead of a goroutine started for each burst
+// of messages. It suits a busy server whose callbacks run deep, such as a
+// supervisor starting children: the goroutine is woken rather than created
+// for each message and keeps its grown stack. An idle dedicated server
+// holds a parked goroutine (a few KB) instead of none. Init then runs on
+// that goroutine; Start still returns when it has returned.
+func Dedicated() Option { return optionFunc(func(c *config) { c.dedicated = true }) }
 
 // Start starts a server running b on node n and returns when Init has
 // returned. It fails with Init's error, with *AlreadyStartedError when the
@@ -153,11 +164,59 @@ func Start(ctx context.Context, n *gotp.Node, b Behaviour, opts ...Option) (gotp
 		}
 		return b.Init(ctx, p)
 	}
-	pid, err := n.SpawnHandler(g, init, sopts...)
+	var pid gotp.PID
+	var err error
+	if c.dedicated {
+		pid, err = startDedicated(n, g, init, sopts)
+	} else {
+		pid, err = n.SpawnHandler(g, init, sopts...)
+	}
 	if err != nil {
 		if e, ok := errors.AsType[*gotp.AlreadyRegisteredError](err); ok && e.Name == c.name {
 			return gotp.PID{}, &AlreadyStartedError{PID: e.Owner}
 		}
+		return gotp.PID{}, err
+	}
+	return pid, nil
+}
+
+// startDedicated runs g on a function-mode process: init first, then a
+// receive loop. It returns once init has returned, with its error.
+func startDedicated(n *gotp.Node, g *gen, init func(p *gotp.Process) error, sopts []gotp.SpawnOption) (gotp.PID, error) {
+	ready := make(chan error, 1)
+	pid, err := n.Spawn(func(p *gotp.Process) error {
+		err := func() (err error) {
+			defer func() {
+				if v := recover(); v != nil {
+					err = &gotp.PanicError{Value: v, Stack: debug.Stack()}
+				}
+			}()
+			return init(p)
+		}()
+		ready <- err
+		if err != nil {
+			return err
+		}
+		ctx := p.Context()
+		for {
+			msg, err := p.Receive(ctx)
+			if err != nil {
+				return err // killed: the process has already exited
+			}
+			if stop, reason := g.HandleMessage(p, msg); stop {
+				return reason
+			}
+		}
+	}, sopts...)
+	if err != nil {
+		return gotp.PID{}, err
+	}
+	if err := <-ready; err != nil {
+		// As with a handler-mode server, the process is gone when Start
+		// returns Init's error.
+		dead := make(chan struct{})
+		n.MonitorFunc(pid, func(gotp.Down) { close(dead) })
+		<-dead
 		return gotp.PID{}, err
 	}
 	return pid, nil
