@@ -43,7 +43,7 @@ type Process struct {
 	reason     error
 	name       string
 	queue      []any         // messages not yet moved to the receiver's buffer
-	wake       chan struct{} // function mode: signals a waiting receiver
+	wake       chan struct{} // function mode: signals a waiting receiver; made by its first wait
 	links      map[PID]struct{}
 	monitors   map[Ref]watcher // monitors of this process
 	monitoring map[Ref]PID     // monitors this process holds
@@ -245,9 +245,6 @@ func (n *Node) newProcess(mode procMode, h Handler, c *spawnConfig) (*Process, e
 	}
 	if c.behaviour != "" {
 		p.extra = &procExtra{behaviour: c.behaviour}
-	}
-	if mode == modeFunc {
-		p.wake = make(chan struct{}, 1)
 	}
 	return p, nil
 }
@@ -491,6 +488,9 @@ func (p *Process) receive(ctx context.Context, match func(any) bool) (any, error
 			}
 			p.mu.Unlock()
 			continue
+		}
+		if p.wake == nil { // made on the first wait: many processes never wait
+			p.wake = make(chan struct{}, 1)
 		}
 		p.waiting = true
 		p.mu.Unlock()
