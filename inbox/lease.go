@@ -42,6 +42,10 @@ type lane struct {
 // leaseWorker handles jobs that its lane's loop dispatches until the loop closes l.jobs.
 func (s *Subscription[T]) leaseWorker(l *lane) {
 	for j := range l.jobs {
+		if context.Cause(s.workCtx) == errAbandon {
+			j.cancel(nil)
+			continue // abandoned: a dispatched job is not started, nor settled
+		}
 		select {
 		case <-s.stopClaim:
 			// Stopping: a prefetched job not yet started goes back at once.
