@@ -23,6 +23,7 @@ type LeaseLostError struct {
 	Op string
 }
 
+// Error describes the failure.
 func (e *LeaseLostError) Error() string {
 	return fmt.Sprintf("inbox: lease lost on %s job %d (%s)", e.Table, e.ID, e.Op)
 }
@@ -36,6 +37,7 @@ type ConfigError struct {
 	Reason string
 }
 
+// Error describes the failure.
 func (e *ConfigError) Error() string { return "inbox: " + e.Field + ": " + e.Reason }
 
 // FormError reports a claim form, or a form and clock, that a database cannot do.
@@ -46,6 +48,7 @@ type FormError struct {
 	Reason  string
 }
 
+// Error describes the failure.
 func (e *FormError) Error() string {
 	return fmt.Sprintf("inbox: %s form on %s: %s", e.Form, e.Dialect, e.Reason)
 }
@@ -58,10 +61,12 @@ type StatementError struct {
 	Err       error
 }
 
+// Error describes the failure.
 func (e *StatementError) Error() string {
 	return fmt.Sprintf("inbox: table %s refuses statement %q: %v", e.Table, e.Statement, e.Err)
 }
 
+// Unwrap returns the underlying error.
 func (e *StatementError) Unwrap() error { return e.Err }
 
 // DecodeError reports a payload the codec could not decode. The job is dead-lettered
@@ -71,10 +76,12 @@ type DecodeError struct {
 	Err error
 }
 
+// Error describes the failure.
 func (e *DecodeError) Error() string {
 	return fmt.Sprintf("inbox: job %d: cannot decode payload: %v", e.ID, e.Err)
 }
 
+// Unwrap returns the underlying error.
 func (e *DecodeError) Unwrap() error { return e.Err }
 
 // PanicError is the failure recorded for a handler that panicked. The job is retried
@@ -84,6 +91,7 @@ type PanicError struct {
 	Stack []byte
 }
 
+// Error describes the failure.
 func (e *PanicError) Error() string { return fmt.Sprintf("inbox: handler panicked: %v", e.Value) }
 
 // DialectError reports a call that needs another database, such as a pgx
@@ -93,6 +101,7 @@ type DialectError struct {
 	Op        string
 }
 
+// Error describes the failure.
 func (e *DialectError) Error() string {
 	return fmt.Sprintf("inbox: %s needs a %s queue, got %s", e.Op, e.Want, e.Got)
 }

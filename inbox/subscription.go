@@ -20,6 +20,8 @@ const (
 	Lease Form = iota
 	// RowLock (Postgres): SELECT ... FOR UPDATE SKIP LOCKED in a transaction held,
 	// with its connection, while the handler runs; the settlement commits with it.
+	// A crash rolls the transaction back, and the attempt count with it: under
+	// RowLock a crashed attempt is not counted.
 	RowLock
 	// AdvisoryLock (Postgres): a session advisory lock on the row's id, held with its
 	// connection while the handler runs.
