@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"sync"
 	"testing"
 
 	"github.com/gotp/gotp"
@@ -134,5 +135,67 @@ func TestNamedSupervisor(t *testing.T) {
 	}
 	if _, ok := supervisor.Inspect(n, pids(mustWhich(t, n, sup))["w"]); ok {
 		t.Fatal("Inspect of a worker must report false")
+	}
+}
+
+// mapVia is a minimal name service for TestViaNamedSupervisor.
+type mapVia struct {
+	mu    *sync.Mutex
+	names map[string]gotp.PID
+	name  string
+}
+
+func (v mapVia) Resolve(*gotp.Node) (gotp.PID, bool) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	pid, ok := v.names[v.name]
+	return pid, ok
+}
+
+func (v mapVia) RegisterName(n *gotp.Node, pid gotp.PID) error {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if owner, ok := v.names[v.name]; ok {
+		return &gotp.AlreadyRegisteredError{Name: v.name, Owner: owner}
+	}
+	v.names[v.name] = pid
+	n.MonitorFunc(pid, func(gotp.Down) {
+		v.mu.Lock()
+		if v.names[v.name] == pid {
+			delete(v.names, v.name)
+		}
+		v.mu.Unlock()
+	})
+	return nil
+}
+
+func (v mapVia) UnregisterName(*gotp.Node) {
+	v.mu.Lock()
+	delete(v.names, v.name)
+	v.mu.Unlock()
+}
+
+// TestViaNamedSupervisor: a supervisor named through a name service is
+// reached through it, and a second start under the name fails naming the
+// first.
+func TestViaNamedSupervisor(t *testing.T) {
+	n := newNode(t)
+	via := mapVia{mu: &sync.Mutex{}, names: map[string]gotp.PID{}, name: "conns"}
+	sup, err := supervisor.StartDynamic(tctx(t), n, supervisor.DynamicSpec[int]{
+		Start: func(_ context.Context, sup *gotp.Process, _ int) (gotp.PID, error) { return sup.SpawnLink(worker) },
+	}, server.WithVia(via))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := supervisor.StartDynamicChild(tctx(t), n, via, 1); err != nil {
+		t.Fatal(err)
+	}
+	k, err := supervisor.CountChildren(tctx(t), n, via)
+	if err != nil || k.Active != 1 {
+		t.Fatalf("CountChildren via: %+v, %v", k, err)
+	}
+	_, err = supervisor.Start(tctx(t), n, supervisor.Spec{}, server.WithVia(via))
+	if e, ok := errors.AsType[*server.AlreadyStartedError](err); !ok || e.PID != sup {
+		t.Fatalf("second start under the via name: %v", err)
 	}
 }

@@ -44,8 +44,12 @@ func StartLink(ctx context.Context, parent *gotp.Process, spec Spec, opts ...ser
 	return server.StartLink(ctx, parent, s, withTrap(opts)...)
 }
 
+// withTrap adds the options every supervisor runs with: it traps exits,
+// and it runs on a goroutine of its own (server.Dedicated), because each of
+// its messages may start or stop children, deep calls that would regrow
+// the stack of a goroutine started per message.
 func withTrap(opts []server.Option) []server.Option {
-	return append(opts[:len(opts):len(opts)], server.TrapExit(true))
+	return append(opts[:len(opts):len(opts)], server.TrapExit(true), server.Dedicated())
 }
 
 func newStatic(spec Spec) (*sup, error) {
@@ -207,8 +211,8 @@ func (s *sup) childExited(c *child, reason error) error {
 }
 
 // restart counts a restart against the intensity and restarts c (and, by
-// the strategy, its siblings) after it ended with reason. It returns ErrMaxIntensity when the
-// supervisor must give up.
+// the strategy, its siblings) after it ended with reason. It returns
+// ErrMaxIntensity when the supervisor must give up.
 func (s *sup) restart(c *child, reason error) error {
 	if !s.ring.add(int64(time.Since(s.epoch)), s.intensity, int64(s.period)) {
 		s.log.Error("supervisor: reached max restart intensity, shutting down",
