@@ -1,0 +1,87 @@
+package main
+
+import (
+	"os"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) {
+	if os.Getenv(childEnv) == "1" {
+		main() // the re-executed client process
+		os.Exit(0)
+	}
+	goleak.VerifyTestMain(m)
+}
+
+// TestSmallLoad runs the whole program, server here and clients in a child
+// process, at a small size, and checks that every message was counted and
+// every figure reported.
+func TestSmallLoad(t *testing.T) {
+	for _, server := range []string{"gotp", "bare", "bare-sqlite"} {
+		t.Run(server, func(t *testing.T) { smallLoad(t, server) })
+	}
+}
+
+func smallLoad(t *testing.T, server string) {
+	var out strings.Builder
+	if err := run([]string{"-server", server, "-users", "20", "-messages", "15", "-window", "3", "-data", t.TempDir()}, &out); err != nil {
+		t.Fatalf("%v\n%s", err, out.String())
+	}
+	s := out.String()
+	t.Log(s)
+	for _, re := range []string{
+		`connect: 20 users in [0-9.]+ s`,
+		`messages: 300 in [0-9.]+ s = [0-9]+ messages/s`,
+		`send→receive latency: p50 \S+, p99 \S+, max \S+`,
+		`server bytes per connection: (-?[0-9]+) heap\+stack`,
+	} {
+		if !regexp.MustCompile(re).MatchString(s) {
+			t.Errorf("output lacks %s", re)
+		}
+	}
+	m := regexp.MustCompile(`server bytes per connection: (-?[0-9]+) heap\+stack`).FindStringSubmatch(s)
+	if m != nil {
+		if b, _ := strconv.Atoi(m[1]); b <= 0 {
+			t.Errorf("bytes per connection = %d, want > 0", b)
+		}
+	}
+}
+
+func TestBadFlags(t *testing.T) {
+	var out strings.Builder
+	for _, args := range [][]string{{"-users", "1"}, {"-window", "0"}, {"-nope"}, {"-server", "erlang"}} {
+		if err := run(args, &out); err == nil {
+			t.Errorf("run(%q) = nil, want an error", args)
+		}
+	}
+}
+
+// TestAgainstAddrWithRate: clients only, against a server given by
+// address, at an offered rate: 20 users × 5 messages at 200 messages/s
+// take at least 4 intervals of 100 ms.
+func TestAgainstAddrWithRate(t *testing.T) {
+	s, err := startBare(t.Context(), t.TempDir(), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.stop()
+	var out strings.Builder
+	if err := run([]string{"-addr", s.addr(), "-users", "20", "-messages", "5", "-rate", "200"}, &out); err != nil {
+		t.Fatalf("%v\n%s", err, out.String())
+	}
+	m := regexp.MustCompile(`messages: 100 in ([0-9.]+) s`).FindStringSubmatch(out.String())
+	if m == nil {
+		t.Fatalf("output:\n%s", out.String())
+	}
+	if secs, _ := strconv.ParseFloat(m[1], 64); secs < 0.4 {
+		t.Fatalf("100 messages at 200/s took %.2f s, want ≥ 0.4 s", secs)
+	}
+	if strings.Contains(out.String(), "bytes per connection") {
+		t.Fatal("memory figures reported for a server in another process")
+	}
+}
