@@ -18,7 +18,10 @@
 // named (server.Named, server.WithVia), linked, monitored, called, and be
 // the child of another supervisor (Spec.ChildSpec, DynamicSpec.ChildSpec).
 // Every child is started linked to it by its ChildSpec.Start; the
-// supervisor learns of its exit from the link.
+// supervisor learns of its exit from the link. Unlike most servers, a
+// supervisor runs on a goroutine of its own (server.Dedicated): its work
+// (starting and stopping children) runs deep, and a goroutine made per
+// message would regrow its stack each time.
 //
 // # Strategies, restart types and intensity
 //
