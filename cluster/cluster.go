@@ -192,6 +192,7 @@ func Join(ctx context.Context, n *gotp.Node, opts Options) (*Cluster, error) {
 		c.shutdownNATS()
 		return nil, err
 	}
+	c.waitRoutes(ctx)
 	if err := c.checkName(ctx); err != nil {
 		c.shutdownNATS()
 		return nil, err
@@ -232,17 +233,46 @@ func Join(ctx context.Context, n *gotp.Node, opts Options) (*Cluster, error) {
 	return c, nil
 }
 
-// checkName asks whether a node with this name answers; it does not see
-// nodes behind a partition or beyond routes not yet connected.
+// waitRoutes gives the embedded server up to a heartbeat timeout to route
+// to one of its peers, so that the name check and the first heartbeats
+// reach the cluster. A node whose peers are all down starts anyway.
+func (c *Cluster) waitRoutes(ctx context.Context) {
+	if c.srv == nil || len(c.opts.Peers) == 0 {
+		return
+	}
+	deadline := time.Now().Add(c.opts.HeartbeatTimeout)
+	for c.srv.NumRoutes() == 0 && time.Now().Before(deadline) && ctx.Err() == nil {
+		time.Sleep(5 * time.Millisecond)
+	}
+	if c.srv.NumRoutes() > 0 {
+		time.Sleep(20 * time.Millisecond) // let the route's interest settle
+	}
+}
+
+// checkName asks, for a heartbeat interval, whether a node with this
+// name answers (interest in its subject may take a moment to cross new
+// routes). It does not see nodes behind a partition.
 func (c *Cluster) checkName(ctx context.Context) error {
+	if c.srv != nil && len(c.opts.Peers) == 0 {
+		return nil // a cluster of one so far: nobody to ask
+	}
 	ctx, cancel := context.WithTimeout(ctx, c.opts.HeartbeatInterval)
 	defer cancel()
-	m, err := c.nc.RequestWithContext(ctx, c.nodeSubject(c.name)+".whois", nil)
-	if err == nil && len(m.Data) > 0 {
-		return fmt.Errorf("%w: %q", ErrNameTaken, c.name)
+	for {
+		m, err := c.nc.RequestWithContext(ctx, c.nodeSubject(c.name)+".whois", nil)
+		if err == nil && len(m.Data) > 0 {
+			return fmt.Errorf("%w: %q", ErrNameTaken, c.name)
+		}
+		if ctx.Err() != nil {
+			break
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(10 * time.Millisecond):
+		}
 	}
-	if ctxErr := ctx.Err(); ctxErr != nil && !errors.Is(ctxErr, context.DeadlineExceeded) {
-		return ctxErr
+	if err := ctx.Err(); err != nil && !errors.Is(err, context.DeadlineExceeded) {
+		return err
 	}
 	return nil
 }
@@ -311,7 +341,7 @@ func (c *Cluster) connect(ctx context.Context) error {
 	}
 	if len(o.URLs) == 0 {
 		sopts := &natsserver.Options{
-			ServerName: c.name,
+			ServerName: c.name + "-" + strconv.FormatUint(uint64(c.cr), 10), // unique even for a twin
 			NoSigs:     true,
 			NoLog:      true,
 			MaxPayload: int32(max(o.MaxMessageSize, 1<<20) + 64<<10),
@@ -333,7 +363,7 @@ func (c *Cluster) connect(ctx context.Context) error {
 		ru, rp := c.routeCreds()
 		sopts.Cluster = natsserver.ClusterOpts{
 			Name: "gotp-" + subjectToken(o.Cluster), Host: h, Port: p,
-			Username: ru, Password: rp, NoAdvertise: o.NoAdvertise, TLSConfig: o.TLS,
+			Username: ru, Password: rp, NoAdvertise: o.NoAdvertise, Advertise: o.RouteAdvertise, TLSConfig: o.TLS,
 			Compression: natsserver.CompressionOpts{Mode: natsserver.CompressionOff},
 		}
 		for _, s := range o.Peers {
@@ -672,6 +702,11 @@ func (c *Cluster) publishHeartbeat(leaving bool) {
 // It returns nil for a batch of an incarnation that is gone or stale.
 func (c *Cluster) observe(name string, cr uint32, start int64) *peer {
 	if name == c.name {
+		if cr != c.cr {
+			if _, seen := c.logged.LoadOrStore("duplicate "+strconv.FormatUint(uint64(cr), 10), true); !seen {
+				c.log.Error("cluster: another node uses this node's name; its messages are ignored", "creation", cr)
+			}
+		}
 		return nil
 	}
 	p := c.peers()[name]
@@ -950,9 +985,13 @@ func (c *Cluster) leave() {
 	c.closing = true
 	c.mu.Unlock()
 	c.pgClose()
+	// The goodbye goes on each peer's ordered stream, after every signal
+	// already queued (the Downs and exits of this node's processes).
+	for _, p := range c.peers() {
+		_ = c.enqueue(p, []byte{kHeartbeat, 1})
+	}
 	close(c.done)
 	c.wg.Wait() // the writer flushes what is queued
-	c.publishHeartbeat(true)
 	c.closed.Store(true)
 	for _, s := range c.subs {
 		_ = s.Unsubscribe()

@@ -86,7 +86,7 @@ func TestUnregisteredTypeRefused(t *testing.T) {
 type echo struct {
 	server.Defaults
 	casts chan any
-	held  *server.From
+	held  chan struct{} // told of each "hold" call, when not nil
 }
 
 func (e *echo) HandleCall(p *gotp.Process, from server.From, req any) (any, error) {
@@ -98,6 +98,9 @@ func (e *echo) HandleCall(p *gotp.Process, from server.From, req any) (any, erro
 		case "noproc":
 			return gotp.ErrNoProc, nil
 		case "hold":
+			if e.held != nil {
+				e.held <- struct{}{}
+			}
 			return server.NoReply, nil
 		}
 		return "echo " + r, nil

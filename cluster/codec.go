@@ -417,4 +417,3 @@ func (c *Codec) checkNested(tb *codecTables, v reflect.Value, path string) error
 	}
 	return nil
 }
-

@@ -43,6 +43,10 @@ type Options struct {
 	// tools such as the nats CLI). Defaults to a free port on 127.0.0.1;
 	// the node itself connects in process.
 	ClientListen string
+	// RouteAdvertise is the host:port other servers are told to use to
+	// reach this server's routes, when it differs from RouteListen (NAT,
+	// proxies).
+	RouteAdvertise string
 	// NoAdvertise stops the embedded server from telling its peers about
 	// other routes it knows (gossip): servers then connect only to their
 	// configured Peers. Needed behind NAT or proxies.

@@ -1,0 +1,335 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gotp/gotp"
+	"github.com/gotp/gotp/server"
+)
+
+// crash cuts a node off abruptly, as a crash would: its embedded server
+// stops (routes and its own connection drop) without any goodbye, so
+// peers notice it only by the heartbeat timeout.
+func crash(m member) {
+	m.c.srv.Shutdown()
+	m.c.srv.WaitForShutdown()
+}
+
+func waitEvent(t testing.TB, sub *Subscription, kind EventKind, node string, d time.Duration) NodeEvent {
+	t.Helper()
+	timeout := time.After(d)
+	for {
+		select {
+		case ev, ok := <-sub.C():
+			if !ok {
+				t.Fatal("subscription closed")
+			}
+			if ev.Kind == kind && ev.Node == node {
+				return ev
+			}
+		case <-timeout:
+			t.Fatalf("no %v of %s within %v", kind, node, d)
+		}
+	}
+}
+
+func TestNodeDownFiresMonitorsAndLinks(t *testing.T) {
+	for _, how := range []string{"stop", "crash"} {
+		t.Run(how, func(t *testing.T) {
+			ms := startCluster(t, "a", "b", "c")
+			a, c := ms[0], ms[2]
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+
+			// On c: a plain process, and a server that never answers.
+			target, err := c.n.Spawn(func(p *gotp.Process) error { _, err := p.Receive(context.Background()); return err })
+			must(t, err)
+			held := make(chan struct{}, 1)
+			srv, err := server.Start(ctx, c.n, &echo{casts: make(chan any, 1), held: held})
+			must(t, err)
+
+			watcher, wch := inbox(t, a.n, gotp.TrapExit(true))
+			ref := monitorFrom(t, a.n, watcher, target)
+			linkFrom(t, a.n, watcher, target)
+			syncPair(t, a, c)
+
+			sub, _ := a.c.Subscribe()
+			defer sub.Close()
+			callErr := make(chan error, 1)
+			go func() {
+				_, err := server.Call[string](ctx, a.n, srv, "hold")
+				callErr <- err
+			}()
+			// Let the call reach c before c goes.
+			select {
+			case <-held:
+			case <-ctx.Done():
+				t.Fatal("the call did not reach the server")
+			}
+
+			start := time.Now()
+			if how == "stop" {
+				stopNode(t, c.n)
+			} else {
+				crash(c)
+			}
+			limit := 2 * time.Second
+			if how == "crash" {
+				limit = 2*a.c.opts.HeartbeatTimeout + 2*time.Second
+			}
+			waitEvent(t, sub, NodeDown, "c", limit)
+			t.Logf("%s: node down seen after %v", how, time.Since(start))
+
+			// A node that stops ends its processes first (their reason
+			// reaches a: shutdown); one that crashes is only seen gone.
+			want := gotp.ErrNoConnection
+			if how == "stop" {
+				want = gotp.ErrShutdown
+			}
+			got := map[string]bool{}
+			for range 2 {
+				switch m := recv(t, wch, 5*time.Second).(type) {
+				case gotp.Down:
+					if m.Ref != ref || m.PID != target || m.Reason != want {
+						t.Errorf("down %+v", m)
+					}
+					got["down"] = true
+				case gotp.Exit:
+					if m.From != target || m.Reason != want {
+						t.Errorf("exit %+v", m)
+					}
+					got["exit"] = true
+				default:
+					t.Errorf("unexpected %#v", m)
+				}
+			}
+			if !got["down"] || !got["exit"] {
+				t.Fatalf("got %v", got)
+			}
+			select {
+			case err := <-callErr:
+				if !errors.Is(err, want) {
+					t.Fatalf("call to a lost node: %v", err)
+				}
+			case <-time.After(5 * time.Second):
+				t.Fatal("call did not return")
+			}
+			for _, ni := range a.c.Nodes() {
+				if ni.Name == "c" {
+					t.Fatalf("c still listed: %v", a.c.Nodes())
+				}
+			}
+			// Signals to the lost node: monitor answers noconnection.
+			monitorFrom(t, a.n, watcher, target)
+			d := recv(t, wch, 5*time.Second).(gotp.Down)
+			if d.Reason != gotp.ErrNoConnection {
+				t.Fatalf("monitor of a lost node's pid: %v", d.Reason)
+			}
+		})
+	}
+}
+
+func TestNewIncarnation(t *testing.T) {
+	ms := startCluster(t, "a", "b")
+	a, b := ms[0], ms[1]
+	oldPID, _ := inbox(t, b.n)
+	sub, _ := a.c.Subscribe()
+	defer sub.Close()
+	stopNode(t, b.n)
+	waitEvent(t, sub, NodeDown, "b", 5*time.Second)
+
+	o := fastOpts(t)
+	o.Peers = []string{a.c.RouteURL()}
+	b2 := startNode(t, "b", o)
+	if b2.n.Creation() == b.n.Creation() {
+		t.Skip("same random creation twice")
+	}
+	waitMesh(t, []member{a, b2})
+	if got := a.c.Nodes(); len(got) != 1 || got[0].Creation != b2.n.Creation() {
+		t.Fatalf("nodes %v", got)
+	}
+	newPID, ch := inbox(t, b2.n)
+	watcher, wch := inbox(t, a.n, gotp.TrapExit(true))
+
+	// The old incarnation's PID stays dead.
+	if err := a.c.Send(oldPID, "x"); !errors.Is(err, gotp.ErrNoConnection) {
+		t.Fatalf("send to an old pid: %v", err)
+	}
+	monitorFrom(t, a.n, watcher, oldPID)
+	if d := recv(t, wch, 5*time.Second).(gotp.Down); d.Reason != gotp.ErrNoProc {
+		t.Fatalf("monitor of an old pid: %v", d.Reason)
+	}
+	linkFrom(t, a.n, watcher, oldPID)
+	if e := recv(t, wch, 5*time.Second).(gotp.Exit); e.Reason != gotp.ErrNoProc || e.From != oldPID {
+		t.Fatalf("link to an old pid: %+v", e)
+	}
+	// An old pid with the new creation's id space is not confused either:
+	// b2 is asked directly about an old PID (as a third node would).
+	as(t, b2.n, newPID, func(p *gotp.Process) {})
+	a.n.Send(newPID, "to the new one")
+	if got := recv(t, ch, 5*time.Second); got != "to the new one" {
+		t.Fatalf("got %#v", got)
+	}
+}
+
+func TestDuplicateNameRefused(t *testing.T) {
+	ms := startCluster(t, "a", "b")
+	o := fastOpts(t)
+	// Name checks see nodes this server routes to directly: list them
+	// all, as a seed list does.
+	o.Peers = []string{ms[0].c.RouteURL(), ms[1].c.RouteURL()}
+	n := gotp.NewNode(gotp.Options{Name: "b"})
+	defer stopNode(t, n)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := Join(ctx, n, o); !errors.Is(err, ErrNameTaken) {
+		t.Fatalf("a second node named b: %v", err)
+	}
+}
+
+func TestWrongCredentialsRefused(t *testing.T) {
+	t.Run("client", func(t *testing.T) {
+		o := fastOpts(t)
+		o.Token = "s3cret"
+		o.ClientListen = "127.0.0.1:0"
+		a := startNode(t, "a", o)
+		url := a.c.srv.ClientURL()
+
+		bad := fastOpts(t)
+		bad.URLs = []string{url}
+		bad.Token = "wrong"
+		n := gotp.NewNode(gotp.Options{Name: "intruder"})
+		defer stopNode(t, n)
+		_, err := Join(context.Background(), n, bad)
+		if err == nil || !strings.Contains(strings.ToLower(err.Error()), "authorization") {
+			t.Fatalf("join with a wrong token: %v", err)
+		}
+		none := fastOpts(t)
+		none.URLs = []string{url}
+		if _, err := Join(context.Background(), n, none); err == nil {
+			t.Fatal("join without credentials succeeded")
+		}
+		good := fastOpts(t)
+		good.URLs = []string{url}
+		good.Token = "s3cret"
+		b := startNode(t, "b", good)
+		waitMesh(t, []member{a, b})
+	})
+	t.Run("user-password", func(t *testing.T) {
+		o := fastOpts(t)
+		o.User, o.Password = "gotp", "pw"
+		a := startNode(t, "a", o)
+		bad := fastOpts(t)
+		bad.User, bad.Password = "gotp", "nope"
+		bad.Peers = []string{a.c.RouteURL()}
+		x := startNode(t, "x", bad) // its own server accepts it, but no route forms
+		good := fastOpts(t)
+		good.User, good.Password = "gotp", "pw"
+		good.Peers = []string{a.c.RouteURL()}
+		b := startNode(t, "b", good)
+		waitMesh(t, []member{a, b})
+		// Where absence is the subject, time is the only witness: give the
+		// intruder several heartbeat timeouts' worth of chances.
+		time.Sleep(3 * time.Second)
+		for _, m := range []member{a, b} {
+			for _, ni := range m.c.Nodes() {
+				if ni.Name == "x" {
+					t.Fatalf("%s sees the intruder", m.n.Name())
+				}
+			}
+		}
+		if got := x.c.Nodes(); len(got) != 0 {
+			t.Fatalf("intruder sees %v", got)
+		}
+	})
+	t.Run("nkey", func(t *testing.T) {
+		seed := "SUAMK2FG4MI6UE3ACF3FK3OIQBCEIEZV7NSWFFEW63UXMRLFM2XLAXK4GY"
+		o := fastOpts(t)
+		o.NKeySeed = seed
+		o.ClientListen = "127.0.0.1:0"
+		a := startNode(t, "a", o)
+		good := fastOpts(t)
+		good.NKeySeed = seed
+		good.URLs = []string{a.c.srv.ClientURL()}
+		b := startNode(t, "b", good)
+		waitMesh(t, []member{a, b})
+		bad := fastOpts(t)
+		bad.Token = "guess"
+		bad.URLs = []string{a.c.srv.ClientURL()}
+		n := gotp.NewNode(gotp.Options{Name: "intruder"})
+		defer stopNode(t, n)
+		if _, err := Join(context.Background(), n, bad); err == nil {
+			t.Fatal("join without the nkey succeeded")
+		}
+	})
+}
+
+func TestPartitionHeals(t *testing.T) {
+	// a and b route to each other directly; c reaches them only through
+	// proxies that the test can cut. c advertises an unreachable route
+	// address so that a and b never dial it around the proxies.
+	oa := fastOpts(t)
+	a := startNode(t, "a", oa)
+	ob := fastOpts(t)
+	ob.Peers = []string{a.c.RouteURL()}
+	b := startNode(t, "b", ob)
+	pa := newProxy(t, strings.TrimPrefix(a.c.RouteURL(), "nats-route://"))
+	pb := newProxy(t, strings.TrimPrefix(b.c.RouteURL(), "nats-route://"))
+	oc := fastOpts(t)
+	oc.Peers = []string{pa.url(), pb.url()}
+	oc.RouteAdvertise = unusedAddr(t)
+	c := startNode(t, "c", oc)
+	ms := []member{a, b, c}
+	waitMesh(t, ms)
+
+	scopes := replicatedScopes(t, ms, "chat")
+	joinAs(t, scopes[2], "room", 2)
+	joinAs(t, scopes[0], "room", 1)
+	waitConverged(t, scopes, "room", 3)
+
+	target, _ := inbox(t, c.n)
+	watcher, wch := inbox(t, a.n)
+	monitorFrom(t, a.n, watcher, target)
+	syncPair(t, a, c)
+
+	sub, _ := a.c.Subscribe()
+	defer sub.Close()
+	pa.setCut(true)
+	pb.setCut(true)
+	waitEvent(t, sub, NodeDown, "c", 2*oa.HeartbeatTimeout+3*time.Second)
+	if d := recv(t, wch, 5*time.Second).(gotp.Down); d.Reason != gotp.ErrNoConnection {
+		t.Fatalf("monitor of the cut node: %v", d.Reason)
+	}
+	// a and b drop c's members; c drops theirs.
+	waitUntil(t, 10*time.Second, "members of c dropped on a and b", func() bool {
+		return countMembers(scopes[0].scope, "room") == 1 && countMembers(scopes[1].scope, "room") == 1
+	})
+	waitUntil(t, 10*time.Second, "members of a dropped on c", func() bool {
+		return countMembers(scopes[2].scope, "room") == 2
+	})
+	// While cut, each side changes its membership.
+	joinAs(t, scopes[1], "room", 1)
+	joinAs(t, scopes[2], "lobby", 1)
+
+	pa.setCut(false)
+	pb.setCut(false)
+	waitEvent(t, sub, NodeUp, "c", 20*time.Second)
+	waitConverged(t, scopes, "room", 4)
+	waitConverged(t, scopes, "lobby", 1)
+}
+
+func unusedAddr(t testing.TB) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	must(t, err)
+	addr := ln.Addr().String()
+	ln.Close()
+	return addr
+}
+
+var _ = fmt.Sprint
