@@ -48,45 +48,46 @@ func (i *Instance) Release() bool {
 		s.mu.Unlock()
 		return false
 	}
-	drop := s.releaseLocked(i)
+	s.releaseInstLocked(i)
+	e := i.e
+	sh := s.shard(e.pid)
+	sh.mu.Lock()
+	delete(e.insts, i)
+	drop := len(e.insts) == 0 && len(e.groups) == 0 && sh.m[e.pid] == e
+	if drop {
+		delete(sh.m, e.pid)
+	}
+	sh.mu.Unlock()
 	s.mu.Unlock()
-	if drop != nil && !drop.ref.IsZero() {
-		s.n.Demonitor(drop.ref, drop.pid)
+	if drop {
+		// Neither instances nor memberships left: stop watching the process.
+		s.n.Demonitor(e.ref, e.pid)
 	}
 	return true
 }
 
-// releaseLocked releases inst. If its process is left with neither
-// instances nor memberships, the process is forgotten and returned, so
-// that the caller drops its monitor outside the lock.
-func (s *Scope) releaseLocked(inst *Instance) (drop *proc) {
+// releaseInstLocked marks inst released and closes its subscriptions.
+func (s *Scope) releaseInstLocked(inst *Instance) {
 	if inst.released.Load() {
-		return nil
+		return
 	}
 	inst.released.Store(true)
 	for sub := range inst.subs {
 		sub.closeLocked(false)
 	}
 	inst.subs = nil
-	e := inst.e
-	delete(e.insts, inst)
-	if len(e.insts) == 0 && len(e.groups) == 0 && s.procs[e.pid] == e {
-		delete(s.procs, e.pid)
-		return e
-	}
-	return nil
 }
 
 // stateLocked returns the error every operation of a released instance or
 // a closed scope returns.
 func (i *Instance) stateLocked() error {
 	if i.released.Load() {
-		if i.s.closed {
+		if i.s.closed.Load() {
 			return ErrScopeClosed
 		}
 		return ErrReleased
 	}
-	if i.s.closed {
+	if i.s.closed.Load() {
 		return ErrScopeClosed
 	}
 	return nil

@@ -47,7 +47,7 @@ func (s *Scope) Attach(r Replicator) (*Gateway, error) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.closed {
+	if s.closed.Load() {
 		return nil, ErrScopeClosed
 	}
 	if s.rep != nil {
@@ -97,7 +97,7 @@ func (g *Gateway) Join(node, group string, pids []gotp.PID) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.closed {
+	if s.closed.Load() {
 		return
 	}
 	s.remoteJoinLocked(node, group, ownedBy(node, pids))
@@ -112,7 +112,7 @@ func (g *Gateway) Leave(node, group string, pids []gotp.PID) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.closed {
+	if s.closed.Load() {
 		return
 	}
 	s.remoteLeaveLocked(node, group, ownedBy(node, pids))
@@ -129,7 +129,7 @@ func (g *Gateway) Sync(node string, groups map[string][]gotp.PID) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.closed {
+	if s.closed.Load() {
 		return
 	}
 	// Groups node no longer has members in.
@@ -177,7 +177,7 @@ func (g *Gateway) NodeDown(node string) {
 	s := g.s
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.closed {
+	if s.closed.Load() {
 		return
 	}
 	for name := range s.nodes[node] {
@@ -192,7 +192,7 @@ func (g *Gateway) Deliver(msg Message) {
 	s := g.s
 	s.mu.RLock()
 	pids, _, _, ok := s.targetsLocked(msg.Group, true)
-	closed := s.closed
+	closed := s.closed.Load()
 	s.mu.RUnlock()
 	if !ok {
 		s.mu.Lock()
@@ -200,7 +200,7 @@ func (g *Gateway) Deliver(msg Message) {
 			gr.bcast = slices.Clone(gr.local.pids)
 		}
 		pids, _, _, _ = s.targetsLocked(msg.Group, true)
-		closed = s.closed
+		closed = s.closed.Load()
 		s.mu.Unlock()
 	}
 	if closed {

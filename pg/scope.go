@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 
 	"github.com/gotp/gotp"
 	"github.com/gotp/gotp/server"
@@ -57,23 +58,37 @@ type Scope struct {
 	// a snapshot taken under mu is exactly consistent with the events that
 	// follow it.
 	mu     sync.RWMutex
-	closed bool
+	closed atomic.Bool                           // set with mu held; read under mu or a shard's lock
 	groups map[string]*group                     // groups with at least one member, anywhere
-	procs  map[gotp.PID]*proc                    // local processes with an open instance or a membership
 	gsubs  map[string]map[*Subscription]struct{} // Monitor subscriptions, by group
 	ssubs  map[*Subscription]struct{}            // Events subscriptions
 	nodes  map[string]map[string]struct{}        // remote node -> groups it has members in
 	rep    Replicator
+
+	// procs holds the local processes with an open instance or a
+	// membership, split into shards by PID so that Open, which only needs
+	// its process's entry, never contends on mu with joins of other
+	// processes. Lock order: mu, then a shard's lock.
+	procs [64]procShard
 }
 
+type procShard struct {
+	mu sync.Mutex // guards m, and the insts and exited fields of its procs
+	m  map[gotp.PID]*proc
+	_  [48]byte // keep shards on their own cache lines
+}
+
+func (s *Scope) shard(pid gotp.PID) *procShard { return &s.procs[pid.ID()&63] }
+
 // proc is what the scope knows of one local process: its memberships and
-// its open instances. It exists while either is non-empty, and the scope
-// holds one MonitorFunc on the process meanwhile.
+// its open instances. It is in its shard while either is non-empty, and
+// the scope holds one MonitorFunc on the process meanwhile.
 type proc struct {
 	pid    gotp.PID
-	ref    gotp.Ref // of the MonitorFunc; zero until installed
-	groups map[string]int
-	insts  map[*Instance]struct{}
+	ref    gotp.Ref               // of the MonitorFunc; set before the proc is in its shard
+	groups map[string]int         // guarded by Scope.mu
+	insts  map[*Instance]struct{} // guarded by the shard's lock
+	exited bool                   // guarded by the shard's lock: procExit has run
 }
 
 // Start starts the scope id on node n, registered as ProcessName(id), and
@@ -112,10 +127,12 @@ func start(ctx context.Context, n *gotp.Node, id string, opts Options, sopts ...
 		buffer: opts.Buffer,
 		done:   make(chan struct{}),
 		groups: make(map[string]*group),
-		procs:  make(map[gotp.PID]*proc),
 		gsubs:  make(map[string]map[*Subscription]struct{}),
 		ssubs:  make(map[*Subscription]struct{}),
 		nodes:  make(map[string]map[string]struct{}),
+	}
+	for i := range s.procs {
+		s.procs[i].m = make(map[gotp.PID]*proc)
 	}
 	if s.policy == nil {
 		s.policy = AllowAll{}
@@ -239,44 +256,46 @@ func (s *Scope) Open(p *gotp.Process) (*Instance, error) {
 		return nil, &DeniedError{Permission: PermOpen, Resource: s.id, PID: pid}
 	}
 	inst := &Instance{s: s, p: p, pid: pid}
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
+	sh := s.shard(pid)
+	sh.mu.Lock()
+	if s.closed.Load() {
+		sh.mu.Unlock()
 		return nil, ErrScopeClosed
 	}
-	e := s.procs[pid]
-	fresh := e == nil
-	if fresh {
-		e = &proc{pid: pid, groups: make(map[string]int), insts: make(map[*Instance]struct{})}
-		s.procs[pid] = e
+	if e := sh.m[pid]; e != nil {
+		e.insts[inst] = struct{}{}
+		inst.e = e
+		sh.mu.Unlock()
+		return inst, nil
+	}
+	sh.mu.Unlock()
+
+	// The first instance of p: monitor it before the entry is visible, so
+	// that the entry never exists without its monitor. If p is already
+	// dead, MonitorFunc calls procExit at once, on this goroutine, and it
+	// marks e exited.
+	e := &proc{pid: pid, groups: make(map[string]int), insts: make(map[*Instance]struct{})}
+	e.ref = s.n.MonitorFunc(pid, func(gotp.Down) { s.procExit(e) })
+	sh.mu.Lock()
+	switch cur := sh.m[pid]; {
+	case e.exited:
+		sh.mu.Unlock()
+		return nil, fmt.Errorf("pg: open %q: %w", s.id, gotp.ErrNoProc)
+	case s.closed.Load():
+		sh.mu.Unlock()
+		s.n.Demonitor(e.ref, pid)
+		return nil, ErrScopeClosed
+	case cur != nil: // another Open of p won the race
+		cur.insts[inst] = struct{}{}
+		inst.e = cur
+		sh.mu.Unlock()
+		s.n.Demonitor(e.ref, pid)
+		return inst, nil
 	}
 	e.insts[inst] = struct{}{}
 	inst.e = e
-	s.mu.Unlock()
-
-	if fresh {
-		// Outside the lock: if p is already dead, MonitorFunc calls
-		// procExit at once, on this goroutine.
-		ref := s.n.MonitorFunc(pid, func(gotp.Down) { s.procExit(e) })
-		s.mu.Lock()
-		if s.procs[pid] == e {
-			e.ref = ref
-			s.mu.Unlock()
-		} else {
-			// e was dropped meanwhile (p exited, or every instance was
-			// released): this monitor has nothing left to watch.
-			s.mu.Unlock()
-			s.n.Demonitor(ref, pid)
-		}
-	}
-	if inst.released.Load() {
-		select {
-		case <-s.done:
-			return nil, ErrScopeClosed
-		default:
-		}
-		return nil, fmt.Errorf("pg: open %q: %w", s.id, gotp.ErrNoProc)
-	}
+	sh.m[pid] = e
+	sh.mu.Unlock()
 	return inst, nil
 }
 
@@ -284,36 +303,47 @@ func (s *Scope) Open(p *gotp.Process) (*Instance, error) {
 // exited: it leaves every group at once, and its instances are released.
 func (s *Scope) procExit(e *proc) {
 	s.mu.Lock()
-	if s.procs[e.pid] != e {
-		s.mu.Unlock()
-		return
+	defer s.mu.Unlock()
+	sh := s.shard(e.pid)
+	sh.mu.Lock()
+	e.exited = true
+	if sh.m[e.pid] != e {
+		sh.mu.Unlock()
+		return // never published, or already dropped or closed
 	}
-	delete(s.procs, e.pid)
+	delete(sh.m, e.pid)
+	insts := e.insts
+	e.insts = nil
+	sh.mu.Unlock()
 	for name, count := range e.groups {
 		s.leaveLocalLocked(e, name, count)
 	}
-	for inst := range e.insts {
-		s.releaseLocked(inst)
+	for inst := range insts {
+		s.releaseInstLocked(inst)
 	}
-	s.mu.Unlock()
 }
 
 // close closes the scope once its process has exited.
 func (s *Scope) close() {
 	s.mu.Lock()
-	if s.closed {
+	if s.closed.Load() {
 		s.mu.Unlock()
 		return
 	}
-	s.closed = true
-	procs := make([]*proc, 0, len(s.procs))
-	for _, e := range s.procs {
-		procs = append(procs, e)
-	}
-	for _, e := range procs {
-		for inst := range e.insts {
-			s.releaseLocked(inst)
+	s.closed.Store(true)
+	var procs []*proc
+	for i := range s.procs {
+		sh := &s.procs[i]
+		sh.mu.Lock()
+		for _, e := range sh.m {
+			procs = append(procs, e)
+			for inst := range e.insts {
+				s.releaseInstLocked(inst)
+			}
+			e.insts = nil
 		}
+		clear(sh.m)
+		sh.mu.Unlock()
 	}
 	for _, subs := range s.gsubs {
 		for sub := range subs {
@@ -325,13 +355,11 @@ func (s *Scope) close() {
 	}
 	rep := s.rep
 	s.rep = nil
-	s.groups, s.procs, s.gsubs, s.ssubs, s.nodes = nil, nil, nil, nil, nil
+	s.groups, s.gsubs, s.ssubs, s.nodes = nil, nil, nil, nil
 	s.mu.Unlock()
 
 	for _, e := range procs {
-		if !e.ref.IsZero() {
-			s.n.Demonitor(e.ref, e.pid)
-		}
+		s.n.Demonitor(e.ref, e.pid)
 	}
 	if rep != nil {
 		rep.Detached()
@@ -357,7 +385,13 @@ type Info struct {
 func (s *Scope) Info() Info {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	in := Info{ID: s.id, PID: s.pid, Closed: s.closed, Groups: len(s.groups), Processes: len(s.procs)}
+	in := Info{ID: s.id, PID: s.pid, Closed: s.closed.Load(), Groups: len(s.groups)}
+	for i := range s.procs {
+		sh := &s.procs[i]
+		sh.mu.Lock()
+		in.Processes += len(sh.m)
+		sh.mu.Unlock()
+	}
 	for _, g := range s.groups {
 		if g.local.joins > 0 {
 			in.LocalGroups++

@@ -1,0 +1,239 @@
+package pg_test
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/gotp/gotp"
+	"github.com/gotp/gotp/pg"
+)
+
+// W5 sizes (../shared/bench/WORKLOADS.md).
+const (
+	w5Members    = 10_000
+	w5Broadcasts = 100
+)
+
+type goSignal struct{}
+
+// w5JoinRound runs one W5 join phase on a fresh node, as the Erlang script
+// does: w5Members idle handler-mode processes (as gen_servers are) are
+// told to go, and each then opens the scope and joins group "g" itself
+// (join == false: does nothing) and counts itself done. It returns the
+// time from the first go to the last member done.
+func w5JoinRound(b *testing.B, join bool) time.Duration {
+	ctx := context.Background()
+	n := gotp.NewNode(gotp.Options{Name: "w5"})
+	defer n.Stop(ctx)
+	s, err := pg.Start(ctx, n, "w5", pg.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	var left atomic.Int64
+	left.Store(w5Members)
+	done := make(chan struct{})
+	h := gotp.HandlerFunc(func(p *gotp.Process, msg any) (bool, error) {
+		if join {
+			inst, err := s.Open(p)
+			if err != nil {
+				return true, err
+			}
+			if err := inst.Join("g"); err != nil {
+				return true, err
+			}
+		}
+		if left.Add(-1) == 0 {
+			close(done)
+		}
+		return false, nil
+	})
+	pids := make([]gotp.PID, w5Members)
+	for j := range pids {
+		if pids[j], err = n.SpawnHandler(h, nil); err != nil {
+			b.Fatal(err)
+		}
+	}
+	start := time.Now()
+	for _, pid := range pids {
+		n.Send(pid, goSignal{})
+	}
+	<-done
+	d := time.Since(start)
+	if join && s.Info().LocalJoins != w5Members {
+		b.Fatalf("%d members, want %d", s.Info().LocalJoins, w5Members)
+	}
+	return d
+}
+
+// BenchmarkW5PGJoin is W5's join phase: 10,000 processes each open the
+// scope and join "g" at once (Erlang's figure, 9,700 joins/s, is for this
+// shape: every process calls pg:join for itself). Each iteration also runs
+// the same round without the pg calls (go, then done) as a baseline,
+// interleaved so that both see the same machine load; ns/op is the pg
+// round only.
+func BenchmarkW5PGJoin(b *testing.B) {
+	var pgTime, baseTime time.Duration
+	for i := 0; i < b.N; i++ {
+		b.StartTimer()
+		pgTime += w5JoinRound(b, true)
+		b.StopTimer()
+		baseTime += w5JoinRound(b, false)
+	}
+	joins := float64(b.N) * w5Members
+	b.ReportMetric(joins/pgTime.Seconds(), "joins/s")
+	b.ReportMetric(joins/baseTime.Seconds(), "baseline-rounds/s")
+	b.ReportMetric(float64(pgTime-baseTime)/joins, "ns/join-over-baseline")
+}
+
+// BenchmarkW5PGBroadcast is W5's broadcast phase: 10,000 handler-mode
+// processes are members of "g"; one process broadcasts 100 times; each
+// member counts its messages. The time runs from the first broadcast until
+// every member has received all 100. Each iteration also sends the same
+// message to the same 10,000 processes with a raw loop of Process.Send,
+// 100 times, as the baseline (interleaved, same processes); ns/op is the
+// pg phase only.
+func BenchmarkW5PGBroadcast(b *testing.B) {
+	ctx := context.Background()
+	n := gotp.NewNode(gotp.Options{Name: "w5"})
+	defer n.Stop(ctx)
+	s, err := pg.Start(ctx, n, "w5", pg.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	var left atomic.Int64
+	var done atomic.Pointer[chan struct{}]
+	type counter struct{ got int }
+	pids := make([]gotp.PID, w5Members)
+	for j := range pids {
+		c := &counter{}
+		pids[j], err = n.SpawnHandler(gotp.HandlerFunc(func(p *gotp.Process, msg any) (bool, error) {
+			if c.got++; c.got == w5Broadcasts {
+				c.got = 0
+				if left.Add(-1) == 0 {
+					close(*done.Load())
+				}
+			}
+			return false, nil
+		}), func(p *gotp.Process) error {
+			inst, err := s.Open(p)
+			if err != nil {
+				return err
+			}
+			return inst.Join("g")
+		})
+		if err != nil {
+			b.Fatal(err)
+		}
+	}
+	senderCh := make(chan *gotp.Process, 1)
+	if _, err := n.Spawn(func(p *gotp.Process) error {
+		senderCh <- p
+		_, err := p.Receive(ctx)
+		return err
+	}); err != nil {
+		b.Fatal(err)
+	}
+	sender := <-senderCh
+	inst, err := s.Open(sender)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if m, _ := inst.Members("g"); len(m) != w5Members {
+		b.Fatalf("%d members", len(m))
+	}
+	round := func(send func(k int)) time.Duration {
+		ch := make(chan struct{})
+		done.Store(&ch)
+		left.Store(w5Members)
+		start := time.Now()
+		for k := range w5Broadcasts {
+			send(k)
+		}
+		<-ch
+		return time.Since(start)
+	}
+	var pgTime, baseTime time.Duration
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		b.StartTimer()
+		pgTime += round(func(k int) {
+			if err := inst.Broadcast("g", "t", k); err != nil {
+				b.Fatal(err)
+			}
+		})
+		b.StopTimer()
+		baseTime += round(func(k int) {
+			var msg any = pg.Message{Scope: "w5", Group: "g", Topic: "t", Payload: k, From: sender.Self()}
+			for _, pid := range pids {
+				sender.Send(pid, msg)
+			}
+		})
+	}
+	deliveries := float64(b.N) * w5Members * w5Broadcasts
+	b.ReportMetric(deliveries/pgTime.Seconds(), "deliveries/s")
+	b.ReportMetric(deliveries/baseTime.Seconds(), "baseline-deliveries/s")
+	b.ReportMetric(baseTime.Seconds()/pgTime.Seconds(), "pg/baseline-speed")
+}
+
+// BenchmarkW5PGJoinCost measures one join and one leave of a process that
+// is not yet a member (the path that adds a distinct member), with the
+// group already holding 1,000 or 20,000 members: the cost must not grow
+// with the size (Erlang's pg: about 14 µs a join at 1,000 members, 170 µs
+// at 20,000).
+func BenchmarkW5PGJoinCost(b *testing.B) {
+	for _, size := range []int{1_000, 20_000} {
+		b.Run(fmt.Sprintf("members=%d", size), func(b *testing.B) {
+			ctx := context.Background()
+			n := gotp.NewNode(gotp.Options{Name: "w5"})
+			defer n.Stop(ctx)
+			s, err := pg.Start(ctx, n, "w5", pg.Options{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			idle := gotp.HandlerFunc(func(*gotp.Process, any) (bool, error) { return false, nil })
+			open := func(join bool) *pg.Instance {
+				var inst *pg.Instance
+				_, err := n.SpawnHandler(idle, func(p *gotp.Process) error {
+					var err error
+					if inst, err = s.Open(p); err != nil {
+						return err
+					}
+					if join {
+						return inst.Join("g")
+					}
+					return nil
+				})
+				if err != nil {
+					b.Fatal(err)
+				}
+				return inst
+			}
+			for range size {
+				open(true)
+			}
+			pool := make([]*pg.Instance, 1024)
+			for i := range pool {
+				pool[i] = open(false)
+			}
+			b.ReportAllocs()
+			i := 0
+			for b.Loop() {
+				inst := pool[i&1023]
+				i++
+				if err := inst.Join("g"); err != nil {
+					b.Fatal(err)
+				}
+				if err := inst.Leave("g"); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "join+leave/s")
+			if in := s.Info(); in.LocalJoins != size {
+				b.Fatalf("%d joins at the end, want %d", in.LocalJoins, size)
+			}
+		})
+	}
+}
