@@ -182,3 +182,72 @@ func TestProcessesAndCount(t *testing.T) {
 		t.Fatalf("ProcessCount = %d, want %d", n.ProcessCount(), len(live))
 	}
 }
+
+func TestProcessDictionaryAndDone(t *testing.T) {
+	n := newNode(t)
+	procs := make(chan *gotp.Process, 1)
+	pid, err := n.Spawn(func(p *gotp.Process) error {
+		p.SetValue("state", "ready")
+		procs <- p
+		_, err := p.Receive(context.Background())
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := recv(t, procs)
+	if v := p.Value("state"); v != "ready" {
+		t.Fatalf("Value = %v", v)
+	}
+	if v, ok := n.ProcessValue(pid, "state"); !ok || v != "ready" {
+		t.Fatalf("ProcessValue = %v, %v", v, ok)
+	}
+	if v := p.Value("missing"); v != nil {
+		t.Fatalf("Value of a missing key = %v", v)
+	}
+	done := p.Done()
+	select {
+	case <-done:
+		t.Fatal("Done closed while the process lives")
+	default:
+	}
+	n.Exit(pid, errBoom)
+	recv(t, done)
+	recv(t, p.Done()) // asked for after the exit: already closed
+	if _, ok := n.ProcessValue(pid, "state"); ok {
+		t.Fatal("ProcessValue of an exited process")
+	}
+
+	// A handler-mode process that was never asked for its dictionary.
+	h, err := n.SpawnHandler(gotp.HandlerFunc(func(p *gotp.Process, msg any) (bool, error) {
+		procs <- p
+		return false, nil
+	}), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v, ok := n.ProcessValue(h, "anything"); !ok || v != nil {
+		t.Fatalf("ProcessValue = %v, %v", v, ok)
+	}
+	n.Send(h, "x")
+	hp := recv(t, procs)
+	n.Exit(h, gotp.ErrKill)
+	recv(t, hp.Done())
+}
+
+func TestNodeOptions(t *testing.T) {
+	n := gotp.NewNode(gotp.Options{})
+	defer n.Stop(context.Background())
+	if n.Name() != gotp.DefaultNodeName || n.Creation() == 0 || n.Logger() == nil {
+		t.Fatalf("defaults: name %q creation %d logger %v", n.Name(), n.Creation(), n.Logger())
+	}
+	m := gotp.NewNode(gotp.Options{Name: "x", Creation: 7})
+	defer m.Stop(context.Background())
+	pid := waiter(t, m)
+	if pid.Node() != "x" || pid.Creation() != 7 || m.Creation() != 7 {
+		t.Fatalf("pid %v", pid)
+	}
+	if r := m.MakeRef(); r.Node() != "x" || r.Creation() != 7 {
+		t.Fatalf("ref %v", r)
+	}
+}
