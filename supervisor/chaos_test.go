@@ -119,7 +119,8 @@ func chaosKills(t *testing.T) int {
 }
 
 // TestChaos kills random processes of a three-level tree (one to three at
-// a time, with gotp.ErrKill or an error) and checks after each round that
+// a time, with gotp.ErrKill or an error; then in storms of ten kills that
+// do not wait for the tree to recover) and checks after each round that
 // the tree comes back to its declared shape, that none of the killed
 // processes is in it, that no process is left over outside it, and, at
 // the end, that WhichChildren at every level agrees and nothing leaks.
@@ -132,8 +133,15 @@ func TestChaos(t *testing.T) {
 		t.Fatal(err)
 	}
 	seed := uint64(time.Now().UnixNano())
+	if s := os.Getenv("GOTP_CHAOS_SEED"); s != "" {
+		v, err := strconv.ParseUint(s, 10, 64)
+		if err != nil {
+			t.Fatalf("GOTP_CHAOS_SEED: %v", err)
+		}
+		seed = v
+	}
 	rng := rand.New(rand.NewPCG(seed, 42))
-	t.Logf("seed %d", seed)
+	t.Logf("seed %d (rerun with GOTP_CHAOS_SEED)", seed)
 
 	// settle waits until the tree matches the blueprint without any of
 	// the killed PIDs, and returns the tree's PIDs.
@@ -181,6 +189,23 @@ func TestChaos(t *testing.T) {
 		}
 		ps = settle(round, killed)
 	}
+	// Storms: kill while the tree is still restarting, reading the PIDs
+	// to kill from the tree as it is at that moment.
+	for round := range kills / 20 {
+		var killed []gotp.PID
+		for range 10 {
+			tree, _ := supervisor.Tree(n, root)
+			var live []gotp.PID
+			collect(tree, &live)
+			if len(live) == 0 {
+				continue
+			}
+			pid := live[rng.IntN(len(live))]
+			killed = append(killed, pid)
+			n.Exit(pid, gotp.ErrKill)
+		}
+		ps = settle(kills+round, killed)
+	}
 	if err := whichMatches(ctx, n, root, bp); err != nil {
 		t.Fatal(err)
 	}
@@ -198,5 +223,17 @@ func TestChaos(t *testing.T) {
 	}
 	if c := n.ProcessCount(); c != 0 {
 		t.Fatalf("%d processes after Stop", c)
+	}
+}
+
+// collect appends the PIDs of every running process of a tree.
+func collect(in supervisor.Info, out *[]gotp.PID) {
+	for _, c := range in.Children {
+		if c.State == supervisor.ChildRunning {
+			*out = append(*out, c.PID)
+		}
+		if c.Sub != nil {
+			collect(*c.Sub, out)
+		}
 	}
 }

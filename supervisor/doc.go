@@ -81,6 +81,7 @@
 //
 // # Tests
 //
-// The chaos test runs 300 kills with -short and 2,000 without;
-// GOTP_CHAOS_KILLS=n sets another number.
+// The chaos test runs 300 kill rounds with -short and 2,000 without;
+// GOTP_CHAOS_KILLS=n sets another number and GOTP_CHAOS_SEED=s replays a
+// logged seed. The whole suite takes a few seconds with -race.
 package supervisor

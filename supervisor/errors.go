@@ -48,6 +48,7 @@ type AlreadyStartedError struct {
 	PID gotp.PID
 }
 
+// Error names the child and its PID.
 func (e *AlreadyStartedError) Error() string {
 	return fmt.Sprintf("supervisor: child %q already started as %v", e.ID, e.PID)
 }
@@ -64,6 +65,7 @@ type ChildStartError struct {
 	Err error
 }
 
+// Error names the child and the start error.
 func (e *ChildStartError) Error() string {
 	return fmt.Sprintf("supervisor: child %q failed to start: %v", e.ID, e.Err)
 }
@@ -79,6 +81,7 @@ type SpecError struct {
 	Reason string
 }
 
+// Error says what is wrong with which child.
 func (e *SpecError) Error() string {
 	if e.ID == "" {
 		return "supervisor: bad spec: " + e.Reason
@@ -93,6 +96,7 @@ type ArgTypeError struct {
 	Want string
 }
 
+// Error names both types.
 func (e *ArgTypeError) Error() string {
 	return fmt.Sprintf("supervisor: dynamic child argument %T, want %s", e.Got, e.Want)
 }

@@ -26,6 +26,7 @@ const (
 	RestForOne
 )
 
+// String returns OTP's name of the strategy (one_for_one, ...).
 func (s Strategy) String() string {
 	switch s {
 	case OneForOne:
@@ -54,6 +55,7 @@ const (
 	Temporary
 )
 
+// String returns OTP's name of the restart type (permanent, ...).
 func (r Restart) String() string {
 	switch r {
 	case Permanent:
@@ -76,6 +78,7 @@ const (
 	Supervisor
 )
 
+// String returns "worker" or "supervisor".
 func (t ChildType) String() string {
 	switch t {
 	case Worker:
