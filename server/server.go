@@ -162,7 +162,13 @@ func Start(ctx context.Context, n *gotp.Node, b Behaviour, opts ...Option) (gotp
 				return err
 			}
 		}
-		return b.Init(ctx, p)
+		err := b.Init(ctx, p)
+		if errors.Is(err, ErrIgnore) && !c.link.IsZero() {
+			// OTP's ignore ends the process normally: the parent that
+			// started it linked must not get an exit signal for it.
+			p.Unlink(c.link)
+		}
+		return err
 	}
 	var pid gotp.PID
 	var err error
