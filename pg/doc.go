@@ -86,12 +86,17 @@
 // # Concurrency and cost
 //
 // Scopes, instances and subscriptions are safe for concurrent use. The
-// membership tables are guarded by one lock per scope rather than owned by
-// the scope's mailbox, so a join is a few map operations whose cost does
-// not grow with the group's size, and reads never queue behind writes of
-// other groups for long. pg starts no goroutines of its own. Policies are
-// called without any lock held; nothing else of the user's runs inside the
-// package.
+// membership tables live beside the scope's process, not in its mailbox:
+// local members are split into 16 stripes by process, each with its own
+// lock, under a scope-wide read-write lock that joins and leaves hold
+// shared. A join is a few map operations whose cost does not grow with the
+// group's size, and joins of different processes, even to one group,
+// rarely wait for each other. Monitor, Events, creating or removing a
+// group, and remote changes hold the scope-wide lock exclusively, which is
+// what makes their snapshots atomic. Broadcasts reuse a cached list of a
+// group's distinct local members until the membership changes. pg starts
+// no goroutines of its own. Policies are called without any lock held;
+// nothing else of the user's runs inside the package.
 //
 // # Tests
 //

@@ -44,20 +44,22 @@ func (i *Instance) Scope() *Scope { return i.s }
 func (i *Instance) Release() bool {
 	s := i.s
 	s.mu.Lock()
+	st := &s.stripes[stripeOf(i.pid)]
+	st.mu.Lock()
 	if i.released.Load() {
+		st.mu.Unlock()
 		s.mu.Unlock()
 		return false
 	}
-	s.releaseInstLocked(i)
+	i.released.Store(true)
 	e := i.e
-	sh := s.shard(e.pid)
-	sh.mu.Lock()
 	delete(e.insts, i)
-	drop := len(e.insts) == 0 && len(e.groups) == 0 && sh.m[e.pid] == e
+	drop := len(e.insts) == 0 && len(e.groups) == 0 && st.procs[e.pid] == e
 	if drop {
-		delete(sh.m, e.pid)
+		delete(st.procs, e.pid)
 	}
-	sh.mu.Unlock()
+	st.mu.Unlock()
+	i.closeSubsLocked()
 	s.mu.Unlock()
 	if drop {
 		// Neither instances nor memberships left: stop watching the process.
@@ -66,40 +68,25 @@ func (i *Instance) Release() bool {
 	return true
 }
 
-// releaseInstLocked marks inst released and closes its subscriptions.
-func (s *Scope) releaseInstLocked(inst *Instance) {
-	if inst.released.Load() {
-		return
-	}
-	inst.released.Store(true)
-	for sub := range inst.subs {
+// closeSubsLocked closes the instance's subscriptions. The caller holds
+// Scope.mu exclusively.
+func (i *Instance) closeSubsLocked() {
+	for sub := range i.subs {
 		sub.closeLocked(false)
 	}
-	inst.subs = nil
+	i.subs = nil
 }
 
-// stateLocked returns the error every operation of a released instance or
-// a closed scope returns.
-func (i *Instance) stateLocked() error {
-	if i.released.Load() {
-		if i.s.closed.Load() {
-			return ErrScopeClosed
-		}
-		return ErrReleased
-	}
-	if i.s.closed.Load() {
+// stateErr returns the error every operation of a released instance or a
+// closed scope returns, or nil. It is authoritative when the caller holds
+// Scope.mu (for the scope) and the instance's stripe lock or Scope.mu
+// exclusively (for the instance).
+func (i *Instance) stateErr() error {
+	switch {
+	case i.s.closed.Load():
 		return ErrScopeClosed
-	}
-	return nil
-}
-
-// precheck fails fast, before the policy is asked, for a released
-// instance. The authoritative check is stateLocked, under the lock.
-func (i *Instance) precheck() error {
-	if i.released.Load() {
-		i.s.mu.RLock()
-		defer i.s.mu.RUnlock()
-		return i.stateLocked()
+	case i.released.Load():
+		return ErrReleased
 	}
 	return nil
 }
@@ -129,7 +116,7 @@ func checkGroups(groups []string) error {
 // (name, PermJoin) before any is joined, and all are joined at once, with
 // one "member joined" event per group named.
 func (i *Instance) Join(groups ...string) error {
-	if err := i.precheck(); err != nil {
+	if err := i.stateErr(); err != nil {
 		return err
 	}
 	if err := checkGroups(groups); err != nil {
@@ -141,15 +128,72 @@ func (i *Instance) Join(groups ...string) error {
 		}
 	}
 	s := i.s
+	k := stripeOf(i.pid)
+	st := &s.stripes[k]
+	var buf [4]*group
+	gs := buf[:0]
+	created := false
+	for {
+		s.mu.RLock()
+		if err := i.stateErr(); err != nil {
+			s.mu.RUnlock()
+			if created {
+				s.dropEmpty(groups)
+			}
+			return err
+		}
+		gs = gs[:0]
+		for _, name := range groups {
+			g := s.groups[name]
+			if g == nil {
+				break
+			}
+			gs = append(gs, g)
+		}
+		if len(gs) < len(groups) {
+			// A group to create: that needs mu exclusively.
+			s.mu.RUnlock()
+			s.createGroups(groups)
+			created = true
+			continue
+		}
+		st.mu.Lock()
+		if err := i.stateErr(); err != nil {
+			st.mu.Unlock()
+			s.mu.RUnlock()
+			if created {
+				s.dropEmpty(groups)
+			}
+			return err
+		}
+		for j, name := range groups {
+			s.joinLocalLocked(i.e, name, gs[j], k)
+		}
+		st.mu.Unlock()
+		s.mu.RUnlock()
+		return nil
+	}
+}
+
+// dropEmpty removes the named groups that are empty.
+func (s *Scope) dropEmpty(names []string) {
+	s.mu.Lock()
+	s.dropEmptyLocked(names)
+	s.mu.Unlock()
+}
+
+// createGroups adds the named groups that do not exist yet, empty.
+func (s *Scope) createGroups(names []string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if err := i.stateLocked(); err != nil {
-		return err
+	if s.closed.Load() {
+		return
 	}
-	for _, g := range groups {
-		s.joinLocalLocked(i.e, g)
+	for _, name := range names {
+		if s.groups[name] == nil {
+			s.groups[name] = &group{}
+		}
 	}
-	return nil
 }
 
 // Leave leaves each group once (one or a batch). A batch is best effort:
@@ -157,7 +201,7 @@ func (i *Instance) Join(groups ...string) error {
 // *NotJoinedError only when it was a member of none of them. Every group is
 // checked (name, PermLeave) before any is left.
 func (i *Instance) Leave(groups ...string) error {
-	if err := i.precheck(); err != nil {
+	if err := i.stateErr(); err != nil {
 		return err
 	}
 	if err := checkGroups(groups); err != nil {
@@ -169,17 +213,31 @@ func (i *Instance) Leave(groups ...string) error {
 		}
 	}
 	s := i.s
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if err := i.stateLocked(); err != nil {
+	k := stripeOf(i.pid)
+	st := &s.stripes[k]
+	s.mu.RLock()
+	st.mu.Lock()
+	if err := i.stateErr(); err != nil {
+		st.mu.Unlock()
+		s.mu.RUnlock()
 		return err
 	}
 	left := 0
-	for _, g := range groups {
-		if i.e.groups[g] > 0 {
-			s.leaveLocalLocked(i.e, g, 1)
+	var emptied []string
+	for _, name := range groups {
+		if i.e.groups[name] > 0 {
+			g := s.groups[name]
+			s.leaveLocalLocked(i.e, name, g, k, 1)
 			left++
+			if g.empty() {
+				emptied = append(emptied, name)
+			}
 		}
+	}
+	st.mu.Unlock()
+	s.mu.RUnlock()
+	if len(emptied) > 0 {
+		s.dropEmpty(emptied)
 	}
 	if left == 0 {
 		return &NotJoinedError{Groups: slices.Clone(groups)}
@@ -200,7 +258,7 @@ func (i *Instance) LocalMembers(group string) ([]gotp.PID, error) {
 }
 
 func (i *Instance) members(perm Permission, group string, local bool) ([]gotp.PID, error) {
-	if err := i.precheck(); err != nil {
+	if err := i.stateErr(); err != nil {
 		return nil, err
 	}
 	if group == "" {
@@ -212,17 +270,19 @@ func (i *Instance) members(perm Permission, group string, local bool) ([]gotp.PI
 	s := i.s
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	if err := i.stateLocked(); err != nil {
+	if err := i.stateErr(); err != nil {
 		return nil, err
 	}
 	g := s.groups[group]
 	if g == nil {
 		return []gotp.PID{}, nil
 	}
+	s.lockStripes()
+	defer s.unlockStripes()
 	if local {
-		return g.local.appendTo(make([]gotp.PID, 0, g.local.joins)), nil
+		return g.appendLocal(make([]gotp.PID, 0, g.localJoins.Load())), nil
 	}
-	return g.appendAll(make([]gotp.PID, 0, g.joins)), nil
+	return g.appendAll(make([]gotp.PID, 0, g.joins())), nil
 }
 
 // WhichGroups returns the groups that have at least one member on any
@@ -236,7 +296,7 @@ func (i *Instance) WhichLocalGroups() ([]string, error) {
 }
 
 func (i *Instance) which(perm Permission, local bool) ([]string, error) {
-	if err := i.precheck(); err != nil {
+	if err := i.stateErr(); err != nil {
 		return nil, err
 	}
 	if err := i.allow(perm, i.s.id); err != nil {
@@ -244,16 +304,18 @@ func (i *Instance) which(perm Permission, local bool) ([]string, error) {
 	}
 	s := i.s
 	s.mu.RLock()
-	if err := i.stateLocked(); err != nil {
+	if err := i.stateErr(); err != nil {
 		s.mu.RUnlock()
 		return nil, err
 	}
+	s.lockStripes()
 	out := make([]string, 0, len(s.groups))
 	for name, g := range s.groups {
-		if !local || g.local.joins > 0 {
+		if local && g.localJoins.Load() > 0 || !local && !g.empty() {
 			out = append(out, name)
 		}
 	}
+	s.unlockStripes()
 	s.mu.RUnlock()
 	slices.Sort(out)
 	return out, nil
@@ -285,7 +347,7 @@ func (i *Instance) BroadcastLocal(group, topic string, payload any) error {
 }
 
 func (i *Instance) broadcast(perm Permission, group, topic string, payload any, local bool) error {
-	if err := i.precheck(); err != nil {
+	if err := i.stateErr(); err != nil {
 		return err
 	}
 	if group == "" {
@@ -296,22 +358,12 @@ func (i *Instance) broadcast(perm Permission, group, topic string, payload any, 
 	}
 	s := i.s
 	s.mu.RLock()
-	err := i.stateLocked()
-	pids, nodes, rep, ok := s.targetsLocked(group, local)
-	s.mu.RUnlock()
-	if err == nil && !ok {
-		// The cached copy of the local members is stale: rebuild it.
-		s.mu.Lock()
-		err = i.stateLocked()
-		if g := s.groups[group]; g != nil && g.bcast == nil {
-			g.bcast = slices.Clone(g.local.pids)
-		}
-		pids, nodes, rep, _ = s.targetsLocked(group, local)
-		s.mu.Unlock()
-	}
-	if err != nil {
+	if err := i.stateErr(); err != nil {
+		s.mu.RUnlock()
 		return err
 	}
+	pids, nodes, rep := s.targetsRLocked(group, local)
+	s.mu.RUnlock()
 	msg := Message{Scope: s.id, Group: group, Topic: topic, Payload: payload, From: i.pid}
 	var boxed any = msg // one allocation, shared by every send
 	for _, pid := range pids {
@@ -323,13 +375,13 @@ func (i *Instance) broadcast(perm Permission, group, topic string, payload any, 
 	return nil
 }
 
-// targetsLocked returns the local members (distinct) and the remote nodes
-// a broadcast to group goes to. ok is false when the local members must be
-// copied first (the cache is stale), which needs the write lock.
-func (s *Scope) targetsLocked(group string, local bool) (pids []gotp.PID, nodes []string, rep Replicator, ok bool) {
+// targetsRLocked returns the distinct local members and, unless local,
+// the remote nodes (with the replicator) a broadcast to group goes to. The
+// caller holds mu shared.
+func (s *Scope) targetsRLocked(group string, local bool) (pids []gotp.PID, nodes []string, rep Replicator) {
 	g := s.groups[group]
 	if g == nil {
-		return nil, nil, nil, true
+		return nil, nil, nil
 	}
 	if !local && s.rep != nil && len(g.remote) > 0 {
 		rep = s.rep
@@ -338,13 +390,13 @@ func (s *Scope) targetsLocked(group string, local bool) (pids []gotp.PID, nodes 
 			nodes = append(nodes, node)
 		}
 	}
-	if len(g.local.pids) == 0 {
-		return nil, nodes, rep, true
+	if p := g.bcast.Load(); p != nil {
+		return *p, nodes, rep
 	}
-	if g.bcast == nil {
-		return nil, nodes, rep, false
-	}
-	return g.bcast, nodes, rep, true
+	s.lockStripes()
+	pids = g.distinctLocal()
+	s.unlockStripes()
+	return pids, nodes, rep
 }
 
 // Monitor subscribes to the "member joined" and "member left" events of
@@ -354,7 +406,7 @@ func (s *Scope) targetsLocked(group string, local bool) (pids []gotp.PID, nodes 
 // follow is exactly the membership. The subscription belongs to the
 // instance: Release and the process's exit close it.
 func (i *Instance) Monitor(group string) (*Subscription, []gotp.PID, error) {
-	if err := i.precheck(); err != nil {
+	if err := i.stateErr(); err != nil {
 		return nil, nil, err
 	}
 	if group == "" {
@@ -366,7 +418,7 @@ func (i *Instance) Monitor(group string) (*Subscription, []gotp.PID, error) {
 	s := i.s
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if err := i.stateLocked(); err != nil {
+	if err := i.stateErr(); err != nil {
 		return nil, nil, err
 	}
 	sub := i.newSubLocked(group, false)
@@ -378,7 +430,7 @@ func (i *Instance) Monitor(group string) (*Subscription, []gotp.PID, error) {
 	subs[sub] = struct{}{}
 	members := []gotp.PID{}
 	if g := s.groups[group]; g != nil {
-		members = g.appendAll(make([]gotp.PID, 0, g.joins))
+		members = g.appendAll(make([]gotp.PID, 0, g.joins()))
 	}
 	return sub, members, nil
 }
@@ -387,7 +439,7 @@ func (i *Instance) Monitor(group string) (*Subscription, []gotp.PID, error) {
 // the subscription with a snapshot of every group's members (as Members),
 // atomic with it as Monitor's.
 func (i *Instance) Events() (*Subscription, map[string][]gotp.PID, error) {
-	if err := i.precheck(); err != nil {
+	if err := i.stateErr(); err != nil {
 		return nil, nil, err
 	}
 	if err := i.allow(PermEvents, i.s.id); err != nil {
@@ -396,14 +448,16 @@ func (i *Instance) Events() (*Subscription, map[string][]gotp.PID, error) {
 	s := i.s
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if err := i.stateLocked(); err != nil {
+	if err := i.stateErr(); err != nil {
 		return nil, nil, err
 	}
 	sub := i.newSubLocked("", true)
 	s.ssubs[sub] = struct{}{}
 	snap := make(map[string][]gotp.PID, len(s.groups))
 	for name, g := range s.groups {
-		snap[name] = g.appendAll(make([]gotp.PID, 0, g.joins))
+		if !g.empty() {
+			snap[name] = g.appendAll(make([]gotp.PID, 0, g.joins()))
+		}
 	}
 	return sub, snap, nil
 }
@@ -417,17 +471,18 @@ func (i *Instance) newSubLocked(group string, all bool) *Subscription {
 	return sub
 }
 
-// joinLocalLocked records one join of e's process to name.
-func (s *Scope) joinLocalLocked(e *proc, name string) {
-	g := s.groups[name]
-	if g == nil {
-		g = &group{}
-		s.groups[name] = g
+// joinLocalLocked records one join of e's process to g (named name). The
+// caller holds mu shared and the lock of e's stripe k.
+func (s *Scope) joinLocalLocked(e *proc, name string, g *group, k int) {
+	m := g.local[k]
+	if m == nil {
+		m = &memberSet{}
+		g.local[k] = m
 	}
-	if g.local.add(e.pid, 1) {
-		g.bcast = nil
+	if m.add(e.pid, 1) {
+		g.bcast.Store(nil)
 	}
-	g.joins++
+	g.localJoins.Add(1)
 	e.groups[name]++
 	if s.watchedLocked(name) || s.rep != nil {
 		pids := []gotp.PID{e.pid}
@@ -438,18 +493,16 @@ func (s *Scope) joinLocalLocked(e *proc, name string) {
 	}
 }
 
-// leaveLocalLocked records times leaves of e's process from name; e must
-// be a member at least times times.
-func (s *Scope) leaveLocalLocked(e *proc, name string, times int) {
-	g := s.groups[name]
-	n, gone := g.local.remove(e.pid, times)
+// leaveLocalLocked records times leaves of e's process from g (named
+// name); e must be a member at least times times. The caller holds mu
+// shared and the lock of e's stripe k. If g is left empty, the caller
+// removes it (dropEmptyLocked) once it holds mu exclusively.
+func (s *Scope) leaveLocalLocked(e *proc, name string, g *group, k, times int) {
+	n, gone := g.local[k].remove(e.pid, times)
 	if gone {
-		g.bcast = nil
+		g.bcast.Store(nil)
 	}
-	g.joins -= n
-	if g.joins == 0 {
-		delete(s.groups, name)
-	}
+	g.localJoins.Add(int64(-n))
 	if e.groups[name] -= n; e.groups[name] <= 0 {
 		delete(e.groups, name)
 	}

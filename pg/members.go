@@ -1,6 +1,10 @@
 package pg
 
-import "github.com/gotp/gotp"
+import (
+	"sync/atomic"
+
+	"github.com/gotp/gotp"
+)
 
 // memberSet is the membership of one group on one node: each distinct
 // process once, with the number of times it joined. Adding and removing are
@@ -72,25 +76,72 @@ func (m *memberSet) appendTo(out []gotp.PID) []gotp.PID {
 	return out
 }
 
-// group is the membership of one group, anywhere. A group exists in the
-// scope's map only while it has at least one member.
-type group struct {
-	local  memberSet
-	remote map[string]*memberSet // by node name; only non-empty sets
-	joins  int                   // local.joins + the remote sets' joins
+// nStripes is the number of stripes the local members of a group are
+// split into, by process (see Scope.stripes).
+const nStripes = 16
 
-	// bcast caches a copy of local.pids for broadcasts, so that a
+// stripeOf returns the stripe of a local process. Local PIDs are numbered
+// in spawn order, so consecutive processes fall in different stripes.
+func stripeOf(pid gotp.PID) int { return int(pid.ID() % nStripes) }
+
+// group is the membership of one group, anywhere. A group is in the
+// scope's map while it has members; a local leave that empties it leaves
+// it there until the leaver removes it with the scope lock held
+// exclusively, so readers skip empty groups.
+type group struct {
+	local      [nStripes]*memberSet // local[k] guarded by Scope.stripes[k].mu
+	localJoins atomic.Int64         // the local sets' joins, summed
+
+	// Written only with Scope.mu held exclusively.
+	remote      map[string]*memberSet // by node name; only non-empty sets
+	remoteJoins int
+
+	// bcast caches the distinct local members for broadcasts, so that a
 	// broadcast to a stable group copies nothing. It is immutable once
-	// built and dropped (set to nil) whenever the local distinct members
-	// change.
-	bcast []gotp.PID
+	// built; it is set to nil (with the stripe's lock held) whenever the
+	// distinct local members change, and rebuilt with every stripe locked.
+	bcast atomic.Pointer[[]gotp.PID]
 }
 
+// empty reports whether the group has no member anywhere.
+func (g *group) empty() bool { return g.localJoins.Load() == 0 && g.remoteJoins == 0 }
+
+// joins returns the number of memberships, anywhere.
+func (g *group) joins() int { return int(g.localJoins.Load()) + g.remoteJoins }
+
+// appendLocal appends the local members (see memberSet.appendTo). The
+// caller holds every stripe's lock, or Scope.mu exclusively.
+func (g *group) appendLocal(out []gotp.PID) []gotp.PID {
+	for _, m := range g.local {
+		if m != nil {
+			out = m.appendTo(out)
+		}
+	}
+	return out
+}
+
+// appendAll appends the members of every node, locking as appendLocal.
 func (g *group) appendAll(out []gotp.PID) []gotp.PID {
-	out = g.local.appendTo(out)
+	out = g.appendLocal(out)
 	for _, m := range g.remote {
 		out = m.appendTo(out)
 	}
+	return out
+}
+
+// distinctLocal returns the distinct local members, caching them. The
+// caller holds every stripe's lock, or Scope.mu exclusively.
+func (g *group) distinctLocal() []gotp.PID {
+	if p := g.bcast.Load(); p != nil {
+		return *p
+	}
+	var out []gotp.PID
+	for _, m := range g.local {
+		if m != nil {
+			out = append(out, m.pids...)
+		}
+	}
+	g.bcast.Store(&out)
 	return out
 }
 

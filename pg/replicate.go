@@ -2,7 +2,6 @@ package pg
 
 import (
 	"errors"
-	"slices"
 
 	"github.com/gotp/gotp"
 )
@@ -11,11 +10,14 @@ import (
 // cluster; the cluster package implements it, one per scope (see
 // Scope.Attach). The pg package never talks to a network itself.
 //
-// Joined and Left are called with the scope's lock held, in the exact order
-// of the local changes (a total order per scope), so that a peer applying
-// them in order converges; Broadcast is called without the lock. Every
-// method must return quickly and must not block (queue, then return), and
-// must not call back into the scope or its Gateway synchronously.
+// Joined and Left are called with the scope's locks held, while the change
+// is made: the reports about one process come in the exact order of its
+// changes and never concurrently, so that a peer applying them in order
+// converges (changes of different processes commute); reports about
+// different processes may come concurrently, from several goroutines.
+// Broadcast is called without locks. Every method must be safe for
+// concurrent use, return quickly without blocking (queue, then return),
+// and must not call back into the scope or its Gateway synchronously.
 type Replicator interface {
 	// Joined reports that local processes joined group; a process that
 	// joined k times appears k times.
@@ -70,9 +72,10 @@ type Gateway struct {
 }
 
 // LocalSnapshot calls fn with every local membership (group → members, a
-// process joined k times k times), with the scope's lock held: every local
-// change before it is in the snapshot and every one after it is reported
-// through Replicator.Joined/Left after fn returns. fn must not block and
+// process joined k times k times), with the scope's structure lock held
+// exclusively: no local change is in progress, every change before it is
+// in the snapshot (and was reported before fn is called) and every one
+// after it is reported through Replicator.Joined/Left after fn returns. fn must not block and
 // must not call into the scope; it typically queues the snapshot for a
 // peer, in the same queue as the Joined/Left reports, as a full sync.
 func (g *Gateway) LocalSnapshot(fn func(groups map[string][]gotp.PID)) {
@@ -81,8 +84,8 @@ func (g *Gateway) LocalSnapshot(fn func(groups map[string][]gotp.PID)) {
 	defer s.mu.Unlock()
 	snap := make(map[string][]gotp.PID)
 	for name, gr := range s.groups {
-		if gr.local.joins > 0 {
-			snap[name] = gr.local.appendTo(make([]gotp.PID, 0, gr.local.joins))
+		if gr.localJoins.Load() > 0 {
+			snap[name] = gr.appendLocal(make([]gotp.PID, 0, gr.localJoins.Load()))
 		}
 	}
 	fn(snap)
@@ -191,21 +194,12 @@ func (g *Gateway) NodeDown(node string) {
 func (g *Gateway) Deliver(msg Message) {
 	s := g.s
 	s.mu.RLock()
-	pids, _, _, ok := s.targetsLocked(msg.Group, true)
-	closed := s.closed.Load()
-	s.mu.RUnlock()
-	if !ok {
-		s.mu.Lock()
-		if gr := s.groups[msg.Group]; gr != nil && gr.bcast == nil {
-			gr.bcast = slices.Clone(gr.local.pids)
-		}
-		pids, _, _, _ = s.targetsLocked(msg.Group, true)
-		closed = s.closed.Load()
-		s.mu.Unlock()
-	}
-	if closed {
+	if s.closed.Load() {
+		s.mu.RUnlock()
 		return
 	}
+	pids, _, _ := s.targetsRLocked(msg.Group, true)
+	s.mu.RUnlock()
 	var boxed any = msg
 	for _, pid := range pids {
 		s.n.Send(pid, boxed)
@@ -258,7 +252,7 @@ func (s *Scope) remoteJoinLocked(node, name string, pids []gotp.PID) {
 	for _, pid := range pids {
 		m.add(pid, 1)
 	}
-	g.joins += len(pids)
+	g.remoteJoins += len(pids)
 	s.publishLocked(MemberJoined, name, pids)
 }
 
@@ -296,7 +290,7 @@ func (s *Scope) remoteDropLocked(node, name string) {
 }
 
 func (s *Scope) afterRemoteLeaveLocked(node, name string, g *group, m *memberSet, left []gotp.PID) {
-	g.joins -= len(left)
+	g.remoteJoins -= len(left)
 	if m.joins == 0 {
 		delete(g.remote, node)
 		if gs := s.nodes[node]; gs != nil {
@@ -306,7 +300,7 @@ func (s *Scope) afterRemoteLeaveLocked(node, name string, g *group, m *memberSet
 			}
 		}
 	}
-	if g.joins == 0 {
+	if g.empty() {
 		delete(s.groups, name)
 	}
 	if len(left) > 0 {

@@ -52,43 +52,58 @@ type Scope struct {
 	pid    gotp.PID
 	done   chan struct{}
 
-	// mu guards every field below. Every change of membership happens
-	// with mu held and publishes its event to subscribers (a non-blocking
-	// channel send) and to the replicator before mu is released, so that
-	// a snapshot taken under mu is exactly consistent with the events that
-	// follow it.
+	// mu is the structure lock. Every change of local membership holds it
+	// shared, plus the lock of its process's stripe, and publishes its
+	// event (a non-blocking channel send) and its Replicator report before
+	// releasing them. Whatever must see every group at rest holds it
+	// exclusively: Monitor and Events (so their snapshot is atomic with
+	// their subscription), creating and removing groups, subscribing and
+	// closing subscriptions, remote changes (Gateway), Release, close.
+	// Lock order: mu, then stripes in index order.
 	mu     sync.RWMutex
-	closed atomic.Bool                           // set with mu held; read under mu or a shard's lock
-	groups map[string]*group                     // groups with at least one member, anywhere
-	gsubs  map[string]map[*Subscription]struct{} // Monitor subscriptions, by group
-	ssubs  map[*Subscription]struct{}            // Events subscriptions
-	nodes  map[string]map[string]struct{}        // remote node -> groups it has members in
-	rep    Replicator
+	closed atomic.Bool                            // written with mu held exclusively
+	groups map[string]*group                     // the map guarded by mu
+	gsubs  map[string]map[*Subscription]struct{} // Monitor subscriptions, by group; guarded by mu
+	ssubs  map[*Subscription]struct{}            // Events subscriptions; guarded by mu
+	nodes  map[string]map[string]struct{}        // remote node -> groups it has members in; guarded by mu
+	rep    Replicator                            // guarded by mu
 
-	// procs holds the local processes with an open instance or a
-	// membership, split into shards by PID so that Open, which only needs
-	// its process's entry, never contends on mu with joins of other
-	// processes. Lock order: mu, then a shard's lock.
-	procs [64]procShard
+	// stripes split local processes by PID, so that joins of different
+	// processes, even to one group, rarely wait for each other: a
+	// process's entry, and its memberships in every group, are guarded by
+	// its stripe's lock. Open needs only that lock.
+	stripes [nStripes]stripe
 }
 
-type procShard struct {
-	mu sync.Mutex // guards m, and the insts and exited fields of its procs
-	m  map[gotp.PID]*proc
-	_  [48]byte // keep shards on their own cache lines
+type stripe struct {
+	mu    sync.Mutex // guards procs, the insts, groups and exited fields of its procs, and group.local[k]
+	procs map[gotp.PID]*proc
+	_     [48]byte // keep stripes on their own cache lines
 }
 
-func (s *Scope) shard(pid gotp.PID) *procShard { return &s.procs[pid.ID()&63] }
+// lockStripes locks every stripe, in index order.
+func (s *Scope) lockStripes() {
+	for i := range s.stripes {
+		s.stripes[i].mu.Lock()
+	}
+}
+
+func (s *Scope) unlockStripes() {
+	for i := range s.stripes {
+		s.stripes[i].mu.Unlock()
+	}
+}
 
 // proc is what the scope knows of one local process: its memberships and
-// its open instances. It is in its shard while either is non-empty, and
-// the scope holds one MonitorFunc on the process meanwhile.
+// its open instances. It is in its stripe while either is non-empty, and
+// the scope holds one MonitorFunc on the process meanwhile. Its fields
+// other than pid and ref are guarded by its stripe's lock.
 type proc struct {
 	pid    gotp.PID
-	ref    gotp.Ref               // of the MonitorFunc; set before the proc is in its shard
-	groups map[string]int         // guarded by Scope.mu
-	insts  map[*Instance]struct{} // guarded by the shard's lock
-	exited bool                   // guarded by the shard's lock: procExit has run
+	ref    gotp.Ref // of the MonitorFunc; set before the proc is in its stripe
+	groups map[string]int
+	insts  map[*Instance]struct{}
+	exited bool // procExit has run
 }
 
 // Start starts the scope id on node n, registered as ProcessName(id), and
@@ -131,8 +146,8 @@ func start(ctx context.Context, n *gotp.Node, id string, opts Options, sopts ...
 		ssubs:  make(map[*Subscription]struct{}),
 		nodes:  make(map[string]map[string]struct{}),
 	}
-	for i := range s.procs {
-		s.procs[i].m = make(map[gotp.PID]*proc)
+	for i := range s.stripes {
+		s.stripes[i].procs = make(map[gotp.PID]*proc)
 	}
 	if s.policy == nil {
 		s.policy = AllowAll{}
@@ -256,70 +271,86 @@ func (s *Scope) Open(p *gotp.Process) (*Instance, error) {
 		return nil, &DeniedError{Permission: PermOpen, Resource: s.id, PID: pid}
 	}
 	inst := &Instance{s: s, p: p, pid: pid}
-	sh := s.shard(pid)
-	sh.mu.Lock()
-	if s.closed.Load() {
-		sh.mu.Unlock()
-		return nil, ErrScopeClosed
-	}
-	if e := sh.m[pid]; e != nil {
-		e.insts[inst] = struct{}{}
-		inst.e = e
-		sh.mu.Unlock()
-		return inst, nil
-	}
-	sh.mu.Unlock()
-
-	// The first instance of p: monitor it before the entry is visible, so
-	// that the entry never exists without its monitor. If p is already
-	// dead, MonitorFunc calls procExit at once, on this goroutine, and it
-	// marks e exited.
+	st := &s.stripes[stripeOf(pid)]
+	// Monitor p before its entry is visible, so that the entry never
+	// exists without its monitor. If p is already dead, MonitorFunc calls
+	// procExit at once, on this goroutine, and it marks e exited. If p
+	// already has an entry (a second instance), this monitor is dropped:
+	// the common case, one instance per process, takes the stripe's lock
+	// once.
 	e := &proc{pid: pid, groups: make(map[string]int), insts: make(map[*Instance]struct{})}
 	e.ref = s.n.MonitorFunc(pid, func(gotp.Down) { s.procExit(e) })
-	sh.mu.Lock()
-	switch cur := sh.m[pid]; {
-	case e.exited:
-		sh.mu.Unlock()
-		return nil, fmt.Errorf("pg: open %q: %w", s.id, gotp.ErrNoProc)
+	st.mu.Lock()
+	switch cur := st.procs[pid]; {
 	case s.closed.Load():
-		sh.mu.Unlock()
+		st.mu.Unlock()
 		s.n.Demonitor(e.ref, pid)
 		return nil, ErrScopeClosed
-	case cur != nil: // another Open of p won the race
+	case cur != nil:
 		cur.insts[inst] = struct{}{}
 		inst.e = cur
-		sh.mu.Unlock()
+		st.mu.Unlock()
 		s.n.Demonitor(e.ref, pid)
 		return inst, nil
+	case e.exited:
+		st.mu.Unlock()
+		return nil, fmt.Errorf("pg: open %q: %w", s.id, gotp.ErrNoProc)
 	}
 	e.insts[inst] = struct{}{}
 	inst.e = e
-	sh.m[pid] = e
-	sh.mu.Unlock()
+	st.procs[pid] = e
+	st.mu.Unlock()
 	return inst, nil
 }
 
 // procExit is called (through MonitorFunc) when the process of e has
 // exited: it leaves every group at once, and its instances are released.
 func (s *Scope) procExit(e *proc) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	sh := s.shard(e.pid)
-	sh.mu.Lock()
+	k := stripeOf(e.pid)
+	st := &s.stripes[k]
+	s.mu.RLock()
+	st.mu.Lock()
 	e.exited = true
-	if sh.m[e.pid] != e {
-		sh.mu.Unlock()
-		return // never published, or already dropped or closed
+	if s.closed.Load() || st.procs[e.pid] != e {
+		st.mu.Unlock()
+		s.mu.RUnlock()
+		return // never published, already dropped, or the scope is closed
 	}
-	delete(sh.m, e.pid)
+	delete(st.procs, e.pid)
+	var emptied []string
+	for name, count := range e.groups {
+		g := s.groups[name]
+		s.leaveLocalLocked(e, name, g, k, count)
+		if g.empty() {
+			emptied = append(emptied, name)
+		}
+	}
 	insts := e.insts
 	e.insts = nil
-	sh.mu.Unlock()
-	for name, count := range e.groups {
-		s.leaveLocalLocked(e, name, count)
-	}
+	subs := false
 	for inst := range insts {
-		s.releaseInstLocked(inst)
+		inst.released.Store(true)
+		subs = subs || len(inst.subs) > 0
+	}
+	st.mu.Unlock()
+	s.mu.RUnlock()
+	if len(emptied) > 0 || subs {
+		s.mu.Lock()
+		s.dropEmptyLocked(emptied)
+		for inst := range insts {
+			inst.closeSubsLocked()
+		}
+		s.mu.Unlock()
+	}
+}
+
+// dropEmptyLocked removes the named groups that are (still) empty. The
+// caller holds mu exclusively.
+func (s *Scope) dropEmptyLocked(names []string) {
+	for _, name := range names {
+		if g := s.groups[name]; g != nil && g.empty() {
+			delete(s.groups, name)
+		}
 	}
 }
 
@@ -332,18 +363,18 @@ func (s *Scope) close() {
 	}
 	s.closed.Store(true)
 	var procs []*proc
-	for i := range s.procs {
-		sh := &s.procs[i]
-		sh.mu.Lock()
-		for _, e := range sh.m {
+	for i := range s.stripes {
+		st := &s.stripes[i]
+		st.mu.Lock()
+		for _, e := range st.procs {
 			procs = append(procs, e)
 			for inst := range e.insts {
-				s.releaseInstLocked(inst)
+				inst.released.Store(true)
 			}
 			e.insts = nil
 		}
-		clear(sh.m)
-		sh.mu.Unlock()
+		clear(st.procs)
+		st.mu.Unlock()
 	}
 	for _, subs := range s.gsubs {
 		for sub := range subs {
@@ -385,19 +416,22 @@ type Info struct {
 func (s *Scope) Info() Info {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	in := Info{ID: s.id, PID: s.pid, Closed: s.closed.Load(), Groups: len(s.groups)}
-	for i := range s.procs {
-		sh := &s.procs[i]
-		sh.mu.Lock()
-		in.Processes += len(sh.m)
-		sh.mu.Unlock()
+	s.lockStripes()
+	defer s.unlockStripes()
+	in := Info{ID: s.id, PID: s.pid, Closed: s.closed.Load()}
+	for i := range s.stripes {
+		in.Processes += len(s.stripes[i].procs)
 	}
 	for _, g := range s.groups {
-		if g.local.joins > 0 {
-			in.LocalGroups++
+		if g.empty() {
+			continue
 		}
-		in.LocalJoins += g.local.joins
-		in.RemoteJoins += g.joins - g.local.joins
+		in.Groups++
+		if lj := int(g.localJoins.Load()); lj > 0 {
+			in.LocalGroups++
+			in.LocalJoins += lj
+		}
+		in.RemoteJoins += g.remoteJoins
 	}
 	for _, subs := range s.gsubs {
 		in.Subscriptions += len(subs)
