@@ -61,7 +61,7 @@ type Scope struct {
 	// closing subscriptions, remote changes (Gateway), Release, close.
 	// Lock order: mu, then stripes in index order.
 	mu     sync.RWMutex
-	closed atomic.Bool                            // written with mu held exclusively
+	closed atomic.Bool                           // written with mu held exclusively
 	groups map[string]*group                     // the map guarded by mu
 	gsubs  map[string]map[*Subscription]struct{} // Monitor subscriptions, by group; guarded by mu
 	ssubs  map[*Subscription]struct{}            // Events subscriptions; guarded by mu
