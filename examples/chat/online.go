@@ -58,6 +58,11 @@ func (o *online) Init(ctx context.Context, p *gotp.Process) error {
 	if err != nil {
 		return err
 	}
+	if c := o.svc.cfg.Cluster; c != nil {
+		if err := c.Replicate(scope); err != nil {
+			return err
+		}
+	}
 	if o.inst, err = scope.Open(p); err != nil {
 		return err
 	}

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/gotp/gotp"
+	"github.com/gotp/gotp/cluster"
 	"github.com/gotp/gotp/pg"
 	"github.com/gotp/gotp/registry"
 	"github.com/gotp/gotp/server"
@@ -48,6 +49,12 @@ type Config struct {
 	// Mount, if set, adds handlers to the HTTP mux (the observer, say).
 	// It runs during Start, with the service being started.
 	Mount func(mux *http.ServeMux, s *Service)
+	// Cluster, if set, makes the chat span the cluster: the chat scope is
+	// replicated on it (rooms and users of every node), so users on other
+	// nodes can be sent to, rooms reach every node, WHO lists everyone,
+	// and a name is held by one user in the whole cluster. Register the
+	// chat's message types on its codec with RegisterTypes before Join.
+	Cluster *cluster.Cluster
 	// Intensity and Period of the root supervisor; zero means the
 	// defaults above.
 	Intensity int
@@ -292,4 +299,13 @@ func (s *Service) find(inst *pg.Instance, name string) (gotp.PID, bool) {
 func (s *Service) appendHistory(ctx context.Context, m Message) error {
 	_, err := server.Call[bool](ctx, s.n, gotp.Name(historyName), appendMsg{m: m})
 	return err
+}
+
+// RegisterTypes registers the messages the chat sends between nodes on a
+// cluster codec; call it on every node before cluster.Join.
+func RegisterTypes(c *cluster.Codec) error {
+	return errors.Join(
+		cluster.Register[Delivery](c, "chat.Delivery"),
+		cluster.Register[RoomMsg](c, "chat.RoomMsg"),
+	)
 }
