@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"net/url"
 	"os"
 	"os/exec"
 	"regexp"
@@ -265,4 +266,58 @@ func TestBrowserObserver(t *testing.T) {
 		}
 	}
 	p.waitLog(`msg="observer: killing a process on request" pid=` + regexp.QuoteMeta(conn))
+}
+
+// TestBrowserChatReconnect: a page whose connection was closed by the
+// server, where the user then tried to send, connects again and works.
+// (The page keeps one callback per command awaiting its reply; a command
+// sent on the closed socket never gets one, and must not swallow the
+// reply to the next connection's CONNECT.)
+func TestBrowserChatReconnect(t *testing.T) {
+	chromium(t)
+	p := startProgram(t, "-data", t.TempDir(), "-observer-kill")
+	hc := httpClient(t)
+	ana := browser(t)
+	runActions(t, ana, "connect ana",
+		chromedp.Navigate("http://"+p.http+"/"),
+		chromedp.WaitVisible(chromedp.CSS(`#name`)),
+		chromedp.SendKeys(chromedp.CSS(`#name`), "ana"),
+		chromedp.Click(chromedp.CSS(`#connect button`)),
+		waitJS(logHas("connected as ana")),
+	)
+	// The server ends ana's connection (as a crash or a restart would).
+	s, err := p.snapshot(hc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sup := find(s.Supervisors, "chat.connections")
+	if sup == nil || len(sup.Children) != 1 {
+		t.Fatalf("want one connection, have %+v", sup)
+	}
+	resp, err := hc.PostForm("http://"+p.http+"/observer/api/kill", url.Values{"pid": {sup.Children[0].PID}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	runActions(t, ana, "the page sees the disconnection", waitJS(logHas("disconnected")))
+	// The user tries to send anyway, then connects again.
+	runActions(t, ana, "send while disconnected, then reconnect",
+		chromedp.SendKeys(chromedp.CSS(`#to`), "bob"),
+		chromedp.SendKeys(chromedp.CSS(`#text`), "anyone there?"),
+		chromedp.Click(chromedp.CSS(`#send button`)),
+		chromedp.Click(chromedp.CSS(`#connect button`)),
+	)
+	ok := chromedp.Do(ana, chromedp.Poll[chromedp.Void](`Array.from(document.querySelectorAll('#log div')).filter(d => d.textContent === 'connected as ana').length === 2`,
+		chromedp.WithPollingTimeout(10*time.Second), chromedp.WithPollingInterval(50*time.Millisecond)))
+	if ok != nil {
+		var log []string
+		log, _ = chromedp.Run(ana, chromedp.Evaluate[[]string](`Array.from(document.querySelectorAll('#log div')).map(d => d.className + ': ' + d.textContent)`))
+		t.Fatalf("the page did not connect again (%v); its log: %q", ok, log)
+	}
+	// And it works: WHO lists ana, from the server's side too.
+	c := dialLine(t, p.tcp)
+	c.expect("CONNECT bob", "OK")
+	c.expect("WHO", "ONLINE 2 ana bob")
+	c.expect("SEND ana are you back?", "SENT ana")
+	runActions(t, ana, "ana receives", waitJS(logHas("bob: are you back?")))
 }
