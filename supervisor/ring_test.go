@@ -8,7 +8,8 @@ import (
 
 // TestRestartRingMatchesModel checks the ring against OTP's rule written
 // naively: keep every restart time, and a restart is allowed when, with
-// it, at most max restarts fall within the last period.
+// it, at most max restarts fall within the last period. The ring must keep
+// only the restarts of the window, in a buffer no larger than max.
 func TestRestartRingMatchesModel(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		max := rapid.IntRange(0, 6).Draw(t, "max")
@@ -33,6 +34,9 @@ func TestRestartRingMatchesModel(t *testing.T) {
 				return // the supervisor gives up: no later restarts
 			}
 			model = append(model, now)
+			if r.n != within || len(r.buf) > max {
+				t.Fatalf("step %d: ring keeps %d entries in a buffer of %d; %d are in the window, intensity %d", i, r.n, len(r.buf), within, max)
+			}
 		}
 	})
 }

@@ -428,30 +428,41 @@ func (s *sup) checkShutdown(id string, pid gotp.PID, reason error, brutal bool) 
 	return reason
 }
 
-// restartRing remembers the times of the last intensity restarts, so that
-// checking the intensity costs the same however many restarts happened.
+// restartRing remembers the times of the restarts within the last period
+// (at most intensity of them), oldest first, in a circular buffer that
+// grows only as far as they need: checking the intensity costs amortised
+// O(1) however many restarts happened, and the memory is bounded by the
+// restarts of one period, not by the intensity.
 type restartRing struct {
-	t    []int64 // nanoseconds since the supervisor started
-	head int     // oldest entry once full
+	buf  []int64 // nanoseconds since the supervisor started
+	head int     // index of the oldest entry
+	n    int     // entries in use
 }
 
-// add records a restart at now and reports whether it stays within max
-// restarts in period.
-func (r *restartRing) add(now int64, max int, period int64) bool {
-	if max <= 0 {
+// add records a restart at now and reports whether it stays within limit
+// restarts in period (now never goes back).
+func (r *restartRing) add(now int64, limit int, period int64) bool {
+	if limit <= 0 {
 		return false
 	}
-	if len(r.t) < max {
-		r.t = append(r.t, now)
-		return true
+	for r.n > 0 && now-r.buf[r.head] >= period { // out of the window
+		r.head++
+		if r.head == len(r.buf) {
+			r.head = 0
+		}
+		r.n--
 	}
-	if now-r.t[r.head] < period {
+	if r.n >= limit {
 		return false
 	}
-	r.t[r.head] = now
-	r.head++
-	if r.head == max {
-		r.head = 0
+	if r.n == len(r.buf) {
+		grown := make([]int64, min(limit, max(4, 2*len(r.buf))))
+		for i := range r.n {
+			grown[i] = r.buf[(r.head+i)%len(r.buf)]
+		}
+		r.buf, r.head = grown, 0
 	}
+	r.buf[(r.head+r.n)%len(r.buf)] = now
+	r.n++
 	return true
 }
