@@ -204,3 +204,29 @@ func TestParentExitStopsSupervisor(t *testing.T) {
 		t.Fatalf("events %v", got)
 	}
 }
+
+// TestNodeStopDeadlineWithInfiniteShutdown: a child that ignores shutdown
+// under an Infinity shutdown holds Node.Stop until its context ends; Stop
+// then kills everything, and the supervisor's goroutine, blocked waiting
+// for that child, ends too (goleak checks it at the end of the package).
+func TestNodeStopDeadlineWithInfiniteShutdown(t *testing.T) {
+	n := gotp.NewNode(gotp.Options{Name: "t", Logger: discard})
+	s := supervisor.Func("s", stubborn)
+	s.Shutdown = supervisor.Infinity
+	sup, err := supervisor.Start(tctx(t), n, supervisor.Spec{Children: []supervisor.ChildSpec{s}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustWhich(t, n, sup)
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	if err := n.Stop(ctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Stop = %v, want the deadline", err)
+	}
+	if err := n.Stop(tctx(t)); err != nil {
+		t.Fatalf("second Stop: %v", err)
+	}
+	if c := n.ProcessCount(); c != 0 {
+		t.Fatalf("%d processes left", c)
+	}
+}
