@@ -308,9 +308,16 @@ func mayHoldInterface(t reflect.Type) bool {
 	return false
 }
 
-// badKey reports whether key cannot be hashed or compared.
+// badKey reports whether key cannot be hashed or compared. It must not
+// take key's address: that would move every key to the heap, in every
+// operation, and the garbage collector would then rescan a large registry
+// again and again.
 func (r *Registry[K, V]) badKey(key K) bool {
-	return r.checkKeys && !reflect.ValueOf(&key).Elem().Comparable()
+	if !r.checkKeys {
+		return false
+	}
+	x := any(key)
+	return x != nil && !reflect.ValueOf(x).Comparable()
 }
 
 // keyPart returns the partition of key in a unique registry.

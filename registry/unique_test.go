@@ -333,3 +333,36 @@ func TestEmptyRegistry(t *testing.T) {
 		}
 	}
 }
+
+// Reads allocate only what they return: Find nothing, Lookup one slice.
+// (An allocation per read makes the collector rescan a large registry
+// again and again.)
+func TestReadAllocations(t *testing.T) {
+	n := newNode(t)
+	for _, opts := range []registry.Options{{Partitions: 4}, {Kind: registry.Duplicate, Partitions: 4}} {
+		r := start[int, int](t, n, opts)
+		a := spawnActor(t, n)
+		a.do(func(p *gotp.Process) { _ = r.Register(p, 1, 1) })
+		if got := testing.AllocsPerRun(100, func() { r.Find(1) }); got != 0 {
+			t.Errorf("%v: Find allocates %v times", opts.Kind, got)
+		}
+		if got := testing.AllocsPerRun(100, func() { r.Lookup(1) }); got != 1 {
+			t.Errorf("%v: Lookup allocates %v times", opts.Kind, got)
+		}
+		if got := testing.AllocsPerRun(100, func() { r.Count() }); got != 0 {
+			t.Errorf("%v: Count allocates %v times", opts.Kind, got)
+		}
+		a.do(func(p *gotp.Process) {
+			k := 100
+			next := func() int { // distinct keys (unique), one key (duplicate)
+				if opts.Kind == registry.Unique {
+					k++
+				}
+				return k
+			}
+			if got := testing.AllocsPerRun(1000, func() { _ = r.Register(p, next(), k) }); got > 0.5 {
+				t.Errorf("%v: Register allocates %v times", opts.Kind, got)
+			}
+		})
+	}
+}
