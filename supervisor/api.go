@@ -30,8 +30,11 @@ type ChildInfo struct {
 	State    ChildState
 	Type     ChildType
 	Restart  Restart
-	Restarts int   // times the supervisor restarted this child
-	Sub      *Info // from Tree only: the subtree of a running child supervisor
+	Restarts int // times the supervisor restarted this child
+	// StartFailures counts the starts of this child that failed (each is
+	// logged); a child whose spec was dropped after a failure is not listed.
+	StartFailures int
+	Sub           *Info // from Tree only: the subtree of a running child supervisor
 }
 
 // Counts are CountChildren's answer.
@@ -213,6 +216,7 @@ func (s *sup) info(c *child) ChildInfo {
 	return ChildInfo{
 		ID: c.spec.ID, PID: c.pid, State: s.state(c),
 		Type: c.spec.Type, Restart: c.spec.Restart, Restarts: c.restarts,
+		StartFailures: c.failures,
 	}
 }
 

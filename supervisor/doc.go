@@ -63,9 +63,10 @@
 // CountChildren are calls to the supervisor, with OTP's errors as typed
 // values (ErrRunning, ErrRestarting, ErrNotFound, ErrAlreadyPresent,
 // *AlreadyStartedError); StartDynamicChild and TerminateDynamicChild serve
-// dynamic supervisors. Inspect and Tree read a supervisor's children,
-// per-child restart counts and total restarts without a call, from what it
-// publishes in its process dictionary, for an observer.
+// dynamic supervisors. Inspect and Tree read a supervisor's children and
+// its counts of restarts and failed starts (per child and in total)
+// without a call, from what it publishes in its process dictionary, for an
+// observer.
 //
 // Every abnormal child exit (and every exit of a Permanent child) is
 // logged at error level through the node's logger with the supervisor,

@@ -16,7 +16,10 @@ type Info struct {
 	// Restarts counts the restarts the supervisor has made since it
 	// started (each counted against its intensity).
 	Restarts uint64
-	Children []ChildInfo
+	// StartFailures counts the child starts that failed since it started
+	// (restarts, StartChild, RestartChild, StartDynamicChild).
+	StartFailures uint64
+	Children      []ChildInfo
 }
 
 // Inspect returns a snapshot of the supervisor dest without a message round
@@ -38,13 +41,14 @@ func Inspect(n *gotp.Node, dest gotp.Dest) (Info, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return Info{
-		PID:       pid,
-		Strategy:  s.strategy,
-		Dynamic:   s.dynamic,
-		Intensity: s.intensity,
-		Period:    s.period,
-		Restarts:  s.restarts,
-		Children:  s.which(),
+		PID:           pid,
+		Strategy:      s.strategy,
+		Dynamic:       s.dynamic,
+		Intensity:     s.intensity,
+		Period:        s.period,
+		Restarts:      s.restarts,
+		StartFailures: s.failures,
+		Children:      s.which(),
 	}, true
 }
 

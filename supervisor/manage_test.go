@@ -121,6 +121,9 @@ func TestManagement(t *testing.T) {
 	if se, ok := errors.AsType[*supervisor.ChildStartError](err); !ok || se.ID != "f" || !errors.Is(err, errBoom) {
 		t.Fatalf("failing StartChild: %v", err)
 	}
+	if in, _ := supervisor.Inspect(n, sup); in.StartFailures != 1 {
+		t.Fatalf("failed StartChild not counted: %d", in.StartFailures)
+	}
 	if _, err := supervisor.StartChild(ctx, n, sup, supervisor.ChildSpec{ID: "bad"}); !errors.As(err, new(*supervisor.SpecError)) {
 		t.Fatalf("bad spec: %v", err)
 	}
@@ -183,6 +186,9 @@ func TestRestarting(t *testing.T) {
 	in, _ := supervisor.Inspect(n, sup)
 	if in.Restarts < 3 {
 		t.Fatalf("retries not counted as restarts: %d", in.Restarts)
+	}
+	if f := int(tries.Load()); in.StartFailures != uint64(f) || in.Children[0].StartFailures != f {
+		t.Fatalf("start failures counted %d (child %d), want %d", in.StartFailures, in.Children[0].StartFailures, f)
 	}
 	if len(logs.find("supervisor: child failed to start")) < 3 {
 		t.Fatal("failed restarts not logged")

@@ -86,6 +86,7 @@ type child struct {
 	restarting bool       // a restart failed; a retry is queued
 	removed    bool       // no longer a child: a queued retry is void
 	restarts   int        // times restarted by the supervisor
+	failures   int        // failed starts
 }
 
 // tryAgain is the message a supervisor sends itself to retry a failed
@@ -127,6 +128,7 @@ type sup struct {
 	byPID         pidMap              // running children
 	dynRestarting map[*child]struct{} // dynamic children whose restart failed
 	restarts      uint64
+	failures      uint64 // failed child starts
 }
 
 // Init starts the declared children in order.
@@ -279,7 +281,12 @@ func (s *sup) restartOne(ctx context.Context, c *child) error {
 	return nil
 }
 
+// logStartFailure logs and counts a failed start of c.
 func (s *sup) logStartFailure(c *child, err error) {
+	s.mu.Lock()
+	s.failures++
+	c.failures++
+	s.mu.Unlock()
 	s.log.Error("supervisor: child failed to start",
 		"supervisor", s.label, "child", c.spec.ID, "reason", err)
 }
