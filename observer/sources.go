@@ -38,7 +38,7 @@ func ScopeSource(n *gotp.Node, id string) Source {
 		if err != nil {
 			return
 		}
-		sc := Scope{ID: id}
+		sc := Scope{ID: id, Groups: []Group{}}
 		for _, g := range scope.Groups() {
 			grp := Group{Name: g.Name, Members: map[string][]string{}}
 			for node, pids := range g.Members {

@@ -8,6 +8,14 @@
 //
 // It exits cleanly on SIGINT or SIGTERM, and with status 1 when its tree
 // gives up (a failure repeated beyond the root's restart intensity).
+//
+// Several nodes form one chat with the -cluster flags: each embeds a NATS
+// server whose routes listen on -cluster-route, and names the others'
+// routes in -cluster-peers (or all join an existing NATS with
+// -cluster-nats). Node names (-node) must differ:
+//
+//	go run ./cmd/chat -node a -tcp :4000 -http :8080 -data data/a -cluster-route 127.0.0.1:6222
+//	go run ./cmd/chat -node b -tcp :4001 -http :8081 -data data/b -cluster-route 127.0.0.1:6223 -cluster-peers nats-route://127.0.0.1:6222
 package main
 
 import (
@@ -17,10 +25,12 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
 	"github.com/gotp/gotp"
+	"github.com/gotp/gotp/cluster"
 	"github.com/gotp/gotp/examples/chat"
 	"github.com/gotp/gotp/observer"
 )
@@ -42,6 +52,11 @@ func run(args []string) int {
 		obsToken     = fs.String("observer-token", "", "token the observer requires (empty: none)")
 		obsKill      = fs.Bool("observer-kill", false, "let the observer page kill processes")
 		shutdownWait = fs.Duration("shutdown", 10*time.Second, "how long a clean stop may take")
+		clRoute      = fs.String("cluster-route", "", "cluster: host:port of this node's embedded NATS routes (enables clustering)")
+		clPeers      = fs.String("cluster-peers", "", "cluster: comma-separated route URLs of other nodes (nats-route://host:port)")
+		clNATS       = fs.String("cluster-nats", "", "cluster: comma-separated URLs of an existing NATS deployment to join instead of embedding a server")
+		clName       = fs.String("cluster-name", cluster.DefaultClusterName, "cluster: name of the cluster")
+		clToken      = fs.String("cluster-token", "", "cluster: token every node must present")
 	)
 	if err := fs.Parse(args); err == flag.ErrHelp {
 		return 0
@@ -54,7 +69,45 @@ func run(args []string) int {
 	defer stop()
 
 	n := gotp.NewNode(gotp.Options{Name: *nodeName, Logger: log})
+	var cl *cluster.Cluster
+	if *clRoute != "" || *clPeers != "" || *clNATS != "" {
+		codec := cluster.NewCodec()
+		if err := chat.RegisterTypes(codec); err != nil {
+			log.Error("chat: cluster codec", "err", err)
+			return 1
+		}
+		jctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		var err error
+		cl, err = cluster.Join(jctx, n, cluster.Options{
+			Cluster:     *clName,
+			RouteListen: *clRoute,
+			Peers:       splitList(*clPeers),
+			URLs:        splitList(*clNATS),
+			Token:       *clToken,
+			Codec:       codec,
+		})
+		if err != nil {
+			log.Error("chat: cannot join the cluster", "err", err)
+			n.Stop(context.Background())
+			return 1
+		}
+		if u := cl.RouteURL(); u != "" {
+			log.Info("chat: cluster routes listening", "node", *nodeName, "route", u)
+		}
+	}
+	sources := func(s *chat.Service) []observer.Source {
+		src := []observer.Source{
+			observer.RegistrySource("chat.users", s.Users()),
+			observer.ScopeSource(n, chat.ScopeID),
+		}
+		if cl != nil {
+			src = append(src, observer.ClusterSource(cl))
+		}
+		return src
+	}
 	svc, err := chat.Start(ctx, n, chat.Config{
+		Cluster:  cl,
 		DataDir:  *data,
 		TCPAddr:  *tcpAddr,
 		HTTPAddr: *httpAddr,
@@ -62,10 +115,7 @@ func run(args []string) int {
 			observer.Mount(mux, n, observer.Options{
 				Token:     *obsToken,
 				AllowKill: *obsKill,
-				Sources: []observer.Source{
-					observer.RegistrySource("chat.users", s.Users()),
-					observer.ScopeSource(n, chat.ScopeID),
-				},
+				Sources:   sources(s),
 			})
 		},
 	})
@@ -103,4 +153,15 @@ func run(args []string) int {
 		log.Info("chat: stopped")
 	}
 	return code
+}
+
+// splitList splits a comma-separated flag value, dropping empty items.
+func splitList(s string) []string {
+	var out []string
+	for _, item := range strings.Split(s, ",") {
+		if item = strings.TrimSpace(item); item != "" {
+			out = append(out, item)
+		}
+	}
+	return out
 }
