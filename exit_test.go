@@ -139,15 +139,15 @@ func TestKillFromProcessAndSelf(t *testing.T) {
 	}
 
 	// A process that sends itself an abnormal exit signal dies of it.
-	self := make(chan struct{})
+	gate := make(chan struct{})
 	pid, _ := run(t, n, func(p *gotp.Process) error {
-		close(self)
+		<-gate
 		p.Exit(p.Self(), errBoom)
 		_, err := p.Receive(context.Background())
 		return err
 	})
 	down = watch(n, pid)
-	recv(t, self)
+	close(gate)
 	if r := recv(t, down); r != errBoom {
 		t.Fatalf("self exit reason = %v, want boom", r)
 	}
@@ -207,7 +207,9 @@ func TestExitNilSignal(t *testing.T) {
 func TestPanicBecomesPanicError(t *testing.T) {
 	n := newNode(t)
 	trapper, got := sink(t, n, gotp.TrapExit(true))
+	gate := make(chan struct{})
 	pid, err := n.Spawn(func(p *gotp.Process) error {
+		<-gate
 		panicHere()
 		return nil
 	}, gotp.LinkTo(trapper))
@@ -215,6 +217,7 @@ func TestPanicBecomesPanicError(t *testing.T) {
 		t.Fatal(err)
 	}
 	down := watch(n, pid)
+	close(gate)
 	m := recv(t, got).(gotp.Exit)
 	r := recv(t, down)
 	var pe *gotp.PanicError
@@ -232,8 +235,11 @@ func TestPanicBecomesPanicError(t *testing.T) {
 	}
 
 	// panic(err) unwraps to err.
-	pid2, _ := n.Spawn(func(p *gotp.Process) error { panic(io.ErrUnexpectedEOF) })
-	r = recv(t, watch(n, pid2))
+	gate2 := make(chan struct{})
+	pid2, _ := n.Spawn(func(p *gotp.Process) error { <-gate2; panic(io.ErrUnexpectedEOF) })
+	down2 := watch(n, pid2)
+	close(gate2)
+	r = recv(t, down2)
 	if !errors.Is(r, io.ErrUnexpectedEOF) {
 		t.Errorf("panic(io.ErrUnexpectedEOF) reason %v does not unwrap to it", r)
 	}
