@@ -89,13 +89,20 @@ func BenchmarkW5PGJoin(b *testing.B) {
 }
 
 // BenchmarkW5PGBroadcast is W5's broadcast phase: 10,000 handler-mode
-// processes are members of "g"; one process broadcasts 100 times; each
-// member counts its messages. The time runs from the first broadcast until
-// every member has received all 100. Each iteration also sends the same
-// message to the same 10,000 processes with a raw loop of Process.Send,
-// 100 times, as the baseline (interleaved, same processes); ns/op is the
-// pg phase only.
-func BenchmarkW5PGBroadcast(b *testing.B) {
+// processes (as gen_servers are) are members of "g"; one process
+// broadcasts 100 times; each member counts its messages. The time runs
+// from the first broadcast until every member has received all 100. Each
+// iteration also sends the same message to the same 10,000 processes with
+// a raw loop of Process.Send, 100 times, as the baseline (interleaved,
+// same processes); ns/op is the pg phase only.
+func BenchmarkW5PGBroadcast(b *testing.B) { w5Broadcast(b, false) }
+
+// BenchmarkW5PGBroadcastReceiveLoop is BenchmarkW5PGBroadcast with members
+// that are function processes receiving in a loop, as the Erlang script's
+// members are.
+func BenchmarkW5PGBroadcastReceiveLoop(b *testing.B) { w5Broadcast(b, true) }
+
+func w5Broadcast(b *testing.B, receiveLoop bool) {
 	ctx := context.Background()
 	n := gotp.NewNode(gotp.Options{Name: "w5"})
 	defer n.Stop(ctx)
@@ -105,25 +112,45 @@ func BenchmarkW5PGBroadcast(b *testing.B) {
 	}
 	var left atomic.Int64
 	var done atomic.Pointer[chan struct{}]
-	type counter struct{ got int }
+	count := func(got *int) {
+		if *got++; *got == w5Broadcasts {
+			*got = 0
+			if left.Add(-1) == 0 {
+				close(*done.Load())
+			}
+		}
+	}
+	join := func(p *gotp.Process) error {
+		inst, err := s.Open(p)
+		if err != nil {
+			return err
+		}
+		return inst.Join("g")
+	}
 	pids := make([]gotp.PID, w5Members)
 	for j := range pids {
-		c := &counter{}
-		pids[j], err = n.SpawnHandler(gotp.HandlerFunc(func(p *gotp.Process, msg any) (bool, error) {
-			if c.got++; c.got == w5Broadcasts {
-				c.got = 0
-				if left.Add(-1) == 0 {
-					close(*done.Load())
+		if receiveLoop {
+			joined := make(chan error, 1)
+			pids[j], err = n.Spawn(func(p *gotp.Process) error {
+				joined <- join(p)
+				got := 0
+				for {
+					if _, err := p.Receive(ctx); err != nil {
+						return nil
+					}
+					count(&got)
 				}
+			})
+			if err == nil {
+				err = <-joined
 			}
-			return false, nil
-		}), func(p *gotp.Process) error {
-			inst, err := s.Open(p)
-			if err != nil {
-				return err
-			}
-			return inst.Join("g")
-		})
+		} else {
+			got := 0
+			pids[j], err = n.SpawnHandler(gotp.HandlerFunc(func(p *gotp.Process, msg any) (bool, error) {
+				count(&got)
+				return false, nil
+			}), join)
+		}
 		if err != nil {
 			b.Fatal(err)
 		}

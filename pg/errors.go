@@ -47,6 +47,7 @@ type DeniedError struct {
 	PID        gotp.PID   // the process the operation acted for
 }
 
+// Error names the permission, the resource and the process.
 func (e *DeniedError) Error() string {
 	return fmt.Sprintf("pg: permission denied: %s on %q for %v", e.Permission, e.Resource, e.PID)
 }
@@ -61,6 +62,7 @@ type NotJoinedError struct {
 	Groups []string // the groups named by the Leave
 }
 
+// Error names the groups.
 func (e *NotJoinedError) Error() string {
 	return "pg: not joined: " + strings.Join(quoteAll(e.Groups), ", ")
 }

@@ -31,8 +31,10 @@ func (k EventKind) String() string {
 // one MemberLeft event. One Join or Leave of one group by one process makes
 // an event with one PID; a batch makes one event per group; changes
 // reported by another node (see Gateway) may carry several processes.
-// Events of one subscription arrive in the order the changes happened.
-// PIDs is shared by every subscriber: do not modify it.
+// On one subscription, the events of one process come in the order of its
+// changes, and every event comes after the change it reports is visible to
+// Members; changes of different processes made at the same time come in
+// either order. PIDs is shared by every subscriber: do not modify it.
 type Event struct {
 	Kind  EventKind
 	Scope string
