@@ -220,8 +220,16 @@ func (s *sup) info(c *child) ChildInfo {
 	}
 }
 
-// which lists the children; the caller is the supervisor or holds mu.
+// which lists the children in order; the caller is the supervisor.
 func (s *sup) which() []ChildInfo {
+	out := s.whichUnsorted()
+	sortDynamic(out, s.dynamic)
+	return out
+}
+
+// whichUnsorted lists the children, a dynamic supervisor's in no order;
+// the caller is the supervisor or holds mu.
+func (s *sup) whichUnsorted() []ChildInfo {
 	if !s.dynamic {
 		out := make([]ChildInfo, len(s.children))
 		for i, c := range s.children {
@@ -231,8 +239,25 @@ func (s *sup) which() []ChildInfo {
 	}
 	out := make([]ChildInfo, 0, s.byPID.len()+len(s.dynRestarting))
 	s.byPID.each(func(c *child) { out = append(out, s.info(c)) })
+	for c := range s.dynRestarting {
+		out = append(out, s.info(c))
+	}
+	return out
+}
+
+// sortDynamic orders a dynamic supervisor's children by spawn order of
+// their processes, those without one (restarting) last.
+func sortDynamic(out []ChildInfo, dynamic bool) {
+	if !dynamic {
+		return
+	}
 	slices.SortFunc(out, func(a, b ChildInfo) int {
 		switch {
+		case a.PID.IsZero() != b.PID.IsZero():
+			if a.PID.IsZero() {
+				return 1
+			}
+			return -1
 		case a.PID.ID() < b.PID.ID():
 			return -1
 		case a.PID.ID() > b.PID.ID():
@@ -240,10 +265,6 @@ func (s *sup) which() []ChildInfo {
 		}
 		return 0
 	})
-	for c := range s.dynRestarting {
-		out = append(out, s.info(c))
-	}
-	return out
 }
 
 // count counts the children; the caller is the supervisor or holds mu.

@@ -25,7 +25,7 @@ type Info struct {
 // Inspect returns a snapshot of the supervisor dest without a message round
 // trip: it reads what the supervisor publishes in its process dictionary,
 // under a lock the supervisor holds only while it updates its bookkeeping
-// (never while a child starts or stops). It reports false if dest is not a
+// (never while a child starts or stops); Inspect holds it only to copy. It reports false if dest is not a
 // live supervisor of this package on node n. Safe from any goroutine; it
 // copies the children, so it costs O(children).
 func Inspect(n *gotp.Node, dest gotp.Dest) (Info, bool) {
@@ -39,8 +39,7 @@ func Inspect(n *gotp.Node, dest gotp.Dest) (Info, bool) {
 		return Info{}, false
 	}
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	return Info{
+	in := Info{
 		PID:           pid,
 		Strategy:      s.strategy,
 		Dynamic:       s.dynamic,
@@ -48,8 +47,11 @@ func Inspect(n *gotp.Node, dest gotp.Dest) (Info, bool) {
 		Period:        s.period,
 		Restarts:      s.restarts,
 		StartFailures: s.failures,
-		Children:      s.which(),
-	}, true
+		Children:      s.whichUnsorted(),
+	}
+	s.mu.Unlock()
+	sortDynamic(in.Children, in.Dynamic) // outside the lock: the supervisor need not wait
+	return in, true
 }
 
 // Tree returns Inspect of sup with, for each running child of type
