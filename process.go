@@ -34,6 +34,7 @@ type Process struct {
 	mlen    atomic.Int64 // mailbox length, for introspection
 	dead    atomic.Bool
 	mode    procMode
+	lastTo  atomic.Pointer[Process] // the local process this one last sent to
 
 	mu         sync.Mutex // guards the fields below
 	trap       bool
@@ -557,7 +558,28 @@ func (p *Process) removeLocal(i int) {
 }
 
 // Send sends msg to the process to, from this process. See Node.Send.
-func (p *Process) Send(to PID, msg any) { p.n.send(p.pid, to, msg) }
+func (p *Process) Send(to PID, msg any) {
+	// A process usually sends to the same peer many times in a row (a
+	// reply, a stream, a fan-in), so it remembers the last local process
+	// it found. A PID never names another process, and a dead process
+	// stays dead (deliver drops the message), so a remembered process is
+	// always the right one; the table lookup and its shared lock are
+	// skipped.
+	if q := p.lastTo.Load(); q != nil && q.pid == to {
+		if q.dead.Load() {
+			p.lastTo.Store(nil) // do not keep a dead process reachable
+			return
+		}
+		q.deliver(msg)
+		return
+	}
+	if q := p.n.lookup(to); q != nil {
+		p.lastTo.Store(q)
+		q.deliver(msg)
+		return
+	}
+	p.n.send(p.pid, to, msg)
+}
 
 // Spawn starts a process, as Node.Spawn.
 func (p *Process) Spawn(fn func(p *Process) error, opts ...SpawnOption) (PID, error) {

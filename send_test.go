@@ -309,3 +309,45 @@ func TestReceiveAfterKillWithBufferedMessages(t *testing.T) {
 		t.Fatalf("Receive after kill = %v, want *ExitedError wrapping ErrKilled", err)
 	}
 }
+
+// A process that keeps sending to one peer, which then dies: the sends
+// after its death are dropped, and sends to others still arrive.
+func TestProcessSendToPeerThatDies(t *testing.T) {
+	n := newNode(t)
+	a := waiter(t, n)
+	b, got := sink(t, n)
+	cmd := make(chan string)
+	_, res := run(t, n, func(p *gotp.Process) error {
+		for c := range cmd {
+			switch c {
+			case "a":
+				p.Send(a, "x")
+			case "b":
+				p.Send(b, "to b")
+			}
+		}
+		return nil
+	})
+	cmd <- "b"
+	if m := recv(t, got); m != "to b" {
+		t.Fatal(m)
+	}
+	n.Exit(a, gotp.ErrKill)
+	for range 3 {
+		cmd <- "a" // dead: dropped
+	}
+	cmd <- "b"
+	close(cmd)
+	recv(t, res)
+	if m := recv(t, got); m != "to b" {
+		t.Fatal(m)
+	}
+	// A process that sends, then is sent to after its death, is not revived.
+	c := waiter(t, n)
+	_, res2 := run(t, n, func(p *gotp.Process) error {
+		p.Send(c, "first") // c ends with nil on its first message
+		return nil
+	})
+	recv(t, res2)
+	eventually(t, "c to exit", func() bool { return !n.IsAlive(c) })
+}
