@@ -7,7 +7,7 @@ import "github.com/gotp/gotp"
 // O(its entries) rather than O(the key's entries).
 type bucket[V any] struct {
 	gs  []dgroup[V]
-	idx map[gotp.PID]int32 // pid → index in gs, once gs is large
+	idx map[uint64]int32 // pid.ID() → index in gs, once gs is large (pids are local: IDs are unique)
 	n   int                // entries
 }
 
@@ -21,14 +21,15 @@ type dgroup[V any] struct {
 const bucketIndexAt = 16 // below this many processes a scan beats a map
 
 func (b *bucket[V]) find(pid gotp.PID) int {
+	id := pid.ID()
 	if b.idx != nil {
-		if i, ok := b.idx[pid]; ok {
+		if i, ok := b.idx[id]; ok {
 			return int(i)
 		}
 		return -1
 	}
 	for i := range b.gs {
-		if b.gs[i].pid == pid {
+		if b.gs[i].pid.ID() == id {
 			return i
 		}
 	}
@@ -43,11 +44,11 @@ func (b *bucket[V]) add(pid gotp.PID, v V) {
 	}
 	b.gs = append(b.gs, dgroup[V]{pid: pid, first: v})
 	if b.idx != nil {
-		b.idx[pid] = int32(len(b.gs) - 1)
+		b.idx[pid.ID()] = int32(len(b.gs) - 1)
 	} else if len(b.gs) > bucketIndexAt {
-		b.idx = make(map[gotp.PID]int32, len(b.gs)*2)
+		b.idx = make(map[uint64]int32, len(b.gs)*2)
 		for i := range b.gs {
-			b.idx[b.gs[i].pid] = int32(i)
+			b.idx[b.gs[i].pid.ID()] = int32(i)
 		}
 	}
 }
@@ -91,12 +92,12 @@ func (b *bucket[V]) removePID(pid gotp.PID, match func(V) bool) int {
 func (b *bucket[V]) dropGroup(i int) {
 	last := len(b.gs) - 1
 	if b.idx != nil {
-		delete(b.idx, b.gs[i].pid)
+		delete(b.idx, b.gs[i].pid.ID())
 	}
 	if i != last {
 		b.gs[i] = b.gs[last]
 		if b.idx != nil {
-			b.idx[b.gs[i].pid] = int32(i)
+			b.idx[b.gs[i].pid.ID()] = int32(i)
 		}
 	}
 	b.gs[last] = dgroup[V]{}

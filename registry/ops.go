@@ -50,7 +50,7 @@ func (r *Registry[K, V]) register(pid gotp.PID, key K, value V) error {
 		pt.mu.Unlock()
 		return ErrNotRunning
 	}
-	pk := pt.keys[pid]
+	pk := pt.keys[pid.ID()]
 	first := pk == nil
 	if r.kind == Unique {
 		if e, ok := pt.uniq[key]; ok {
@@ -62,7 +62,7 @@ func (r *Registry[K, V]) register(pid gotp.PID, key K, value V) error {
 		}
 		if first {
 			pk = &pidKeys[K]{}
-			pt.keys[pid] = pk
+			pt.keys[pid.ID()] = pk
 		}
 		pt.uniq[key] = uentry[V]{pid: pid, val: value, pos: int32(len(pk.list))}
 		pk.list = append(pk.list, key)
@@ -75,7 +75,7 @@ func (r *Registry[K, V]) register(pid gotp.PID, key K, value V) error {
 		b.add(pid, value)
 		if first {
 			pk = &pidKeys[K]{counts: make(map[K]int32, 1)}
-			pt.keys[pid] = pk
+			pt.keys[pid.ID()] = pk
 		}
 		pk.counts[key]++
 	}
@@ -91,6 +91,12 @@ func (r *Registry[K, V]) register(pid gotp.PID, key K, value V) error {
 		}
 	}
 	return nil
+}
+
+// isLocal reports whether pid names a process of r's node incarnation:
+// only those can hold entries.
+func (r *Registry[K, V]) isLocal(pid gotp.PID) bool {
+	return pid.Node() == r.n.Name() && pid.Creation() == r.n.Creation()
 }
 
 func (r *Registry[K, V]) notifyUnregister(t *table[K, V], key K, pid gotp.PID) {
@@ -305,14 +311,14 @@ func (r *Registry[K, V]) CountMatch(key K, pattern Pattern) int {
 // registry is not running.
 func (r *Registry[K, V]) Keys(pid gotp.PID) []K {
 	t := r.live()
-	if t == nil {
+	if t == nil || !r.isLocal(pid) {
 		return nil
 	}
 	var out []K
 	if r.kind == Duplicate {
 		pt := &t.parts[r.pidPart(pid)]
 		pt.mu.RLock()
-		if pk := pt.keys[pid]; pk != nil {
+		if pk := pt.keys[pid.ID()]; pk != nil {
 			for k, c := range pk.counts {
 				for range c {
 					out = append(out, k)
@@ -325,7 +331,7 @@ func (r *Registry[K, V]) Keys(pid gotp.PID) []K {
 	for i := range t.parts {
 		pt := &t.parts[i]
 		pt.mu.RLock()
-		if pk := pt.keys[pid]; pk != nil {
+		if pk := pt.keys[pid.ID()]; pk != nil {
 			out = append(out, pk.list...)
 		}
 		pt.mu.RUnlock()
@@ -337,6 +343,9 @@ func (r *Registry[K, V]) Keys(pid gotp.PID) []K {
 // Registry.values/3): at most one in a unique registry, in registration
 // order in a duplicate one.
 func (r *Registry[K, V]) Values(key K, pid gotp.PID) []V {
+	if !r.isLocal(pid) {
+		return nil
+	}
 	if r.badKey(key) {
 		return nil
 	}

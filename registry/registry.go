@@ -363,13 +363,16 @@ type table[K comparable, V any] struct {
 }
 
 // A partition holds entries and the bookkeeping for the processes that
-// own them. Everything in it is guarded by mu.
+// own them. Everything in it is guarded by mu. Processes are indexed by
+// PID.ID(): only live local processes can register (register checks
+// Node.IsAlive), and IDs are unique within a node incarnation; an ID map
+// hashes and compares faster than a PID map.
 type partition[K comparable, V any] struct {
 	mu     sync.RWMutex
 	uniq   map[K]uentry[V]          // unique: key → entry
 	dup    map[K]*bucket[V]         // duplicate: key → entries of this partition's processes
-	keys   map[gotp.PID]*pidKeys[K] // process → its keys held in this partition
-	owners map[gotp.PID]*owner      // processes of this partition's hash → monitor record
+	keys   map[uint64]*pidKeys[K] // process ID → its keys held in this partition
+	owners map[uint64]*owner      // process ID (of this partition's processes) → monitor record
 	count  int                      // entries
 	_      [64]byte                 // keep partitions' locks on separate cache lines
 }
@@ -393,6 +396,7 @@ type pidKeys[K comparable] struct {
 // (registry incarnation, process), and the partitions where it may hold
 // keys.
 type owner struct {
+	pid   gotp.PID
 	ref   gotp.Ref
 	parts []int32
 }
@@ -419,8 +423,8 @@ func (pt *partition[K, V]) reset(kind Kind) {
 	} else {
 		pt.dup = make(map[K]*bucket[V])
 	}
-	pt.keys = make(map[gotp.PID]*pidKeys[K])
-	pt.owners = make(map[gotp.PID]*owner)
+	pt.keys = make(map[uint64]*pidKeys[K])
+	pt.owners = make(map[uint64]*owner)
 	pt.count = 0
 }
 
@@ -438,9 +442,9 @@ func (t *table[K, V]) close() {
 	for i := range t.parts {
 		pt := &t.parts[i]
 		pt.mu.Lock()
-		for pid, o := range pt.owners {
+		for _, o := range pt.owners {
 			if !o.ref.IsZero() {
-				ws = append(ws, watch{o.ref, pid})
+				ws = append(ws, watch{o.ref, o.pid})
 			}
 		}
 		pt.reset(t.r.kind)
@@ -461,11 +465,11 @@ func (t *table[K, V]) track(pid gotp.PID, pi int) {
 		pp.mu.Unlock()
 		return
 	}
-	o := pp.owners[pid]
+	o := pp.owners[pid.ID()]
 	isNew := o == nil
 	if isNew {
-		o = &owner{}
-		pp.owners[pid] = o
+		o = &owner{pid: pid}
+		pp.owners[pid.ID()] = o
 	}
 	found := false
 	for _, p := range o.parts {
@@ -497,11 +501,11 @@ func (t *table[K, V]) track(pid gotp.PID, pi int) {
 func (t *table[K, V]) cleanup(pid gotp.PID, o *owner) {
 	pp := &t.parts[t.r.pidPart(pid)]
 	pp.mu.Lock()
-	if pp.owners[pid] != o {
+	if pp.owners[pid.ID()] != o {
 		pp.mu.Unlock()
 		return
 	}
-	delete(pp.owners, pid)
+	delete(pp.owners, pid.ID())
 	parts := o.parts
 	pp.mu.Unlock()
 	for _, pi := range parts {
@@ -514,11 +518,11 @@ func (t *table[K, V]) cleanup(pid gotp.PID, o *owner) {
 
 // dropPIDLocked removes every entry of pid in the partition.
 func (pt *partition[K, V]) dropPIDLocked(pid gotp.PID) {
-	pk := pt.keys[pid]
+	pk := pt.keys[pid.ID()]
 	if pk == nil {
 		return
 	}
-	delete(pt.keys, pid)
+	delete(pt.keys, pid.ID())
 	if pt.uniq != nil {
 		for _, k := range pk.list {
 			if e, ok := pt.uniq[k]; ok && e.pid == pid {
@@ -542,7 +546,7 @@ func (pt *partition[K, V]) dropPIDLocked(pid gotp.PID) {
 func (pt *partition[K, V]) removeUniqueLocked(key K, e uentry[V]) {
 	delete(pt.uniq, key)
 	pt.count--
-	pk := pt.keys[e.pid]
+	pk := pt.keys[e.pid.ID()]
 	if pk == nil {
 		return
 	}
@@ -561,7 +565,7 @@ func (pt *partition[K, V]) removeUniqueLocked(key K, e uentry[V]) {
 		pk.list = pk.list[:last]
 	}
 	if len(pk.list) == 0 {
-		delete(pt.keys, e.pid)
+		delete(pt.keys, e.pid.ID())
 	}
 }
 
@@ -580,13 +584,13 @@ func (pt *partition[K, V]) removeDupLocked(pid gotp.PID, key K, match func(V) bo
 	if b.n == 0 {
 		delete(pt.dup, key)
 	}
-	if pk := pt.keys[pid]; pk != nil {
+	if pk := pt.keys[pid.ID()]; pk != nil {
 		if c := pk.counts[key] - int32(removed); c > 0 {
 			pk.counts[key] = c
 		} else {
 			delete(pk.counts, key)
 			if len(pk.counts) == 0 {
-				delete(pt.keys, pid)
+				delete(pt.keys, pid.ID())
 			}
 		}
 	}

@@ -63,6 +63,10 @@ func TestUniqueRegistrations(t *testing.T) {
 			}
 			mustEqual(t, "keys", sortedKeys(r.Keys(p.Self())), []string{"hello", "world"})
 			mustEqual(t, "count", r.Count(), 2)
+			// A PID of another node with the same number holds nothing.
+			foreign := gotp.NewPID("elsewhere", 1, p.Self().ID())
+			mustEqual(t, "keys of a foreign pid", len(r.Keys(foreign)), 0)
+			mustEqual(t, "values of a foreign pid", len(r.Values("hello", foreign)), 0)
 		})
 	})
 }
