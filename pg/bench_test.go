@@ -206,50 +206,66 @@ func w5Broadcast(b *testing.B, receiveLoop bool) {
 }
 
 // BenchmarkW5PGJoinCost measures one join and one leave of a process that
-// is not yet a member (the path that adds a distinct member), with the
-// group already holding 1,000 or 20,000 members: the cost must not grow
-// with the size (Erlang's pg: about 14 µs a join at 1,000 members, 170 µs
-// at 20,000).
+// is not yet a member (the path that adds a distinct member) in a group
+// that already holds 1,000 members and in one that holds 20,000: the cost
+// must not grow with the size (Erlang's pg: about 14 µs a join at 1,000
+// members, 170 µs at 20,000). The two groups are measured in alternating
+// batches of one loop, so that machine load falls on both alike; an op is
+// one join+leave, half of them on each group.
 func BenchmarkW5PGJoinCost(b *testing.B) {
-	for _, size := range []int{1_000, 20_000} {
-		b.Run(fmt.Sprintf("members=%d", size), func(b *testing.B) {
-			ctx := context.Background()
-			n := gotp.NewNode(gotp.Options{Name: "w5"})
-			defer n.Stop(ctx)
-			s, err := pg.Start(ctx, n, "w5", pg.Options{})
+	ctx := context.Background()
+	n := gotp.NewNode(gotp.Options{Name: "w5"})
+	defer n.Stop(ctx)
+	idle := gotp.HandlerFunc(func(*gotp.Process, any) (bool, error) { return false, nil })
+	sizes := []int{1_000, 20_000}
+	scopes := make([]*pg.Scope, len(sizes))
+	pools := make([][]*pg.Instance, len(sizes))
+	for i, size := range sizes {
+		s, err := pg.Start(ctx, n, fmt.Sprintf("w5-%d", size), pg.Options{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		scopes[i] = s
+		open := func(join bool) *pg.Instance {
+			var inst *pg.Instance
+			_, err := n.SpawnHandler(idle, func(p *gotp.Process) error {
+				var err error
+				if inst, err = s.Open(p); err != nil {
+					return err
+				}
+				if join {
+					return inst.Join("g")
+				}
+				return nil
+			})
 			if err != nil {
 				b.Fatal(err)
 			}
-			idle := gotp.HandlerFunc(func(*gotp.Process, any) (bool, error) { return false, nil })
-			open := func(join bool) *pg.Instance {
-				var inst *pg.Instance
-				_, err := n.SpawnHandler(idle, func(p *gotp.Process) error {
-					var err error
-					if inst, err = s.Open(p); err != nil {
-						return err
-					}
-					if join {
-						return inst.Join("g")
-					}
-					return nil
-				})
-				if err != nil {
-					b.Fatal(err)
-				}
-				return inst
+			return inst
+		}
+		for range size {
+			open(true)
+		}
+		pools[i] = make([]*pg.Instance, 1024)
+		for j := range pools[i] {
+			pools[i][j] = open(false)
+		}
+	}
+	const batch = 256
+	spent := make([]time.Duration, len(sizes))
+	ops := make([]int, len(sizes))
+	b.ReportAllocs()
+	b.ResetTimer()
+	for done := 0; done < b.N; {
+		for i := range sizes {
+			k := min(batch, b.N-done)
+			if k <= 0 {
+				break
 			}
-			for range size {
-				open(true)
-			}
-			pool := make([]*pg.Instance, 1024)
-			for i := range pool {
-				pool[i] = open(false)
-			}
-			b.ReportAllocs()
-			i := 0
-			for b.Loop() {
-				inst := pool[i&1023]
-				i++
+			pool := pools[i]
+			start := time.Now()
+			for j := range k {
+				inst := pool[(ops[i]+j)&1023]
 				if err := inst.Join("g"); err != nil {
 					b.Fatal(err)
 				}
@@ -257,10 +273,22 @@ func BenchmarkW5PGJoinCost(b *testing.B) {
 					b.Fatal(err)
 				}
 			}
-			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "join+leave/s")
-			if in := s.Info(); in.LocalJoins != size {
-				b.Fatalf("%d joins at the end, want %d", in.LocalJoins, size)
-			}
-		})
+			spent[i] += time.Since(start)
+			ops[i] += k
+			done += k
+		}
+	}
+	b.StopTimer()
+	for i, size := range sizes {
+		if in := scopes[i].Info(); in.LocalJoins != size {
+			b.Fatalf("%d joins at the end, want %d", in.LocalJoins, size)
+		}
+		if ops[i] > 0 {
+			b.ReportMetric(float64(spent[i].Nanoseconds())/float64(ops[i]), fmt.Sprintf("ns/join+leave@%d", size))
+		}
+	}
+	if ops[0] > 0 && ops[1] > 0 {
+		r := (float64(spent[1]) / float64(ops[1])) / (float64(spent[0]) / float64(ops[0]))
+		b.ReportMetric(r, "cost-20000/cost-1000")
 	}
 }
