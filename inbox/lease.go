@@ -114,6 +114,9 @@ func (s *Subscription[T]) leaseLoop(ctx context.Context, l *lane) {
 			select {
 			case st := <-l.settleCh:
 				batch = append(batch, st)
+			case <-woken:
+				// A publish arrived with a settlement: claim in the same statement.
+				canClaim, woken = true, nil
 			case <-stopClaim:
 				stopping, stopClaim = true, nil
 			default:
@@ -222,7 +225,10 @@ func (s *Subscription[T]) extendDue(ctx context.Context, inflight map[int64]*lea
 			return err
 		})
 		if err != nil {
-			return
+			// Try again a little later, not in a tight loop; the lease has half its
+			// length left.
+			j.extendAt = now.Add(s.o.Lease / 10)
+			continue
 		}
 		if n == 0 {
 			j.cancel(&LeaseLostError{Table: s.q.name, ID: j.id, Op: "extend"})
