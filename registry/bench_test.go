@@ -141,7 +141,8 @@ func BenchmarkW1RegistryRegister(b *testing.B) {
 					b.Fatal(err)
 				}
 				runtime.GC()
-				total += inProcesses(b, n, w1Writers, nil, func(p *gotp.Process, i int) {
+				keep := make(chan struct{}) // writers stay alive, as in the anchor
+				total += inProcesses(b, n, w1Writers, keep, func(p *gotp.Process, i int) {
 					base := i * (w1Keys / w1Writers)
 					for k := base; k < base+w1Keys/w1Writers; k++ {
 						if err := r.Register(p, k, struct{}{}); err != nil {
@@ -150,6 +151,7 @@ func BenchmarkW1RegistryRegister(b *testing.B) {
 					}
 				})
 				b.StopTimer()
+				close(keep)
 				_ = n.Stop(context.Background())
 				b.StartTimer()
 			}
@@ -315,9 +317,10 @@ func BenchmarkW3RegistryDispatch(b *testing.B) {
 				drained.Add(w3Subs)
 				t0 := time.Now()
 				for i := range w3Sends {
+					msg := any(w3msg{i}) // one message value per dispatch, as in the anchor
 					r.Dispatch("topic", func(es []registry.Entry[struct{}]) {
 						for _, e := range es {
-							n.Send(e.PID, w3msg{i})
+							n.Send(e.PID, msg)
 						}
 					})
 				}

@@ -13,7 +13,7 @@ type bucket[V any] struct {
 
 // dgroup is one process's entries under a key: first, then more.
 type dgroup[V any] struct {
-	pid   gotp.PID
+	id    uint64 // PID.ID() of a local process (see uentry)
 	first V
 	more  []V
 }
@@ -29,7 +29,7 @@ func (b *bucket[V]) find(pid gotp.PID) int {
 		return -1
 	}
 	for i := range b.gs {
-		if b.gs[i].pid.ID() == id {
+		if b.gs[i].id == id {
 			return i
 		}
 	}
@@ -42,13 +42,13 @@ func (b *bucket[V]) add(pid gotp.PID, v V) {
 		b.gs[i].more = append(b.gs[i].more, v)
 		return
 	}
-	b.gs = append(b.gs, dgroup[V]{pid: pid, first: v})
+	b.gs = append(b.gs, dgroup[V]{id: pid.ID(), first: v})
 	if b.idx != nil {
 		b.idx[pid.ID()] = int32(len(b.gs) - 1)
 	} else if len(b.gs) > bucketIndexAt {
 		b.idx = make(map[uint64]int32, len(b.gs)*2)
 		for i := range b.gs {
-			b.idx[b.gs[i].pid.ID()] = int32(i)
+			b.idx[b.gs[i].id] = int32(i)
 		}
 	}
 }
@@ -92,12 +92,12 @@ func (b *bucket[V]) removePID(pid gotp.PID, match func(V) bool) int {
 func (b *bucket[V]) dropGroup(i int) {
 	last := len(b.gs) - 1
 	if b.idx != nil {
-		delete(b.idx, b.gs[i].pid.ID())
+		delete(b.idx, b.gs[i].id)
 	}
 	if i != last {
 		b.gs[i] = b.gs[last]
 		if b.idx != nil {
-			b.idx[b.gs[i].pid.ID()] = int32(i)
+			b.idx[b.gs[i].id] = int32(i)
 		}
 	}
 	b.gs[last] = dgroup[V]{}
@@ -108,12 +108,13 @@ func (b *bucket[V]) dropGroup(i int) {
 }
 
 // appendEntries appends every entry to dst.
-func (b *bucket[V]) appendEntries(dst []Entry[V]) []Entry[V] {
+func (b *bucket[V]) appendEntries(dst []Entry[V], node string, creation uint32) []Entry[V] {
 	for i := range b.gs {
 		g := &b.gs[i]
-		dst = append(dst, Entry[V]{PID: g.pid, Value: g.first})
+		pid := gotp.NewPID(node, creation, g.id)
+		dst = append(dst, Entry[V]{PID: pid, Value: g.first})
 		for _, v := range g.more {
-			dst = append(dst, Entry[V]{PID: g.pid, Value: v})
+			dst = append(dst, Entry[V]{PID: pid, Value: v})
 		}
 	}
 	return dst

@@ -54,9 +54,9 @@ func (r *Registry[K, V]) register(pid gotp.PID, key K, value V) error {
 	first := pk == nil
 	if r.kind == Unique {
 		if e, ok := pt.uniq[key]; ok {
-			if e.pid == pid || r.n.IsAlive(e.pid) {
+			if holder := r.pidOf(e.id); holder == pid || r.n.IsAlive(holder) {
 				pt.mu.Unlock()
-				return &AlreadyRegisteredError{Key: key, Owner: e.pid}
+				return &AlreadyRegisteredError{Key: key, Owner: holder}
 			}
 			pt.removeUniqueLocked(key, e) // its cleanup is on its way
 		}
@@ -64,7 +64,7 @@ func (r *Registry[K, V]) register(pid gotp.PID, key K, value V) error {
 			pk = &pidKeys[K]{}
 			pt.keys[pid.ID()] = pk
 		}
-		pt.uniq[key] = uentry[V]{pid: pid, val: value, pos: int32(len(pk.list))}
+		pt.uniq[key] = uentry[V]{id: pid.ID(), val: value, pos: int32(len(pk.list))}
 		pk.list = append(pk.list, key)
 	} else {
 		b := pt.dup[key]
@@ -157,11 +157,11 @@ func (r *Registry[K, V]) unregisterMatch(pid gotp.PID, key K, match func(V) bool
 		pt.mu.RLock()
 		e, ok := pt.uniq[key]
 		pt.mu.RUnlock()
-		if !ok || e.pid != pid || (match != nil && !match(e.val)) {
+		if !ok || e.id != pid.ID() || (match != nil && !match(e.val)) {
 			return 0
 		}
 		pt.mu.Lock()
-		if e2, ok := pt.uniq[key]; ok && e2.pid == pid {
+		if e2, ok := pt.uniq[key]; ok && e2.id == pid.ID() {
 			pt.removeUniqueLocked(key, e2)
 			removed = 1
 		}
@@ -195,7 +195,7 @@ func (r *Registry[K, V]) unregisterKey(key K) {
 	}
 	pt.mu.Unlock()
 	if ok {
-		r.notifyUnregister(t, key, e.pid)
+		r.notifyUnregister(t, key, r.pidOf(e.id))
 	}
 }
 
@@ -220,19 +220,19 @@ func (r *Registry[K, V]) Lookup(key K) []Entry[V] {
 		if !ok {
 			return nil
 		}
-		return []Entry[V]{{PID: e.pid, Value: e.val}}
+		return []Entry[V]{{PID: r.pidOf(e.id), Value: e.val}}
 	}
 	var out []Entry[V]
 	for i := range t.parts {
-		out = t.parts[i].appendDup(out, key)
+		out = t.parts[i].appendDup(out, key, r.nodeName, r.creation)
 	}
 	return out
 }
 
-func (pt *partition[K, V]) appendDup(dst []Entry[V], key K) []Entry[V] {
+func (pt *partition[K, V]) appendDup(dst []Entry[V], key K, node string, creation uint32) []Entry[V] {
 	pt.mu.RLock()
 	if b := pt.dup[key]; b != nil {
-		dst = b.appendEntries(dst)
+		dst = b.appendEntries(dst, node, creation)
 	}
 	pt.mu.RUnlock()
 	return dst
@@ -254,13 +254,16 @@ func (r *Registry[K, V]) Find(key K) (Entry[V], bool) {
 		pt.mu.RLock()
 		e, ok := pt.uniq[key]
 		pt.mu.RUnlock()
-		return Entry[V]{PID: e.pid, Value: e.val}, ok
+		if !ok {
+			return Entry[V]{}, false
+		}
+		return Entry[V]{PID: r.pidOf(e.id), Value: e.val}, true
 	}
 	for i := range t.parts {
 		pt := &t.parts[i]
 		pt.mu.RLock()
 		if b := pt.dup[key]; b != nil && len(b.gs) > 0 {
-			e := Entry[V]{PID: b.gs[0].pid, Value: b.gs[0].first}
+			e := Entry[V]{PID: r.pidOf(b.gs[0].id), Value: b.gs[0].first}
 			pt.mu.RUnlock()
 			return e, true
 		}
@@ -357,7 +360,7 @@ func (r *Registry[K, V]) Values(key K, pid gotp.PID) []V {
 	pt.mu.RLock()
 	defer pt.mu.RUnlock()
 	if r.kind == Unique {
-		if e, ok := pt.uniq[key]; ok && e.pid == pid {
+		if e, ok := pt.uniq[key]; ok && e.id == pid.ID() {
 			return []V{e.val}
 		}
 		return nil
@@ -410,14 +413,14 @@ func (r *Registry[K, V]) UpdateValue(p *gotp.Process, key K, fn func(old V) V) (
 	pt.mu.RLock()
 	e, ok := pt.uniq[key]
 	pt.mu.RUnlock()
-	if !ok || e.pid != pid {
+	if !ok || e.id != pid.ID() {
 		return newValue, oldValue, ErrNotRegistered
 	}
 	oldValue = e.val
 	newValue = fn(oldValue)
 	pt.mu.Lock()
 	e, ok = pt.uniq[key]
-	if !ok || e.pid != pid {
+	if !ok || e.id != pid.ID() {
 		pt.mu.Unlock()
 		var zero V
 		return zero, zero, ErrNotRegistered
@@ -457,7 +460,7 @@ func (r *Registry[K, V]) Dispatch(key K, fn func(entries []Entry[V])) {
 		return
 	}
 	if len(t.parts) == 1 {
-		if es := t.parts[0].appendDup(nil, key); len(es) > 0 {
+		if es := t.parts[0].appendDup(nil, key, r.nodeName, r.creation); len(es) > 0 {
 			fn(es)
 		}
 		return
@@ -473,7 +476,7 @@ func (r *Registry[K, V]) Dispatch(key K, fn func(entries []Entry[V])) {
 		}
 	}
 	run := func(i int) {
-		if es := t.parts[i].appendDup(nil, key); len(es) > 0 {
+		if es := t.parts[i].appendDup(nil, key, r.nodeName, r.creation); len(es) > 0 {
 			fn(es)
 		}
 	}
@@ -526,7 +529,7 @@ func (r *Registry[K, V]) All() iter.Seq[Item[K, V]] {
 		}
 		var buf []Item[K, V]
 		for i := range t.parts {
-			buf = t.parts[i].appendItems(buf[:0])
+			buf = t.parts[i].appendItems(buf[:0], r.pidOf)
 			for _, it := range buf {
 				if !yield(it) {
 					return
@@ -536,18 +539,19 @@ func (r *Registry[K, V]) All() iter.Seq[Item[K, V]] {
 	}
 }
 
-func (pt *partition[K, V]) appendItems(dst []Item[K, V]) []Item[K, V] {
+func (pt *partition[K, V]) appendItems(dst []Item[K, V], mk func(uint64) gotp.PID) []Item[K, V] {
 	pt.mu.RLock()
 	defer pt.mu.RUnlock()
 	for k, e := range pt.uniq {
-		dst = append(dst, Item[K, V]{Key: k, PID: e.pid, Value: e.val})
+		dst = append(dst, Item[K, V]{Key: k, PID: mk(e.id), Value: e.val})
 	}
 	for k, b := range pt.dup {
 		for gi := range b.gs {
 			g := &b.gs[gi]
-			dst = append(dst, Item[K, V]{Key: k, PID: g.pid, Value: g.first})
+			pid := mk(g.id)
+			dst = append(dst, Item[K, V]{Key: k, PID: pid, Value: g.first})
 			for _, v := range g.more {
-				dst = append(dst, Item[K, V]{Key: k, PID: g.pid, Value: v})
+				dst = append(dst, Item[K, V]{Key: k, PID: pid, Value: v})
 			}
 		}
 	}

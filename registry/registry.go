@@ -141,6 +141,8 @@ type Registry[K comparable, V any] struct {
 	listeners []gotp.Dest
 	meta0     map[any]any
 	seed      maphash.Seed
+	nodeName  string // with creation, rebuilds the PIDs of entries
+	creation  uint32
 	checkKeys bool // K may hold an interface: check keys before hashing
 
 	startMu sync.Mutex // serialises Start and Stop
@@ -179,6 +181,8 @@ func New[K comparable, V any](n *gotp.Node, opts Options) (*Registry[K, V], erro
 		listeners: append([]gotp.Dest(nil), opts.Listeners...),
 		meta0:     make(map[any]any, len(opts.Meta)),
 		seed:      maphash.MakeSeed(),
+		nodeName:  n.Name(),
+		creation:  n.Creation(),
 		checkKeys: mayHoldInterface(reflect.TypeFor[K]()),
 	}
 	for k, v := range opts.Meta {
@@ -290,6 +294,9 @@ func (r *Registry[K, V]) live() *table[K, V] {
 	return t
 }
 
+// pidOf rebuilds the PID of a local process from its number.
+func (r *Registry[K, V]) pidOf(id uint64) gotp.PID { return gotp.NewPID(r.nodeName, r.creation, id) }
+
 // mayHoldInterface reports whether values of t may be uncomparable at run
 // time although t satisfies comparable.
 func mayHoldInterface(t reflect.Type) bool {
@@ -379,8 +386,14 @@ type partition[K comparable, V any] struct {
 
 // uentry is a unique registration. pos is the key's index in the owner's
 // pidKeys.list, so that removing a key is O(1).
+//
+// Entries keep the process's number only: every process that holds
+// entries is a live local process, so its PID is rebuilt from the node's
+// name and creation. A slot is then 12 bytes plus the value, and holds no
+// pointer unless the value does, so the garbage collector does not scan
+// the tables of a registry of pointer-free values at all.
 type uentry[V any] struct {
-	pid gotp.PID
+	id  uint64 // PID.ID() of the holder
 	val V
 	pos int32
 }
@@ -525,7 +538,7 @@ func (pt *partition[K, V]) dropPIDLocked(pid gotp.PID) {
 	delete(pt.keys, pid.ID())
 	if pt.uniq != nil {
 		for _, k := range pk.list {
-			if e, ok := pt.uniq[k]; ok && e.pid == pid {
+			if e, ok := pt.uniq[k]; ok && e.id == pid.ID() {
 				delete(pt.uniq, k)
 				pt.count--
 			}
@@ -546,7 +559,7 @@ func (pt *partition[K, V]) dropPIDLocked(pid gotp.PID) {
 func (pt *partition[K, V]) removeUniqueLocked(key K, e uentry[V]) {
 	delete(pt.uniq, key)
 	pt.count--
-	pk := pt.keys[e.pid.ID()]
+	pk := pt.keys[e.id]
 	if pk == nil {
 		return
 	}
@@ -565,7 +578,7 @@ func (pt *partition[K, V]) removeUniqueLocked(key K, e uentry[V]) {
 		pk.list = pk.list[:last]
 	}
 	if len(pk.list) == 0 {
-		delete(pt.keys, e.pid.ID())
+		delete(pt.keys, e.id)
 	}
 }
 
