@@ -1,6 +1,10 @@
 package pg_test
 
 import (
+	"errors"
+	"runtime"
+	"slices"
+	"sync"
 	"sync/atomic"
 	"testing"
 
@@ -426,4 +430,166 @@ func TestRemoteScopeStop(t *testing.T) {
 			t.Errorf("snapshot of a closed scope: %v", g)
 		}
 	})
+}
+
+// recordingReplicator records every report, for order checks.
+type recordingReplicator struct {
+	mu      sync.Mutex
+	reports []report
+}
+
+type report struct {
+	joined bool
+	group  string
+	pids   []gotp.PID
+}
+
+func (r *recordingReplicator) Joined(group string, pids []gotp.PID) {
+	r.mu.Lock()
+	r.reports = append(r.reports, report{true, group, slices.Clone(pids)})
+	r.mu.Unlock()
+}
+
+func (r *recordingReplicator) Left(group string, pids []gotp.PID) {
+	r.mu.Lock()
+	r.reports = append(r.reports, report{false, group, slices.Clone(pids)})
+	r.mu.Unlock()
+}
+func (r *recordingReplicator) Broadcast(string, pg.Message) {}
+func (r *recordingReplicator) Detached()                    {}
+
+// TestReplicatorOrder checks the Replicator contract under concurrency:
+// many processes join and leave at once, and the reports about each
+// process come in the order of its operations, so that replaying them
+// (as a peer would, starting from LocalSnapshot) rebuilds the membership.
+func TestReplicatorOrder(t *testing.T) {
+	n := newNode(t, "a")
+	s := newScope(t, n, "s", pg.Options{})
+	rep := &recordingReplicator{}
+	gw, err := s.Attach(rep)
+	must(t, err)
+	var start map[string][]gotp.PID
+	gw.LocalSnapshot(func(g map[string][]gotp.PID) { start = g })
+	if len(start) != 0 {
+		t.Fatalf("initial snapshot %v", start)
+	}
+
+	const workers, ops = 8, 200
+	type op struct {
+		join  bool
+		group string
+	}
+	var wg sync.WaitGroup
+	done := make([][]op, workers)
+	pids := make([]gotp.PID, workers)
+	for w := range workers {
+		inst := spawn(t, n).open(t, s)
+		pids[w] = inst.PID()
+		wg.Go(func() {
+			joined := map[string]int{}
+			for i := range ops {
+				g := []string{"x", "y", "z"}[(i*7+w)%3]
+				if joined[g] > 0 && (i+w)%2 == 0 {
+					must(t, inst.Leave(g))
+					joined[g]--
+					done[w] = append(done[w], op{false, g})
+				} else {
+					must(t, inst.Join(g))
+					joined[g]++
+					done[w] = append(done[w], op{true, g})
+				}
+			}
+		})
+	}
+	wg.Wait()
+
+	rep.mu.Lock()
+	defer rep.mu.Unlock()
+	perPID := map[gotp.PID][]op{}
+	replay := map[string]map[gotp.PID]int{}
+	for _, r := range rep.reports {
+		for _, pid := range r.pids {
+			perPID[pid] = append(perPID[pid], op{r.joined, r.group})
+			if replay[r.group] == nil {
+				replay[r.group] = map[gotp.PID]int{}
+			}
+			if r.joined {
+				replay[r.group][pid]++
+			} else if replay[r.group][pid]--; replay[r.group][pid] < 0 {
+				t.Fatalf("a leave of %v from %q reported before its join", pid, r.group)
+			}
+		}
+	}
+	for w, pid := range pids {
+		if !slices.Equal(perPID[pid], done[w]) {
+			t.Fatalf("worker %d: reports %v, operations %v", w, perPID[pid], done[w])
+		}
+	}
+	obs := spawn(t, n).open(t, s)
+	for _, g := range []string{"x", "y", "z"} {
+		var rebuilt []gotp.PID
+		for pid, k := range replay[g] {
+			for range k {
+				rebuilt = append(rebuilt, pid)
+			}
+		}
+		wantMembers(t, obs, g, rebuilt...)
+	}
+}
+
+// TestReleaseRacesJoins checks that once Release has returned no
+// operation of the instance succeeds, even with joins racing it from other
+// goroutines, and that the memberships made before stay.
+func TestReleaseRacesJoins(t *testing.T) {
+	n := newNode(t, "a")
+	s := newScope(t, n, "s", pg.Options{})
+	obs := spawn(t, n).open(t, s)
+	for range 50 {
+		m := spawn(t, n)
+		inst := m.open(t, s)
+		var ok atomic.Int64
+		var released atomic.Bool
+		var wg sync.WaitGroup
+		stop := make(chan struct{})
+		for range 4 {
+			wg.Go(func() {
+				for {
+					select {
+					case <-stop:
+						return
+					default:
+					}
+					late := released.Load()
+					if err := inst.Join("g"); err == nil {
+						if late {
+							t.Errorf("a Join begun after Release returned succeeded")
+						}
+						ok.Add(1)
+					} else if !errors.Is(err, pg.ErrReleased) {
+						t.Errorf("Join: %v", err)
+						return
+					}
+				}
+			})
+		}
+		for ok.Load() == 0 {
+			runtime.Gosched()
+		}
+		inst.Release()
+		released.Store(true)
+		after := ok.Load()
+		close(stop)
+		wg.Wait()
+		// A join may have been between its check and its count when
+		// Release returned, but none can succeed after: the members are
+		// exactly the successful joins, and no more join gets in.
+		members, err := obs.Members("g")
+		must(t, err)
+		if int64(len(members)) != ok.Load() || ok.Load() < after {
+			t.Fatalf("%d members, %d successful joins (%d when Release returned)", len(members), ok.Load(), after)
+		}
+		wantErr(t, inst.Join("g"), pg.ErrReleased)
+		m.kill(t)
+		wantMembers(t, obs, "g")
+	}
 }
