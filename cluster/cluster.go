@@ -67,14 +67,15 @@ type Cluster struct {
 
 	pg pgState
 
-	stats   counters
-	done    chan struct{}
-	wg      sync.WaitGroup
-	closeMu sync.Mutex // serialises Leave
-	closed  atomic.Bool
-	logged  sync.Map  // message types whose encode failure was logged
-	bufs    sync.Pool // scratch buffers for frames
-	gwV     atomic.Pointer[gotp.Gateway]
+	stats     counters
+	done      chan struct{}
+	wg        sync.WaitGroup
+	leaveOnce sync.Once
+	leftCh    chan struct{} // closed when Leave's work is done; set once by leaveOnce
+	closed    atomic.Bool
+	logged    sync.Map  // message types whose encode failure was logged
+	bufs      sync.Pool // scratch buffers for frames
+	gwV       atomic.Pointer[gotp.Gateway]
 }
 
 type incarnation struct {
@@ -962,18 +963,15 @@ func appendShortRef(b []byte, r gotp.Ref) []byte {
 // keeps running on its own. Leave is idempotent; it returns ctx.Err() if
 // ctx ends before NATS has shut down (the shutdown then goes on).
 func (c *Cluster) Leave(ctx context.Context) error {
-	c.closeMu.Lock()
-	defer c.closeMu.Unlock()
-	if c.closed.Load() {
-		return nil
-	}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		c.leave()
-	}()
+	c.leaveOnce.Do(func() {
+		c.leftCh = make(chan struct{})
+		go func() { // owned by the cluster: ends when the shutdown is done
+			defer close(c.leftCh)
+			c.leave()
+		}()
+	})
 	select {
-	case <-done:
+	case <-c.leftCh:
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()
