@@ -2,14 +2,18 @@ package chat
 
 import (
 	"bufio"
+	"context"
+	"encoding/json"
 	"fmt"
 	"net"
+	"net/http"
 	"slices"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/coder/websocket"
 	"pgregory.net/rapid"
 )
 
@@ -17,7 +21,9 @@ import (
 // in exactly one reply, and every SEND from a connected user ends in
 // SENT <name> or ERROR <reason>, never silence. Random mixes of valid and
 // invalid commands, some pipelined, come from 2–3 clients against one
-// Service, with names that are and are not online; the MSG and ROOM lines
+// Service, each over TCP or over the WebSocket (the same commands as JSON,
+// the JSON replies read back as the lines FormatReply writes), with names
+// that are and are not online; the MSG and ROOM lines
 // pushed to a client interleave with its replies and are checked too:
 // each one expected, none unexpected, none lost.
 //
@@ -32,12 +38,13 @@ import (
 // rapid's default of 100 checks takes a few seconds under -race.
 func TestPropertyEveryCommandEndsInOneReply(t *testing.T) {
 	ts := startService(t, t.TempDir())
+	tr := &http.Transport{}
+	defer tr.CloseIdleConnections()
 	round := 0
 	var seen propStats
 	rapid.Check(t, func(rt *rapid.T) {
 		round++
-		m := newPropModel(rt, ts, fmt.Sprintf("r%d_", round))
-		m.stats = &seen
+		m := newPropModel(rt, ts, fmt.Sprintf("r%d_", round), &seen, &http.Client{Transport: tr})
 		defer m.close()
 		rt.Repeat(map[string]func(*rapid.T){
 			"one":   m.stepOne,
@@ -49,20 +56,116 @@ func TestPropertyEveryCommandEndsInOneReply(t *testing.T) {
 	// The generator must reach the interesting cases, or the property
 	// says little.
 	t.Logf("%+v", seen)
-	if !t.Failed() && (seen.Commands < 200 || seen.Sent < 10 || seen.Unknown < 10 || seen.Msgs < 10 || seen.Rooms < 5 || seen.Errors < 20 || seen.Quits < 5) {
+	if !t.Failed() && (seen.Commands < 200 || seen.Sent < 10 || seen.Unknown < 10 || seen.Msgs < 10 || seen.Rooms < 5 || seen.Errors < 20 || seen.Quits < 5 || seen.WebSockets < 20) {
 		t.Fatalf("the generator missed cases: %+v", seen)
 	}
 }
 
 // propStats counts what the checks exercised.
 type propStats struct {
-	Commands, Sent, Unknown, Errors, Msgs, Rooms, Quits int
+	Commands, Sent, Unknown, Errors, Msgs, Rooms, Quits, WebSockets int
 }
+
+// A propWire is a client's connection, TCP or WebSocket, seen as lines of
+// the TCP protocol: a WebSocket client sends the JSON form of each command,
+// and its JSON replies and events are turned into the lines FormatReply
+// writes, so one model checks both.
+type propWire interface {
+	send(cmds []propCmd, crlf []bool) error
+	// readLine returns the next line, without "\n"; an error after a
+	// generous deadline or at the end of the stream.
+	readLine() (string, error)
+	close()
+}
+
+type tcpWire struct {
+	c  net.Conn
+	rd *bufio.Reader
+}
+
+func (w *tcpWire) send(cmds []propCmd, crlf []bool) error {
+	var b strings.Builder
+	for i, cmd := range cmds {
+		b.WriteString(cmd.line)
+		if crlf[i] {
+			b.WriteString("\r")
+		}
+		b.WriteString("\n")
+	}
+	w.c.SetWriteDeadline(time.Now().Add(10 * time.Second))
+	_, err := w.c.Write([]byte(b.String()))
+	return err
+}
+
+func (w *tcpWire) readLine() (string, error) {
+	w.c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	s, err := w.rd.ReadString('\n')
+	return strings.TrimSuffix(s, "\n"), err
+}
+
+func (w *tcpWire) close() { w.c.Close() }
+
+type wsWire struct {
+	c     *websocket.Conn
+	lines []string // read and not yet returned
+}
+
+func (w *wsWire) send(cmds []propCmd, _ []bool) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for _, cmd := range cmds {
+		if err := w.c.Write(ctx, websocket.MessageText, []byte(cmd.json)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (w *wsWire) readLine() (string, error) {
+	if len(w.lines) == 0 {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		typ, data, err := w.c.Read(ctx)
+		if err != nil {
+			return "", err
+		}
+		var r wsReply
+		if err := json.Unmarshal(data, &r); typ != websocket.MessageText || err != nil {
+			return "", fmt.Errorf("not a JSON text message: %q", data)
+		}
+		var reply Reply
+		switch r.Type {
+		case "ok":
+			reply = OK{}
+		case "sent":
+			reply = Sent{To: r.To}
+		case "history":
+			reply = HistoryReply{Messages: r.Messages}
+		case "online":
+			reply = Online{Names: r.Names}
+		case "bye":
+			reply = Bye{}
+		case "error":
+			reply = Error{Reason: r.Reason}
+		case "msg":
+			reply = Msg{From: r.From, Text: r.Text}
+		case "room":
+			reply = RoomMsg{Room: r.Room, From: r.From, Text: r.Text}
+		default:
+			return "", fmt.Errorf("unknown reply %s", data)
+		}
+		w.lines = strings.Split(strings.TrimSuffix(string(FormatReply(reply)), "\n"), "\n")
+	}
+	l := w.lines[0]
+	w.lines = w.lines[1:]
+	return l, nil
+}
+
+func (w *wsWire) close() { w.c.CloseNow() }
 
 type propClient struct {
 	id     int
-	c      net.Conn
-	rd     *bufio.Reader
+	w      propWire
 	name   string          // "" until CONNECT succeeds
 	rooms  map[string]bool // rooms joined in this session
 	events map[string]int  // MSG and ROOM lines due to arrive, counted
@@ -79,11 +182,12 @@ type propModel struct {
 	leaving map[string]bool     // names whose user quit: the service may not know yet
 	history map[string][]string // pair key → "from text" lines, oldest first
 	stats   *propStats
+	http    *http.Client // for the WebSocket clients
 }
 
-func newPropModel(t *rapid.T, ts *testService, prefix string) *propModel {
+func newPropModel(t *rapid.T, ts *testService, prefix string, stats *propStats, hc *http.Client) *propModel {
 	m := &propModel{
-		t: t, ts: ts, prefix: prefix,
+		t: t, ts: ts, prefix: prefix, stats: stats, http: hc,
 		online: map[string]int{}, leaving: map[string]bool{}, history: map[string][]string{},
 	}
 	for _, n := range []string{"ana", "bob", "cy", "dé"} {
@@ -91,28 +195,43 @@ func newPropModel(t *rapid.T, ts *testService, prefix string) *propModel {
 	}
 	m.rooms = []string{prefix + "#1", prefix + "#2"}
 	for i := range rapid.IntRange(2, 3).Draw(t, "clients") {
-		m.clients = append(m.clients, m.dial(i))
+		m.clients = append(m.clients, m.dial(t, i))
 	}
 	return m
 }
 
-func (m *propModel) dial(id int) *propClient {
-	c, err := net.Dial("tcp", m.ts.TCPAddr().String())
-	if err != nil {
-		m.t.Fatalf("dial: %v", err)
+// dial connects a new client, over TCP or the WebSocket.
+func (m *propModel) dial(t *rapid.T, id int) *propClient {
+	var w propWire
+	if rapid.Bool().Draw(t, "websocket") {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		c, _, err := websocket.Dial(ctx, "ws://"+m.ts.HTTPAddr().String()+"/ws", &websocket.DialOptions{HTTPClient: m.http})
+		if err != nil {
+			m.t.Fatalf("dial /ws: %v", err)
+		}
+		w = &wsWire{c: c}
+		m.stats.WebSockets++
+	} else {
+		c, err := net.Dial("tcp", m.ts.TCPAddr().String())
+		if err != nil {
+			m.t.Fatalf("dial: %v", err)
+		}
+		w = &tcpWire{c: c, rd: bufio.NewReader(c)}
 	}
-	return &propClient{id: id, c: c, rd: bufio.NewReader(c), rooms: map[string]bool{}, events: map[string]int{}}
+	return &propClient{id: id, w: w, rooms: map[string]bool{}, events: map[string]int{}}
 }
 
 func (m *propModel) close() {
 	for _, c := range m.clients {
-		c.c.Close()
+		c.w.close()
 	}
 }
 
 // A propCmd is one generated command line and what it means.
 type propCmd struct {
 	line string
+	json string // the same command on the WebSocket
 	verb string // CONNECT, SEND, HISTORY, JOIN, LEAVE, SAY, WHO; "" for invalid lines
 	arg  string
 	text string
@@ -129,44 +248,74 @@ func (m *propModel) drawCmd(t *rapid.T) propCmd {
 	name := func() string { return rapid.SampledFrom(m.names).Draw(t, "name") }
 	room := func() string { return rapid.SampledFrom(m.rooms).Draw(t, "room") }
 	text := func() string { return rapid.StringMatching(`[a-zé😀 ]{0,10}[a-z!]`).Draw(t, "text") }
-	switch rapid.IntRange(0, 8).Draw(t, "kind") {
+	switch k := rapid.IntRange(0, 8).Draw(t, "kind"); k {
 	case 0:
 		n := name()
-		return propCmd{line: verb("CONNECT") + " " + n, verb: "CONNECT", arg: n}
+		return withJSON(propCmd{line: verb("CONNECT") + " " + n, verb: "CONNECT", arg: n})
 	case 1, 2:
 		n, x := name(), text()
-		return propCmd{line: verb("SEND") + " " + n + " " + x, verb: "SEND", arg: n, text: x}
+		return withJSON(propCmd{line: verb("SEND") + " " + n + " " + x, verb: "SEND", arg: n, text: x})
 	case 3:
 		n := name()
-		return propCmd{line: verb("HISTORY") + " " + n, verb: "HISTORY", arg: n}
+		return withJSON(propCmd{line: verb("HISTORY") + " " + n, verb: "HISTORY", arg: n})
 	case 4:
 		r := room()
-		return propCmd{line: verb("JOIN") + " " + r, verb: "JOIN", arg: r}
+		return withJSON(propCmd{line: verb("JOIN") + " " + r, verb: "JOIN", arg: r})
 	case 5:
 		r := room()
-		return propCmd{line: verb("LEAVE") + " " + r, verb: "LEAVE", arg: r}
+		return withJSON(propCmd{line: verb("LEAVE") + " " + r, verb: "LEAVE", arg: r})
 	case 6:
 		r, x := room(), text()
-		return propCmd{line: verb("SAY") + " " + r + " " + x, verb: "SAY", arg: r, text: x}
+		return withJSON(propCmd{line: verb("SAY") + " " + r + " " + x, verb: "SAY", arg: r, text: x})
 	case 7:
-		return propCmd{line: verb("WHO"), verb: "WHO"}
+		return withJSON(propCmd{line: verb("WHO"), verb: "WHO"})
 	}
+	n1, n2, r, x := name(), name(), room(), text()
 	bad := []propCmd{
-		{line: "DANCE", bad: BadCommand},
-		{line: "", bad: BadCommand},
-		{line: "SEND " + name(), bad: BadCommand},
-		{line: "SEND " + name() + " ", bad: BadCommand},
-		{line: "SAY " + room(), bad: BadCommand},
-		{line: "WHO is there", bad: BadCommand},
-		{line: "QUIT now", bad: BadCommand},
-		{line: "CONNECT " + name() + " " + name(), bad: BadName},
-		{line: "SEND  " + text(), bad: BadName},
-		{line: "HISTORY " + strings.Repeat("x", MaxName+1), bad: BadName},
-		{line: "JOIN a\x01b", bad: BadName},
-		{line: "SEND " + name() + " \xff\xfe", bad: BadEncoding},
-		{line: "\xc3", bad: BadEncoding},
+		{line: "DANCE", json: `{"cmd":"dance"}`, bad: BadCommand},
+		{line: "", json: ``, bad: BadCommand},
+		{line: "SEND " + n1, json: jsonCmd("send", "to", n1), bad: BadCommand},
+		{line: "SEND " + n1 + " ", json: jsonCmd("send", "to", n1, "text", ""), bad: BadCommand},
+		{line: "SAY " + r, json: jsonCmd("say", "room", r), bad: BadCommand},
+		{line: "WHO is there", json: `who is there`, bad: BadCommand},
+		{line: "QUIT now", json: `{"cmd":"quit"`, bad: BadCommand},
+		{line: "CONNECT " + n1 + " " + n2, json: jsonCmd("connect", "name", n1+" "+n2), bad: BadName},
+		{line: "SEND  " + x, json: jsonCmd("send", "to", "", "text", x), bad: BadName},
+		{line: "HISTORY " + strings.Repeat("x", MaxName+1), json: jsonCmd("history", "with", strings.Repeat("x", MaxName+1)), bad: BadName},
+		{line: "JOIN a\x01b", json: jsonCmd("join", "room", "a\x01b"), bad: BadName},
+		{line: "SEND " + n1 + " \xff\xfe", json: `{"cmd":"send","to":"` + n1 + `","text":"` + "\xff\xfe" + `"}`, bad: BadEncoding},
+		{line: "\xc3", json: "\xc3", bad: BadEncoding},
 	}
 	return rapid.SampledFrom(bad).Draw(t, "bad")
+}
+
+// jsonCmd is the JSON of a command: cmd, then field names and values.
+func jsonCmd(cmd string, kv ...string) string {
+	m := map[string]string{"cmd": cmd}
+	for i := 0; i+1 < len(kv); i += 2 {
+		m[kv[i]] = kv[i+1]
+	}
+	b, _ := json.Marshal(m)
+	return string(b)
+}
+
+// withJSON fills in the JSON form of a valid command.
+func withJSON(c propCmd) propCmd {
+	switch c.verb {
+	case "CONNECT":
+		c.json = jsonCmd("connect", "name", c.arg)
+	case "SEND":
+		c.json = jsonCmd("send", "to", c.arg, "text", c.text)
+	case "HISTORY":
+		c.json = jsonCmd("history", "with", c.arg)
+	case "JOIN", "LEAVE":
+		c.json = jsonCmd(strings.ToLower(c.verb), "room", c.arg)
+	case "SAY":
+		c.json = jsonCmd("say", "room", c.arg, "text", c.text)
+	case "WHO":
+		c.json = jsonCmd("who")
+	}
+	return c
 }
 
 // stepOne: one client sends one command and reads its reply.
@@ -175,9 +324,9 @@ func (m *propModel) stepOne(t *rapid.T) {
 	cmd := m.drawCmd(t)
 	if c.name == "" && rapid.Bool().Draw(t, "connect first") {
 		n := rapid.SampledFrom(m.names).Draw(t, "name")
-		cmd = propCmd{line: "CONNECT " + n, verb: "CONNECT", arg: n}
+		cmd = withJSON(propCmd{line: "CONNECT " + n, verb: "CONNECT", arg: n})
 	}
-	m.write(c, cmd.line+"\n")
+	m.write(c, []propCmd{cmd}, []bool{false})
 	m.check(c, cmd)
 }
 
@@ -186,15 +335,11 @@ func (m *propModel) stepOne(t *rapid.T) {
 func (m *propModel) stepBatch(t *rapid.T) {
 	c := rapid.SampledFrom(m.clients).Draw(t, "client")
 	cmds := rapid.SliceOfN(rapid.Custom(m.drawCmd), 2, 4).Draw(t, "batch")
-	var b strings.Builder
-	for _, cmd := range cmds {
-		b.WriteString(cmd.line)
-		if rapid.Bool().Draw(t, "crlf") {
-			b.WriteString("\r")
-		}
-		b.WriteString("\n")
+	crlf := make([]bool, len(cmds))
+	for i := range crlf {
+		crlf[i] = rapid.Bool().Draw(t, "crlf")
 	}
-	m.write(c, b.String())
+	m.write(c, cmds, crlf)
 	for _, cmd := range cmds {
 		m.check(c, cmd)
 	}
@@ -208,27 +353,25 @@ func (m *propModel) stepQuit(t *rapid.T) {
 		return
 	}
 	c := rapid.SampledFrom(m.clients).Draw(t, "client")
-	m.write(c, "QUIT\n")
+	m.write(c, []propCmd{{line: "QUIT", json: jsonCmd("quit")}}, []bool{false})
 	if r := m.reply(c); !slices.Equal(r, []string{"BYE"}) {
 		t.Fatalf("client %d: QUIT → %q, want BYE", c.id, r)
 	}
-	c.c.SetReadDeadline(time.Now().Add(10 * time.Second))
-	if line, err := c.rd.ReadString('\n'); err == nil {
+	if line, err := c.w.readLine(); err == nil {
 		t.Fatalf("client %d: read %q after BYE, want the end of the stream", c.id, line)
 	}
-	c.c.Close()
+	c.w.close()
 	m.stats.Quits++
 	if c.name != "" {
 		delete(m.online, c.name)
 		m.leaving[c.name] = true
 	}
-	m.clients[c.id] = m.dial(c.id)
+	m.clients[c.id] = m.dial(t, c.id)
 }
 
-func (m *propModel) write(c *propClient, s string) {
-	c.c.SetWriteDeadline(time.Now().Add(10 * time.Second))
-	if _, err := c.c.Write([]byte(s)); err != nil {
-		m.t.Fatalf("client %d: write %q: %v", c.id, s, err)
+func (m *propModel) write(c *propClient, cmds []propCmd, crlf []bool) {
+	if err := c.w.send(cmds, crlf); err != nil {
+		m.t.Fatalf("client %d: write %v: %v", c.id, cmds, err)
 	}
 }
 
@@ -257,12 +400,11 @@ func (m *propModel) reply(c *propClient) []string {
 }
 
 func (m *propModel) readLine(c *propClient) string {
-	c.c.SetReadDeadline(time.Now().Add(10 * time.Second))
-	s, err := c.rd.ReadString('\n')
+	s, err := c.w.readLine()
 	if err != nil {
 		m.t.Fatalf("client %d (%q): no reply: %v (read %q)", c.id, c.name, err, s)
 	}
-	return strings.TrimSuffix(s, "\n")
+	return s
 }
 
 func (m *propModel) event(c *propClient, line string) {
@@ -425,7 +567,7 @@ func (m *propModel) checkWho(c *propClient, cmd propCmd, r []string) {
 // one (no extra reply was pending), and every expected event arrives.
 func (m *propModel) finish() {
 	for _, c := range m.clients {
-		m.write(c, "WHO\n")
+		m.write(c, []propCmd{withJSON(propCmd{line: "WHO", verb: "WHO"})}, []bool{false})
 		r := m.reply(c)
 		if c.name == "" {
 			if !slices.Equal(r, []string{"ERROR not_connected"}) {
