@@ -45,11 +45,12 @@ type Cluster struct {
 	codec *Codec
 	log   *slog.Logger
 
-	name   string
-	cr     uint32
-	start  int64
-	header []byte // batch header of this incarnation
-	hbSubj string
+	name       string
+	cr         uint32
+	start      int64
+	header     []byte // batch header of this incarnation
+	batchLimit int    // largest NATS message this node publishes
+	hbSubj     string
 
 	srv  *natsserver.Server // nil when a client of an existing deployment
 	nc   *nats.Conn
@@ -192,6 +193,14 @@ func Join(ctx context.Context, n *gotp.Node, opts Options) (*Cluster, error) {
 	if err := c.connect(ctx); err != nil {
 		c.shutdownNATS()
 		return nil, err
+	}
+	// Batches must fit the deployment's max_payload.
+	c.batchLimit = max(c.opts.MaxMessageSize+len(c.header)+16, 256<<10)
+	if mp := int(c.nc.MaxPayload()); mp > 0 {
+		c.batchLimit = min(c.batchLimit, mp)
+		if c.opts.MaxMessageSize > mp-len(c.header)-16 {
+			c.opts.MaxMessageSize = mp - len(c.header) - 16
+		}
 	}
 	c.waitRoutes(ctx)
 	if err := c.checkName(ctx); err != nil {
@@ -550,10 +559,7 @@ func (c *Cluster) enqueue(p *peer, frame []byte) error {
 		c.stats.encodeErrors.Add(1)
 		return fmt.Errorf("%w: %d bytes (limit %d)", ErrTooLarge, len(frame), c.opts.MaxMessageSize)
 	}
-	limit := c.opts.MaxMessageSize + len(c.header) + 16
-	if limit < 256<<10 {
-		limit = 256 << 10
-	}
+	limit := c.batchLimit
 	p.mu.Lock()
 	if p.down.Load() || c.closed.Load() {
 		p.mu.Unlock()

@@ -63,6 +63,9 @@ func (c *Cluster) Replicate(s *pg.Scope) error {
 	if c.closed.Load() {
 		return ErrClosed
 	}
+	if s.Node() != c.n {
+		return errors.New("cluster: Replicate: the scope belongs to another node")
+	}
 	ps := &pgScope{c: c, id: s.ID(), scope: s}
 	c.pg.mu.Lock()
 	if _, dup := c.pg.scopes[ps.id]; dup {
