@@ -292,6 +292,16 @@ func (p *Process) runFunc(fn func(p *Process) error) {
 		reason = fn(p)
 	}()
 	p.exit(reason)
+	p.dropBuffer()
+}
+
+// dropBuffer lets go of messages left in the receiver's buffer of a dead
+// process: a *Process can stay reachable after its death (a sender's
+// lastTo, a handle kept by user code), its undelivered messages need not.
+// Only the goroutine that owns the buffer may call it.
+func (p *Process) dropBuffer() {
+	clear(p.rbuf)
+	p.rbuf, p.rhead = nil, 0
 }
 
 func (p *Process) runHandler() {
@@ -301,6 +311,7 @@ func (p *Process) runHandler() {
 			return
 		}
 		if p.dead.Load() {
+			p.dropBuffer()
 			p.mu.Lock()
 			p.running = false
 			p.mu.Unlock()
@@ -313,6 +324,7 @@ func (p *Process) runHandler() {
 		p.handled.Add(1)
 		if stop, reason := p.handle(msg); stop {
 			p.exit(reason)
+			p.dropBuffer()
 			p.mu.Lock()
 			p.running = false
 			p.mu.Unlock()

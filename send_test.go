@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"sync"
 	"testing"
 	"time"
+	"weak"
 
 	"github.com/gotp/gotp"
 )
@@ -350,4 +352,50 @@ func TestProcessSendToPeerThatDies(t *testing.T) {
 	})
 	recv(t, res2)
 	eventually(t, "c to exit", func() bool { return !n.IsAlive(c) })
+}
+
+type bulky struct{ data [1 << 16]byte }
+
+// Messages a process never took are not kept alive by a *Process that is
+// still reachable after its death.
+func TestDeadProcessLetsGoOfItsMessages(t *testing.T) {
+	n := newNode(t)
+	for _, handler := range []bool{false, true} {
+		first := make(chan *gotp.Process, 1)
+		release := make(chan struct{})
+		var pid gotp.PID
+		var err error
+		if handler {
+			pid, err = n.SpawnHandler(gotp.HandlerFunc(func(p *gotp.Process, msg any) (bool, error) {
+				first <- p
+				<-release
+				return true, nil // stop, with the second message unhandled
+			}), nil)
+		} else {
+			pid, err = n.Spawn(func(p *gotp.Process) error {
+				if _, err := p.Receive(context.Background()); err != nil {
+					return err
+				}
+				first <- p
+				<-release
+				return nil
+			})
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		m1, m2 := &bulky{}, &bulky{}
+		w2 := weak.Make(m2)
+		n.Send(pid, m1)
+		n.Send(pid, m2)
+		m1, m2 = nil, nil
+		p := recv(t, first) // kept reachable below
+		close(release)
+		recv(t, p.Done())
+		eventually(t, "the process's goroutine to let go of its buffer", func() bool {
+			runtime.GC()
+			return w2.Value() == nil
+		})
+		runtime.KeepAlive(p)
+	}
 }
