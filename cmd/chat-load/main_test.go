@@ -1,8 +1,10 @@
 package main
 
 import (
+	"fmt"
 	"os"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -84,4 +86,64 @@ func TestAgainstAddrWithRate(t *testing.T) {
 	if strings.Contains(out.String(), "bytes per connection") {
 		t.Fatal("memory figures reported for a server in another process")
 	}
+}
+
+// BenchmarkH1Chat is workload H1 in one process (server and clients
+// together, so no bytes-per-connection figure: the program measures that
+// with the clients in another process). Each iteration is a whole run:
+// 1,000 users × 100 messages, closed loop, window 1 (100 × 10 with
+// -short). It reports messages/s and the p50 and p99 send-to-receive
+// latency, for the chat and its two bare-Go baselines:
+//
+//	go test -run '^$' -bench H1 -benchtime 1x -count 3 ./cmd/chat-load
+func BenchmarkH1Chat(b *testing.B) {
+	users, messages := 1000, 100
+	if testing.Short() {
+		users, messages = 100, 10
+	}
+	for _, server := range []string{"gotp", "bare-sqlite", "bare"} {
+		b.Run(server, func(b *testing.B) {
+			if err := raiseOpenFiles(2*users + 256); err != nil {
+				b.Fatal(err)
+			}
+			var rate, p50, p99 []float64
+			for b.Loop() {
+				b.StopTimer()
+				ctx := b.Context()
+				addr, stop, err := startServer(ctx, server, b.TempDir())
+				if err != nil {
+					b.Fatal(err)
+				}
+				l, err := newLoad(ctx, config{users: users, messages: messages, window: 1, addr: addr})
+				if err != nil {
+					stop()
+					b.Fatal(err)
+				}
+				b.StartTimer()
+				res, err := l.run(ctx)
+				b.StopTimer()
+				l.close()
+				stop()
+				if err != nil {
+					b.Fatal(err)
+				}
+				var n int
+				var secs float64
+				var q50, q99, qmax int64
+				fmt.Sscan(res, &n, &secs, &q50, &q99, &qmax)
+				rate = append(rate, float64(n)/secs)
+				p50 = append(p50, float64(q50))
+				p99 = append(p99, float64(q99))
+				b.StartTimer()
+			}
+			b.ReportMetric(median(rate), "messages/s")
+			b.ReportMetric(median(p50), "p50-ns")
+			b.ReportMetric(median(p99), "p99-ns")
+		})
+	}
+}
+
+func median(xs []float64) float64 {
+	slices.Sort(xs)
+	return xs[len(xs)/2]
 }
