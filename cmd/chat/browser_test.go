@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"net/url"
 	"os"
 	"os/exec"
@@ -187,12 +188,33 @@ func TestBrowserChat(t *testing.T) {
 // TestBrowserObserver: the observer page of a running cmd/chat shows the
 // root supervisor and its three children; a TCP user's connection process
 // appears, its kill button ends it, and it disappears from the page.
+//
+// With -observer-token the same works from a page opened with ?token=, whose
+// refreshes and kill requests carry the token; without it the observer
+// answers 401.
 func TestBrowserObserver(t *testing.T) {
 	chromium(t)
-	p := startProgram(t, "-data", t.TempDir(), "-observer-kill")
+	t.Run("open", func(t *testing.T) { browserObserver(t, "") })
+	t.Run("token", func(t *testing.T) { browserObserver(t, "s3cret") })
+}
+
+func browserObserver(t *testing.T, token string) {
+	args := []string{"-data", t.TempDir(), "-observer-kill"}
+	page := "/observer/"
+	if token != "" {
+		args = append(args, "-observer-token", token)
+		page += "?token=" + token
+	}
+	p := startProgram(t, args...)
+	p.token = token
+	if token != "" {
+		if code, _ := get(t, httpClient(t), "http://"+p.http+"/observer/"); code != http.StatusUnauthorized {
+			t.Fatalf("GET /observer/ without the token = %d, want 401", code)
+		}
+	}
 	ctx := browser(t)
 	runActions(t, ctx, "open the observer",
-		chromedp.Navigate("http://"+p.http+"/observer/"),
+		chromedp.Navigate("http://"+p.http+page),
 		chromedp.WaitVisible(chromedp.CSS(`#trees`)),
 	)
 	// The tree: chat.root with online, history and connections, each with a PID.

@@ -44,6 +44,7 @@ type program struct {
 	err  error         // Wait's error, once done is closed
 
 	tcp, http string // the addresses it logged
+	token     string // the observer's token, if any
 }
 
 // logLines collects the child's stderr, line by line.
@@ -262,7 +263,14 @@ func find(trees []supTree, name string) *supTree {
 
 func (p *program) snapshot(c *http.Client) (snapshot, error) {
 	var s snapshot
-	resp, err := c.Get("http://" + p.http + "/observer/api/snapshot")
+	req, err := http.NewRequest(http.MethodGet, "http://"+p.http+"/observer/api/snapshot", nil)
+	if err != nil {
+		return s, err
+	}
+	if p.token != "" {
+		req.Header.Set("Authorization", "Bearer "+p.token)
+	}
+	resp, err := c.Do(req)
 	if err != nil {
 		return s, err
 	}
