@@ -29,6 +29,13 @@
 // bodies) never runs under a registry lock, except the predicate of
 // UnregisterMatchFunc and Where patterns given to UnregisterMatch.
 //
+// Entries record the process's number only (every holder is a live local
+// process, so its PID is rebuilt from the node's name and creation): a
+// unique entry costs its key, 12 bytes and the value, and a registry whose
+// keys and values hold no pointers is never scanned by the garbage
+// collector. Find and Count do not allocate; Lookup allocates the slice it
+// returns.
+//
 // # Exits and stale entries
 //
 // The registry watches each process that registers with one

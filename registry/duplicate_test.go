@@ -2,6 +2,7 @@ package registry_test
 
 import (
 	"errors"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -235,4 +236,67 @@ func TestDispatchPanicReachesCaller(t *testing.T) {
 	if err := <-done; !errors.As(err, &pe) || pe.Value != "boom" {
 		t.Fatalf("process ended with %v", err)
 	}
+}
+
+// Many processes under one key in one partition: the bucket's index
+// (built past a few processes) must follow every removal.
+func TestDuplicateManyProcessesOneKey(t *testing.T) {
+	n := newNode(t)
+	r := start[string, int](t, n, dupOpts(1))
+	var actors []*actor
+	want := map[gotp.PID][]int{}
+	for i := range 60 {
+		a := spawnActor(t, n)
+		actors = append(actors, a)
+		a.do(func(p *gotp.Process) {
+			_ = r.Register(p, "k", i)
+			if i%3 == 0 {
+				_ = r.Register(p, "k", -i)
+			}
+		})
+		want[a.pid] = append(want[a.pid], i)
+		if i%3 == 0 {
+			want[a.pid] = append(want[a.pid], -i)
+		}
+	}
+	check := func(what string) {
+		t.Helper()
+		got := map[gotp.PID][]int{}
+		for _, e := range r.Lookup("k") {
+			got[e.PID] = append(got[e.PID], e.Value)
+		}
+		if len(got) != len(want) {
+			t.Fatalf("%s: %d processes, want %d", what, len(got), len(want))
+		}
+		for pid, vs := range want {
+			mustEqual(t, what, sortedKeys(got[pid]), sortedKeys(vs))
+			mustEqual(t, what+" values", sortedKeys(r.Values("k", pid)), sortedKeys(vs))
+		}
+	}
+	check("all registered")
+	for i, a := range actors {
+		switch i % 4 {
+		case 0:
+			a.kill(gotp.ErrKill)
+			delete(want, a.pid)
+		case 1:
+			a.do(func(p *gotp.Process) { r.UnregisterMatch(p, "k", registry.Eq(i)) })
+			if vs := slices.DeleteFunc(want[a.pid], func(v int) bool { return v == i }); len(vs) > 0 {
+				want[a.pid] = vs
+			} else {
+				delete(want, a.pid)
+			}
+		case 2:
+			a.do(func(p *gotp.Process) { _ = r.Register(p, "k", 1000+i) })
+			want[a.pid] = append(want[a.pid], 1000+i)
+		}
+	}
+	check("after removals")
+	for _, a := range actors[:50] {
+		if _, ok := want[a.pid]; ok {
+			a.stop()
+			delete(want, a.pid)
+		}
+	}
+	check("after most exited")
 }
