@@ -8,7 +8,7 @@ import "github.com/gotp/gotp"
 type bucket[V any] struct {
 	gs  []dgroup[V]
 	idx map[uint64]int32 // pid.ID() → index in gs, once gs is large (pids are local: IDs are unique)
-	n   int                // entries
+	n   int              // entries
 }
 
 // dgroup is one process's entries under a key: first, then more.

@@ -376,12 +376,12 @@ type table[K comparable, V any] struct {
 // hashes and compares faster than a PID map.
 type partition[K comparable, V any] struct {
 	mu     sync.RWMutex
-	uniq   map[K]uentry[V]          // unique: key → entry
-	dup    map[K]*bucket[V]         // duplicate: key → entries of this partition's processes
+	uniq   map[K]uentry[V]        // unique: key → entry
+	dup    map[K]*bucket[V]       // duplicate: key → entries of this partition's processes
 	keys   map[uint64]*pidKeys[K] // process ID → its keys held in this partition
 	owners map[uint64]*owner      // process ID (of this partition's processes) → monitor record
-	count  int                      // entries
-	_      [64]byte                 // keep partitions' locks on separate cache lines
+	count  int                    // entries
+	_      [64]byte               // keep partitions' locks on separate cache lines
 }
 
 // uentry is a unique registration. pos is the key's index in the owner's
