@@ -76,6 +76,7 @@ type Cluster struct {
 	closed    atomic.Bool
 	logged    sync.Map  // message types whose encode failure was logged
 	bufs      sync.Pool // scratch buffers for frames
+	batches   sync.Pool // batch buffers
 	gwV       atomic.Pointer[gotp.Gateway]
 }
 
@@ -576,7 +577,7 @@ func (c *Cluster) enqueue(p *peer, frame []byte) error {
 		p.buf = nil
 	}
 	if p.buf == nil {
-		p.buf = append(make([]byte, 0, 4096), c.header...)
+		p.buf = append(c.getBatch(), c.header...)
 		p.pending += len(c.header)
 	}
 	n := len(p.buf)
@@ -640,10 +641,26 @@ func (c *Cluster) flushAll(ready *[]*peer, bufs *[][]byte) {
 					c.stats.bytesOut.Add(uint64(len(b)))
 				}
 			}
+			c.putBatch(b) // NATS copied it
 			(*bufs)[j] = nil
 		}
 		*bufs = (*bufs)[:0]
 	}
+}
+
+// getBatch returns an empty batch buffer, reused when one is free.
+func (c *Cluster) getBatch() []byte {
+	if b, ok := c.batches.Get().(*[]byte); ok {
+		return (*b)[:0]
+	}
+	return make([]byte, 0, 4096)
+}
+
+func (c *Cluster) putBatch(b []byte) {
+	if cap(b) > 1<<20 {
+		return // do not keep a burst's buffer
+	}
+	c.batches.Put(&b)
 }
 
 func (c *Cluster) getBuf() *[]byte {
