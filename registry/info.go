@@ -8,6 +8,7 @@ type Info struct {
 	Running    bool
 	Entries    int   // entries in all partitions
 	Keys       []int // distinct keys held in each partition
+	Processes  int   // processes the registry watches (registered and not exited)
 }
 
 // Info returns the registry's sizes. It read-locks one partition at a
@@ -24,6 +25,7 @@ func (r *Registry[K, V]) Info() Info {
 		pt := &t.parts[i]
 		pt.mu.RLock()
 		in.Entries += pt.count
+		in.Processes += len(pt.owners)
 		if r.kind == Unique {
 			in.Keys[i] = len(pt.uniq)
 		} else {

@@ -164,13 +164,27 @@ func TestStopAndRestart(t *testing.T) {
 	if w, _ := n.Whereis("my_registry"); w != pid1 {
 		t.Fatal("registry process not named")
 	}
+	if in := r.Info(); !in.Running || in.Entries != 0 || in.Processes != 0 {
+		t.Fatalf("Info of an empty registry: %+v", in)
+	}
 	if _, err := r.Start(testCtx(t)); !errors.Is(err, registry.ErrAlreadyRunning) {
 		t.Fatalf("second Start: %v", err)
 	}
 	a.do(func(p *gotp.Process) {
 		_ = r.Register(p, "k", 1)
+		_ = r.Register(p, "k2", 1)
 		_ = r.PutMeta("m", 2)
 	})
+	// Introspection: the registry's process carries an Infoer.
+	var in registry.Info
+	if v, _ := n.ProcessValue(pid1, registry.InfoKey); v != nil {
+		if inf, ok := v.(registry.Infoer); ok {
+			in = inf.Info()
+		}
+	}
+	if !in.Running || in.Entries != 2 || in.Processes != 1 || in.Kind != registry.Unique || in.Partitions != 1 {
+		t.Fatalf("Info through the process dictionary: %+v", in)
+	}
 	// A crash of the registry's process drops everything.
 	n.Exit(pid1, errors.New("crash"))
 	deadline := time.Now().Add(10 * time.Second)
@@ -243,6 +257,7 @@ func TestBadOptionsAndMeta(t *testing.T) {
 	n := newNode(t)
 	for _, o := range []registry.Options{
 		{Partitions: -1},
+		{Partitions: registry.MaxPartitions + 1},
 		{Kind: 7},
 		{Listeners: []gotp.Dest{nil}},
 	} {

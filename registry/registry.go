@@ -35,6 +35,9 @@ func (k Kind) String() string {
 	return fmt.Sprintf("Kind(%d)", uint8(k))
 }
 
+// MaxPartitions is the largest number of partitions New accepts.
+const MaxPartitions = 1 << 16
+
 // Options configure a registry. The zero value is a unique registry with
 // one partition, no listeners and no metadata.
 type Options struct {
@@ -161,8 +164,8 @@ func New[K comparable, V any](n *gotp.Node, opts Options) (*Registry[K, V], erro
 	if opts.Kind != Unique && opts.Kind != Duplicate {
 		return nil, fmt.Errorf("%w: kind %v", ErrBadOptions, opts.Kind)
 	}
-	if opts.Partitions < 0 {
-		return nil, fmt.Errorf("%w: %d partitions", ErrBadOptions, opts.Partitions)
+	if opts.Partitions < 0 || opts.Partitions > MaxPartitions {
+		return nil, fmt.Errorf("%w: %d partitions (at most %d)", ErrBadOptions, opts.Partitions, MaxPartitions)
 	}
 	for i, l := range opts.Listeners {
 		if l == nil {
@@ -229,7 +232,11 @@ func (r *Registry[K, V]) Start(ctx context.Context, sopts ...gotp.SpawnOption) (
 	}
 	t := newTable(r)
 	opts := append([]gotp.SpawnOption{gotp.Behaviour("registry " + r.kind.String())}, sopts...)
-	pid, err := r.n.SpawnHandler(gotp.HandlerFunc(ignoreMessage), nil, opts...)
+	init := func(p *gotp.Process) error {
+		p.SetValue(InfoKey, Infoer(r))
+		return nil
+	}
+	pid, err := r.n.SpawnHandler(gotp.HandlerFunc(ignoreMessage), init, opts...)
 	if err != nil {
 		return gotp.PID{}, err
 	}
@@ -275,6 +282,15 @@ func (r *Registry[K, V]) Running() bool {
 	t := r.t.Load()
 	return t != nil && !t.closed.Load()
 }
+
+// InfoKey is the key under which a registry's process keeps, in its
+// process dictionary (gotp.Process.Value), an Infoer for introspection.
+const InfoKey = "gotp/registry"
+
+// Infoer is what a registry's process keeps under InfoKey: the registry
+// itself, so that introspection can find registries among processes
+// (gotp.Node.ProcessValue) and ask for their Info.
+type Infoer interface{ Info() Info }
 
 // Kind returns the registry's kind.
 func (r *Registry[K, V]) Kind() Kind { return r.kind }
