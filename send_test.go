@@ -44,6 +44,16 @@ func TestSendToDeadUnknownOrZeroPIDIsNoOp(t *testing.T) {
 		}
 	}()
 	recv(t, done)
+	// The same from a process.
+	_, res := run(t, n, func(p *gotp.Process) bool {
+		for _, to := range []gotp.PID{dead, {}, gotp.NewPID("elsewhere", 1, 1), foreign, dead} {
+			for range 100 {
+				p.Send(to, "hello")
+			}
+		}
+		return true
+	})
+	recv(t, res)
 	if in, ok := other.ProcessInfo(foreign); !ok || in.MailboxLen != 0 {
 		t.Errorf("a message crossed between nodes without a transport: %+v", in)
 	}
