@@ -1,0 +1,120 @@
+package main
+
+import (
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// TestProgramCluster: two cmd/chat programs clustered through embedded NATS
+// routes (the second names the first as its peer). A direct message and a
+// room message cross nodes, WHO on either node lists the users of both,
+// and a name held on one node is taken on the other; both stop cleanly.
+func TestProgramCluster(t *testing.T) {
+	a := startProgram(t, "-data", t.TempDir(), "-node", "a", "-cluster-route", "127.0.0.1:0")
+	route := a.waitLog(`msg="chat: cluster routes listening" node=a route=(\S+)`)[1]
+	b := startProgram(t, "-data", t.TempDir(), "-node", "b", "-cluster-route", "127.0.0.1:0", "-cluster-peers", route)
+
+	ana := dialLine(t, a.tcp)
+	ana.expect("CONNECT ana", "OK")
+	bob := dialLine(t, b.tcp)
+	bob.expect("CONNECT bob", "OK")
+
+	// The nodes learn of each other's users: WHO lists both, on both.
+	waitFor(t, "WHO on a to list bob", func() bool { return ana.do("WHO") == "ONLINE 2 ana bob" })
+	waitFor(t, "WHO on b to list ana", func() bool { return bob.do("WHO") == "ONLINE 2 ana bob" })
+
+	// A direct message each way.
+	ana.expect("SEND bob olá from node a", "SENT bob")
+	if got := bob.line(); got != "MSG ana olá from node a" {
+		t.Fatalf("bob got %q", got)
+	}
+	bob.expect("SEND ana hi from node b", "SENT ana")
+	if got := ana.line(); got != "MSG bob hi from node b" {
+		t.Fatalf("ana got %q", got)
+	}
+	// Both see the conversation in HISTORY, on their own node.
+	for _, c := range []struct {
+		cl   *lineClient
+		with string
+	}{{ana, "bob"}, {bob, "ana"}} {
+		c.cl.expect("HISTORY "+c.with, "HISTORY 2")
+		if got := []string{c.cl.line(), c.cl.line()}; got[0] != "ana olá from node a" || got[1] != "bob hi from node b" {
+			t.Fatalf("history with %s = %q", c.with, got)
+		}
+	}
+
+	// A room across nodes.
+	ana.expect("JOIN lobby", "OK")
+	bob.expect("JOIN lobby", "OK")
+	waitFor(t, "a room message to reach node a from node b", func() bool {
+		bob.expect("SAY lobby ping", "OK")
+		// bob, a member, always gets his own; ana gets it once the
+		// membership has reached node b.
+		if got := bob.line(); got != "ROOM lobby bob ping" {
+			t.Fatalf("bob got %q", got)
+		}
+		ana.c.SetReadDeadline(time.Now().Add(200 * time.Millisecond))
+		l, err := ana.rd.ReadString('\n')
+		return err == nil && l == "ROOM lobby bob ping\n"
+	})
+	// Drain any further pings ana may still get, then check order-free
+	// delivery the other way.
+	ana.expect("SAY lobby pong", "OK")
+	for {
+		l := ana.line()
+		if l == "ROOM lobby ana pong" {
+			break
+		}
+		if l != "ROOM lobby bob ping" {
+			t.Fatalf("ana got %q", l)
+		}
+	}
+	for {
+		l := bob.line()
+		if l == "ROOM lobby ana pong" {
+			break
+		}
+		if l != "ROOM lobby bob ping" {
+			t.Fatalf("bob got %q", l)
+		}
+	}
+
+	// A name held on one node is taken on the other.
+	dialLine(t, b.tcp).expect("CONNECT ana", "ERROR name_taken")
+
+	for _, p := range []*program{b, a} {
+		p.signal(syscall.SIGTERM)
+		if code := p.exit(); code != 0 {
+			t.Fatalf("exit status %d, want 0", code)
+		}
+		for _, l := range p.log.all() {
+			if strings.Contains(l, "level=ERROR") {
+				t.Errorf("error logged: %s", l)
+			}
+		}
+	}
+}
+
+// do sends one command and returns its one-line reply.
+func (c *lineClient) do(cmd string) string {
+	c.t.Helper()
+	if _, err := c.c.Write([]byte(cmd + "\n")); err != nil {
+		c.t.Fatal(err)
+	}
+	return c.line()
+}
+
+// waitFor retries check until it holds: the nodes learn of each other
+// through the cluster with no signal a client can wait on.
+func waitFor(t *testing.T, what string, check func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !check() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
