@@ -24,7 +24,10 @@
 // duplicate registry puts all the entries of a process in that process's
 // partition, so a process's own registrations do not contend with
 // others'. Lookups take read locks only: they never wait for a process,
-// never for each other, and never for writes to other partitions. User
+// never for each other, and never for writes to other partitions; a read
+// waits only while a write to its own partition is in progress or queued
+// (sync.RWMutex lets a waiting writer in before new readers), and every
+// write holds its lock for a few map operations, never for user code. User
 // code (Dispatch and UpdateValue callbacks, Match predicates, All loop
 // bodies) never runs under a registry lock, except the predicate of
 // UnregisterMatchFunc and Where patterns given to UnregisterMatch.
