@@ -145,6 +145,23 @@ func TestIdleChild(t *testing.T) {
 				runtime.Gosched()
 			}
 		}
+	case "process-ctx": // the same, receiving with the process's own context
+		for range idleProcs {
+			if _, err := n.Spawn(func(p *gotp.Process) error {
+				_, err := p.Receive(p.Context())
+				return err
+			}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for _, pid := range n.Processes() {
+			for {
+				if in, ok := n.ProcessInfo(pid); !ok || in.Status == gotp.StatusWaiting {
+					break
+				}
+				runtime.Gosched()
+			}
+		}
 	case "handler": // idle handler-mode processes, the shape of an idle gen_server
 		h := gotp.HandlerFunc(func(*gotp.Process, any) (bool, error) { return false, nil })
 		for range idleProcs {
@@ -177,6 +194,11 @@ func TestIdleChild(t *testing.T) {
 // BenchmarkW6IdleProcessBytes: 100,000 function processes waiting in
 // Receive. bytes/proc is HeapInuse plus StackInuse growth per process.
 func BenchmarkW6IdleProcessBytes(b *testing.B) { idleBytes(b, "process") }
+
+// BenchmarkW6IdleProcessCtxBytes: the same, waiting in
+// Receive(p.Context()), the usual form in examples: the context costs a
+// cancelCtx and the wait a second channel case.
+func BenchmarkW6IdleProcessCtxBytes(b *testing.B) { idleBytes(b, "process-ctx") }
 
 // BenchmarkW6IdleHandlerBytes: 100,000 idle handler-mode processes.
 func BenchmarkW6IdleHandlerBytes(b *testing.B) { idleBytes(b, "handler") }
