@@ -1,6 +1,9 @@
 package main
 
 import (
+	"errors"
+	"fmt"
+	"os"
 	"strings"
 	"syscall"
 	"testing"
@@ -117,4 +120,100 @@ func waitFor(t *testing.T, what string, check func() bool) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// TestProgramClusterNameClash: the same name asked of both nodes at the same
+// moment ends with one holder: either one CONNECT is refused, or both are
+// accepted and, as soon as the nodes learn of it, one of the two
+// connections gets ERROR name_taken and is closed. The other keeps the
+// name, and WHO lists it once on both nodes.
+func TestProgramClusterNameClash(t *testing.T) {
+	a := startProgram(t, "-data", t.TempDir(), "-node", "a", "-cluster-route", "127.0.0.1:0")
+	route := a.waitLog(`msg="chat: cluster routes listening" node=a route=(\S+)`)[1]
+	b := startProgram(t, "-data", t.TempDir(), "-node", "b", "-cluster-route", "127.0.0.1:0", "-cluster-peers", route)
+	wa, wb := dialLine(t, a.tcp), dialLine(t, b.tcp)
+	wa.expect("CONNECT watcher-a", "OK")
+	wb.expect("CONNECT watcher-b", "OK")
+	waitFor(t, "the nodes to see each other", func() bool { return wa.do("WHO") == "ONLINE 2 watcher-a watcher-b" })
+
+	clashes := 0
+	for round := range 5 {
+		name := fmt.Sprintf("zed%d", round)
+		ca, cb := dialLine(t, a.tcp), dialLine(t, b.tcp)
+		for _, c := range []*lineClient{ca, cb} {
+			if _, err := c.c.Write([]byte("CONNECT " + name + "\n")); err != nil {
+				t.Fatal(err)
+			}
+		}
+		ra, rb := ca.line(), cb.line()
+		var winner *lineClient
+		switch {
+		case ra == "OK" && rb == "ERROR name_taken":
+			winner = ca
+		case rb == "OK" && ra == "ERROR name_taken":
+			winner = cb
+		case ra == "OK" && rb == "OK":
+			clashes++
+			winner = clashLoser(t, name, ca, cb)
+		default:
+			t.Fatalf("round %d: CONNECT %s → %q on a, %q on b", round, name, ra, rb)
+		}
+		// The winner holds the name: WHO lists it once on both nodes, and a
+		// message reaches it.
+		for _, w := range []*lineClient{wa, wb} {
+			waitFor(t, "WHO to settle", func() bool {
+				return strings.Count(w.do("WHO")+" ", " "+name+" ") == 1
+			})
+		}
+		winner.expect("WHO", "ONLINE 3 watcher-a watcher-b "+name)
+		wa.expect("SEND "+name+" you won", "SENT "+name)
+		if got := winner.line(); got != "MSG watcher-a you won" {
+			t.Fatalf("round %d: the holder of %s got %q", round, name, got)
+		}
+		winner.expect("QUIT", "BYE")
+		waitFor(t, name+" to go", func() bool { return wb.do("WHO") == "ONLINE 2 watcher-a watcher-b" })
+	}
+	t.Logf("%d of 5 rounds were accepted on both nodes and resolved afterwards", clashes)
+}
+
+// clashLoser waits until one of a and b, both told OK for name, gets
+// ERROR name_taken and then the end of its stream; it returns the other.
+func clashLoser(t *testing.T, name string, a, b *lineClient) *lineClient {
+	t.Helper()
+	type state struct {
+		c       *lineClient
+		partial string
+		lines   []string
+		ended   bool
+	}
+	ss := []*state{{c: a}, {c: b}}
+	deadline := time.Now().Add(20 * time.Second)
+	for time.Now().Before(deadline) {
+		for i, s := range ss {
+			if s.ended {
+				continue
+			}
+			s.c.c.SetReadDeadline(time.Now().Add(50 * time.Millisecond))
+			l, err := s.c.rd.ReadString('\n')
+			s.partial += l
+			if err == nil {
+				s.lines = append(s.lines, strings.TrimSuffix(s.partial, "\n"))
+				s.partial = ""
+				continue
+			}
+			if !errors.Is(err, os.ErrDeadlineExceeded) {
+				s.ended = true
+				if len(s.lines) != 1 || s.lines[0] != "ERROR name_taken" {
+					t.Fatalf("%s: the connection that lost ended after %q, want ERROR name_taken", name, s.lines)
+				}
+				other := ss[1-i]
+				if len(other.lines) != 0 {
+					t.Fatalf("%s: the connection that kept the name got %q", name, other.lines)
+				}
+				return other.c
+			}
+		}
+	}
+	t.Fatalf("%s held by two connections and no conflict resolved: %q, %q", name, ss[0].lines, ss[1].lines)
+	return nil
 }
