@@ -281,8 +281,24 @@ type w3msg struct{ n int }
 // drained its 100 messages. Partitions = GOMAXPROCS (parallel dispatch)
 // and 1.
 func BenchmarkW3RegistryDispatch(b *testing.B) {
+	type config struct {
+		parts    int
+		parallel bool
+	}
+	var configs []config
 	for _, parts := range partitionSets() {
-		b.Run(fmt.Sprintf("partitions=%d", parts), func(b *testing.B) {
+		configs = append(configs, config{parts, true})
+		if parts > 1 {
+			configs = append(configs, config{parts, false})
+		}
+	}
+	for _, c := range configs {
+		parts := c.parts
+		name := fmt.Sprintf("partitions=%d", parts)
+		if parts > 1 && !c.parallel {
+			name += "/serial"
+		}
+		b.Run(name, func(b *testing.B) {
 			n := benchNode(b)
 			r, err := registry.Start[string, struct{}](context.Background(), n, registry.Options{Kind: registry.Duplicate, Partitions: parts})
 			if err != nil {
@@ -322,7 +338,7 @@ func BenchmarkW3RegistryDispatch(b *testing.B) {
 						for _, e := range es {
 							n.Send(e.PID, msg)
 						}
-					})
+					}, registry.Parallel(c.parallel))
 				}
 				drained.Wait()
 				total += time.Since(t0)

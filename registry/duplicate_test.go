@@ -190,6 +190,21 @@ func TestDuplicateDispatchPerPartition(t *testing.T) {
 				t.Fatal("called with no entries")
 			}
 		}
+		// Serial: the same calls, one after the other, on this goroutine.
+		calls.Store(0)
+		var serialEntries int
+		inside := false
+		r.Dispatch("hello", func(es []registry.Entry[int]) {
+			if inside {
+				t.Error("serial calls overlap")
+			}
+			inside = true
+			calls.Add(1)
+			serialEntries += len(es)
+			inside = false
+		}, registry.Parallel(false))
+		mustEqual(t, "serial calls", int(calls.Load()), len(want))
+		mustEqual(t, "serial entries", serialEntries, 20)
 		// Parallel: with ≥ 2 partitions holding entries, every call can be
 		// inside fn at once.
 		if len(want) >= 2 {
