@@ -168,3 +168,26 @@ func FuzzParsePID(f *testing.F) {
 		}
 	})
 }
+
+func FuzzParseRef(f *testing.F) {
+	for _, s := range []string{"#Ref<0>", "#Ref<chat.3.42>", "#Ref<a.b.0.1>", "#Ref<.1.1>", "#Ref", "<a.1.2>"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		r, err := gotp.ParseRef(s)
+		if err != nil {
+			if !errors.Is(err, gotp.ErrBadRef) || !r.IsZero() {
+				t.Fatalf("ParseRef(%q) = %v, %v", s, r, err)
+			}
+			return
+		}
+		b, err := r.MarshalText()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var r2 gotp.Ref
+		if err := r2.UnmarshalText(b); err != nil || r2 != r {
+			t.Fatalf("round trip of %q: %v, then %q gives %v, %v", s, r, b, r2, err)
+		}
+	})
+}
