@@ -217,3 +217,39 @@ func clashLoser(t *testing.T, name string, a, b *lineClient) *lineClient {
 	t.Fatalf("%s held by two connections and no conflict resolved: %q, %q", name, ss[0].lines, ss[1].lines)
 	return nil
 }
+
+// TestProgramClusterNodeDies: when a clustered program is killed outright
+// (SIGKILL: no goodbye to its peers), the other node stops listing its
+// users, a SEND to one of them ends in ERROR unknown_recipient, and its
+// names can be taken again; the survivor keeps serving its own users.
+func TestProgramClusterNodeDies(t *testing.T) {
+	a := startProgram(t, "-data", t.TempDir(), "-node", "a", "-cluster-route", "127.0.0.1:0")
+	route := a.waitLog(`msg="chat: cluster routes listening" node=a route=(\S+)`)[1]
+	b := startProgram(t, "-data", t.TempDir(), "-node", "b", "-cluster-route", "127.0.0.1:0", "-cluster-peers", route)
+	ana := dialLine(t, a.tcp)
+	ana.expect("CONNECT ana", "OK")
+	ana.expect("JOIN lobby", "OK")
+	bob := dialLine(t, b.tcp)
+	bob.expect("CONNECT bob", "OK")
+	bob.expect("JOIN lobby", "OK")
+	waitFor(t, "a to list bob", func() bool { return ana.do("WHO") == "ONLINE 2 ana bob" })
+
+	b.cmd.Process.Kill()
+	b.exit()
+	waitFor(t, "a to forget bob", func() bool { return ana.do("WHO") == "ONLINE 1 ana" })
+	ana.expect("SEND bob are you there?", "ERROR unknown_recipient")
+	ana.expect("SAY lobby alone", "OK")
+	if got := ana.line(); got != "ROOM lobby ana alone" {
+		t.Fatalf("ana got %q", got)
+	}
+	bob2 := dialLine(t, a.tcp)
+	bob2.expect("CONNECT bob", "OK")
+	ana.expect("SEND bob welcome back", "SENT bob")
+	if got := bob2.line(); got != "MSG ana welcome back" {
+		t.Fatalf("bob got %q", got)
+	}
+	a.signal(syscall.SIGTERM)
+	if code := a.exit(); code != 0 {
+		t.Fatalf("exit status %d, want 0", code)
+	}
+}
