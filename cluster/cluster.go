@@ -164,7 +164,9 @@ func (c *Cluster) nodeSubject(name string) string {
 // in use by a live node, if NATS refuses the connection (wrong
 // credentials, for example), or if ctx ends first.
 //
-// The cluster stops when the node stops (Node.Stop) or with Leave.
+// The cluster stops when the node stops (Node.Stop) or with Leave. A node
+// joins at most once: it keeps its transport for life, so after Leave it
+// runs alone, and a second Join fails with gotp.ErrAttached.
 func Join(ctx context.Context, n *gotp.Node, opts Options) (*Cluster, error) {
 	opts.fill()
 	if n.Name() == "" || n.Name() == gotp.DefaultNodeName {

@@ -73,6 +73,7 @@ type UnregisteredTypeError struct {
 	Path string
 }
 
+// Error names the type and where it was found.
 func (e *UnregisteredTypeError) Error() string {
 	if e.Path == "" {
 		return fmt.Sprintf("cluster: message type %s is not registered with the codec", e.Type)

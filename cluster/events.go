@@ -14,6 +14,7 @@ const (
 	NodeDown
 )
 
+// String returns "nodeup" or "nodedown".
 func (k EventKind) String() string {
 	switch k {
 	case NodeUp:

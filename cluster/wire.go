@@ -165,6 +165,7 @@ type RemoteError struct {
 	Errs []error // registered sentinels the original wrapped
 }
 
+// Error returns the original error's message.
 func (e *RemoteError) Error() string { return e.Msg }
 
 // Unwrap returns the sentinels the original error wrapped.
