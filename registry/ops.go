@@ -62,6 +62,7 @@ func (r *Registry[K, V]) register(pid gotp.PID, key K, value V) error {
 		}
 		if first {
 			pk = &pidKeys[K]{}
+			pk.list = pk.buf[:0]
 			pt.keys[pid.ID()] = pk
 		}
 		pt.uniq[key] = uentry[V]{id: pid.ID(), val: value, pos: int32(len(pk.list))}

@@ -310,6 +310,9 @@ func (r *Registry[K, V]) live() *table[K, V] {
 	return t
 }
 
+// refOf rebuilds a Ref made by the registry's node from its number.
+func (r *Registry[K, V]) refOf(id uint64) gotp.Ref { return gotp.NewRef(r.nodeName, r.creation, id) }
+
 // pidOf rebuilds the PID of a local process from its number.
 func (r *Registry[K, V]) pidOf(id uint64) gotp.PID { return gotp.NewPID(r.nodeName, r.creation, id) }
 
@@ -419,15 +422,21 @@ type uentry[V any] struct {
 type pidKeys[K comparable] struct {
 	list   []K
 	counts map[K]int32
+	buf    [1]K // list's first backing array: one allocation fewer for one key
 }
 
 // owner records that the registry watches a process: one MonitorFunc per
 // (registry incarnation, process), and the partitions where it may hold
 // keys.
+//
+// refID is the monitor's Ref.ID() (the Ref is rebuilt from the node's name
+// and creation, as MonitorFunc makes it); it is set without the partition's
+// lock once MonitorFunc returns, and 0 until then.
 type owner struct {
 	pid   gotp.PID
-	ref   gotp.Ref
+	refID atomic.Uint64
 	parts []int32
+	buf   [2]int32 // parts' first backing array
 }
 
 func newTable[K comparable, V any](r *Registry[K, V]) *table[K, V] {
@@ -472,8 +481,8 @@ func (t *table[K, V]) close() {
 		pt := &t.parts[i]
 		pt.mu.Lock()
 		for _, o := range pt.owners {
-			if !o.ref.IsZero() {
-				ws = append(ws, watch{o.ref, o.pid})
+			if id := o.refID.Load(); id != 0 {
+				ws = append(ws, watch{t.r.refOf(id), o.pid})
 			}
 		}
 		pt.reset(t.r.kind)
@@ -498,6 +507,7 @@ func (t *table[K, V]) track(pid gotp.PID, pi int) {
 	isNew := o == nil
 	if isNew {
 		o = &owner{pid: pid}
+		o.parts = o.buf[:0]
 		pp.owners[pid.ID()] = o
 	}
 	found := false
@@ -517,10 +527,10 @@ func (t *table[K, V]) track(pid gotp.PID, pi int) {
 	// If pid is already dead the callback runs here, at once, and drops
 	// what was just registered.
 	ref := t.r.n.MonitorFunc(pid, func(gotp.Down) { t.cleanup(pid, o) })
-	pp.mu.Lock()
-	o.ref = ref
-	pp.mu.Unlock()
-	if t.closed.Load() { // close may have missed the ref
+	// close stores closed before it reads refID; this stores refID before
+	// it reads closed: one of the two demonitors (both is harmless).
+	o.refID.Store(ref.ID())
+	if t.closed.Load() {
 		t.r.n.Demonitor(ref, pid)
 	}
 }
