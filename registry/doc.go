@@ -85,7 +85,8 @@
 //
 // Dispatch calls a function with the entries of a key, never with none;
 // in a partitioned duplicate registry it runs once per partition that has
-// entries, in parallel, on goroutines Dispatch starts and waits for.
+// entries, in parallel, on goroutines Dispatch starts and waits for (or
+// one after the other on the caller's goroutine with Parallel(false)).
 // Sending a message to each entry is a publish/subscribe system; see the
 // examples.
 //

@@ -125,6 +125,7 @@ type AlreadyRegisteredError struct {
 	Owner gotp.PID // the process that holds the key
 }
 
+// Error names the key and its holder.
 func (e *AlreadyRegisteredError) Error() string {
 	return fmt.Sprintf("registry: key %v already registered to %v", e.Key, e.Owner)
 }
