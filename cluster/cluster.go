@@ -699,6 +699,7 @@ func (c *Cluster) heartbeats() {
 			if now-p.lastSeen.Load() > int64(c.opts.HeartbeatTimeout) {
 				c.log.Info("cluster: node timed out", "peer", p.name)
 				c.nodeDown(p, false)
+				c.disconnect(p)
 			}
 		}
 		c.mu.Lock()
@@ -711,11 +712,21 @@ func (c *Cluster) heartbeats() {
 	}
 }
 
+// disconnect tells a peer this node timed it out, so that it treats this
+// node as lost too (its monitors fire, its view of this node's pg members
+// is rebuilt), as a torn-down connection would in Erlang. The peer may be
+// alive and just slow; it comes back up on the next heartbeat either way.
+func (c *Cluster) disconnect(p *peer) {
+	b := append([]byte(nil), c.header...)
+	b = append(b, 2, kHeartbeat, flagDisconnect)
+	_ = c.nc.Publish(p.subject, b)
+}
+
 func (c *Cluster) publishHeartbeat(leaving bool) {
 	b := append([]byte(nil), c.header...)
 	var flags byte
 	if leaving {
-		flags = 1
+		flags = flagLeaving
 	}
 	b = append(b, 2, kHeartbeat, flags)
 	if err := c.nc.Publish(c.hbSubj, b); err == nil {
@@ -766,7 +777,7 @@ func (c *Cluster) observe(name string, cr uint32, start int64) *peer {
 	}
 	np := &peer{name: name, creation: cr, start: start, subject: c.nodeSubject(name)}
 	np.lastSeen.Store(time.Now().UnixNano())
-	m := maps(c.peers())
+	m := clonePeers(c.peers())
 	m[name] = np
 	c.peersV.Store(&m)
 	c.mu.Unlock()
@@ -780,7 +791,7 @@ func (c *Cluster) observe(name string, cr uint32, start int64) *peer {
 	return np
 }
 
-func maps(m map[string]*peer) map[string]*peer {
+func clonePeers(m map[string]*peer) map[string]*peer {
 	out := make(map[string]*peer, len(m)+1)
 	for k, v := range m {
 		out[k] = v
@@ -794,7 +805,7 @@ func (c *Cluster) removePeerLocked(p *peer) bool {
 	if cur[p.name] != p {
 		return false
 	}
-	m := maps(cur)
+	m := clonePeers(cur)
 	delete(m, p.name)
 	c.peersV.Store(&m)
 	p.mu.Lock()
@@ -961,8 +972,11 @@ func (c *Cluster) handleFrame(p *peer, body []byte) error {
 	case kDown:
 		gw.Down(f.ref, f.from, f.reason)
 	case kHeartbeat:
-		if f.flags&1 == 1 {
+		switch {
+		case f.flags&flagLeaving != 0:
 			c.nodeDown(p, true)
+		case f.flags&flagDisconnect != 0:
+			c.nodeDown(p, false)
 		}
 	case kPG:
 		return c.pgFrame(p, d)
@@ -1011,7 +1025,7 @@ func (c *Cluster) leave() {
 	// The goodbye goes on each peer's ordered stream, after every signal
 	// already queued (the Downs and exits of this node's processes).
 	for _, p := range c.peers() {
-		_ = c.enqueue(p, []byte{kHeartbeat, 1})
+		_ = c.enqueue(p, []byte{kHeartbeat, flagLeaving})
 	}
 	close(c.done)
 	c.wg.Wait() // the writer flushes what is queued

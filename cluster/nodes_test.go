@@ -333,3 +333,35 @@ func unusedAddr(t testing.TB) string {
 }
 
 var _ = fmt.Sprint
+
+// A false timeout on one side (b stops hearing a while a hears b) acts as
+// a torn-down connection: a is told, its monitors of b's processes fire,
+// both come back up, and pg views converge again.
+func TestOneSidedTimeoutIsSymmetric(t *testing.T) {
+	ms := startCluster(t, "a", "b")
+	a, b := ms[0], ms[1]
+	scopes := replicatedScopes(t, ms, "s")
+	joinAs(t, scopes[0], "g", 2)
+	joinAs(t, scopes[1], "g", 1)
+	waitConverged(t, scopes, "g", 3)
+
+	target, _ := inbox(t, b.n)
+	watcher, wch := inbox(t, a.n)
+	monitorFrom(t, a.n, watcher, target)
+	syncPair(t, a, b)
+	subA, _ := a.c.Subscribe()
+	defer subA.Close()
+
+	pa := b.c.peers()["a"]
+	b.c.nodeDown(pa, false) // what b's checker does on a timeout
+	b.c.disconnect(pa)
+
+	waitEvent(t, subA, NodeDown, "b", 5*time.Second)
+	if d := recv(t, wch, 5*time.Second).(gotp.Down); d.Reason != gotp.ErrNoConnection {
+		t.Fatalf("a's monitor of b's process: %v", d.Reason)
+	}
+	waitEvent(t, subA, NodeUp, "b", 5*time.Second)
+	waitMesh(t, ms)
+	joinAs(t, scopes[1], "g", 1)
+	waitConverged(t, scopes, "g", 4)
+}

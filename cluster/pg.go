@@ -112,9 +112,12 @@ func (c *Cluster) pgScope(id string) *pgScope {
 	return nil
 }
 
+// pgPeerUp sends p this node's memberships and asks for p's: failure
+// detection is not symmetric (p may never have seen this node go), so
+// each side must ask.
 func (c *Cluster) pgPeerUp(p *peer) {
 	for _, s := range c.pgScopes() {
-		s.sendSync(p, false)
+		s.sendSync(p, true)
 	}
 }
 

@@ -2,12 +2,15 @@ package cluster
 
 import (
 	"context"
+	"maps"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/gotp/gotp"
 	"github.com/gotp/gotp/pg"
+	"pgregory.net/rapid"
 )
 
 type scopeOn struct {
@@ -214,4 +217,100 @@ func TestPGConvergence(t *testing.T) {
 func obsOn(t testing.TB, m member) gotp.PID {
 	pid, _ := inbox(t, m.n)
 	return pid
+}
+
+// Property: whatever joins and exits happen on which nodes, once the
+// cluster is quiet every node sees, for every group, exactly the union of
+// each node's local members (the model), with the same join counts.
+func TestPGConvergesProperty(t *testing.T) {
+	ms := startCluster(t, "a", "b", "c")
+	scopes := replicatedScopes(t, ms, "prop")
+	type live struct {
+		node int
+		pid  gotp.PID
+	}
+	var procs []live
+	groups := []string{"g0", "g1", "g2"}
+	rapid.Check(t, func(rt *rapid.T) {
+		for range rapid.IntRange(1, 12).Draw(rt, "ops") {
+			if len(procs) > 0 && rapid.Bool().Draw(rt, "kill") {
+				i := rapid.IntRange(0, len(procs)-1).Draw(rt, "victim")
+				ms[procs[i].node].n.Exit(procs[i].pid, gotp.ErrKill)
+				procs = append(procs[:i], procs[i+1:]...)
+				continue
+			}
+			node := rapid.IntRange(0, 2).Draw(rt, "node")
+			var gs []string
+			for range rapid.IntRange(1, 3).Draw(rt, "joins") {
+				gs = append(gs, rapid.SampledFrom(groups).Draw(rt, "group"))
+			}
+			s := scopes[node]
+			joined := make(chan error, 1)
+			pid, err := s.m.n.Spawn(func(p *gotp.Process) error {
+				inst, err := s.scope.Open(p)
+				for _, g := range gs {
+					if err == nil {
+						err = inst.Join(g) // the same group twice counts twice
+					}
+				}
+				joined <- err
+				if err != nil {
+					return err
+				}
+				_, err = p.Receive(context.Background())
+				return err
+			})
+			if err != nil {
+				rt.Fatal(err)
+			}
+			if err := <-joined; err != nil {
+				rt.Fatal(err)
+			}
+			procs = append(procs, live{node, pid})
+		}
+		// The model: each node's own local members, joined counts included.
+		model := func() map[string]int {
+			m := map[string]int{}
+			for _, s := range scopes {
+				for _, g := range s.scope.Groups() {
+					for _, pid := range g.Members[s.m.n.Name()] {
+						m[g.Name+"/"+pid.String()]++
+					}
+				}
+			}
+			return m
+		}
+		view := func(s scopeOn) map[string]int {
+			m := map[string]int{}
+			for _, g := range s.scope.Groups() {
+				m["#joins/"+g.Name] = g.Joins
+				for _, ps := range g.Members {
+					for _, pid := range ps {
+						m[g.Name+"/"+pid.String()]++
+					}
+				}
+			}
+			return m
+		}
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			want := model()
+			first := view(scopes[0])
+			members := maps.Clone(first)
+			maps.DeleteFunc(members, func(k string, _ int) bool { return strings.HasPrefix(k, "#joins/") })
+			ok := maps.Equal(members, want)
+			for _, s := range scopes[1:] {
+				if !maps.Equal(view(s), first) {
+					ok = false
+				}
+			}
+			if ok {
+				return
+			}
+			if time.Now().After(deadline) {
+				rt.Fatalf("views did not converge: model %v, views %v / %v / %v", want, view(scopes[0]), view(scopes[1]), view(scopes[2]))
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	})
 }

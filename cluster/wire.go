@@ -34,8 +34,14 @@ const (
 	kMonitor   = 5 // ref(sender's) watcher(sender's) target(receiver's)
 	kDemonitor = 6 // ref(sender's) target(receiver's)
 	kDown      = 7 // ref(receiver's) target(sender's) reason
-	kHeartbeat = 8 // flags(1): bit0 leaving
+	kHeartbeat = 8 // flags(1): flagLeaving, flagDisconnect
 	kPG        = 9 // pg replication: op(1) ...
+)
+
+// heartbeat flags
+const (
+	flagLeaving    = 1 // the sender leaves for good
+	flagDisconnect = 2 // the sender timed the receiver out
 )
 
 // reader is a bounds-checked cursor over wire bytes. The first error
