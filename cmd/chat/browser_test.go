@@ -175,6 +175,10 @@ func TestBrowserChat(t *testing.T) {
 		chromedp.Click(chromedp.CSS(`#history button`)),
 		waitJS(logHas("history with ana (1)")),
 		waitJS(logHas("  ana: hello from a browser 👋")),
+		// An empty history is shown as such (the reply carries "messages":[]).
+		chromedp.SetValue(chromedp.CSS(`#with`), "nobody"),
+		chromedp.Click(chromedp.CSS(`#history button`)),
+		waitJS(logHas("history with nobody (0)")),
 	)
 	// No errors were shown on either page.
 	for name, ctx := range map[string]context.Context{"ana": ana, "bob": bob} {
