@@ -44,7 +44,10 @@
 // A node announces itself every HeartbeatInterval; a peer silent for
 // HeartbeatTimeout is declared down, as is one that leaves (Leave,
 // Node.Stop: peers learn it at once) or comes back as a new incarnation
-// (a different creation; the newer start wins). When a node is lost every
+// (a different creation; the newer start wins). A node that times a peer
+// out tells it so, and the peer treats the node as lost in turn, as a
+// dropped connection would in Erlang; both come back up with the next
+// heartbeat if they can still talk. When a node is lost every
 // monitor of its processes delivers a Down with gotp.ErrNoConnection,
 // every link delivers the matching exit signal, calls waiting on it fail,
 // and its pg members leave. A node that comes back from a partition with

@@ -63,7 +63,7 @@ func fastOpts(t testing.TB) Options {
 	return Options{
 		Cluster:           "test",
 		HeartbeatInterval: 100 * time.Millisecond,
-		HeartbeatTimeout:  2 * time.Second,
+		HeartbeatTimeout:  4 * time.Second, // generous: the shared machine is often loaded
 		Codec:             testCodec(t),
 		Logger:            slog.New(slog.NewTextHandler(io.Discard, nil)),
 	}

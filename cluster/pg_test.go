@@ -203,6 +203,16 @@ func TestPGConvergence(t *testing.T) {
 	if sent := ms[0].c.Stats().MessagesOut - before; sent != 2 {
 		t.Fatalf("broadcast sent %d messages to other nodes, want 2 (one per node)", sent)
 	}
+	// BroadcastLocal stays on the node.
+	before = ms[0].c.Stats().MessagesOut
+	as(t, ms[0].n, obsOn(t, ms[0]), func(p *gotp.Process) {
+		in, err := scopes[0].scope.Open(p)
+		must(t, err)
+		must(t, in.BroadcastLocal("bc", "local", 1))
+	})
+	if sent := ms[0].c.Stats().MessagesOut - before; sent != 0 {
+		t.Fatalf("BroadcastLocal sent %d messages to other nodes", sent)
+	}
 
 	// A node that stops: its members go everywhere.
 	stopNode(t, ms[1].n)
