@@ -24,7 +24,7 @@ type goSignal struct{}
 // told to go, and each then opens the scope and joins group "g" itself
 // (join == false: does nothing) and counts itself done. It returns the
 // time from the first go to the last member done.
-func w5JoinRound(b *testing.B, join bool) time.Duration {
+func w5JoinRound(b *testing.B, join bool) (wall, cpu time.Duration) {
 	ctx := context.Background()
 	n := gotp.NewNode(gotp.Options{Name: "w5"})
 	defer n.Stop(ctx)
@@ -56,16 +56,16 @@ func w5JoinRound(b *testing.B, join bool) time.Duration {
 			b.Fatal(err)
 		}
 	}
-	start := time.Now()
+	start, cpu0 := time.Now(), cpuTime()
 	for _, pid := range pids {
 		n.Send(pid, goSignal{})
 	}
 	<-done
-	d := time.Since(start)
+	wall, cpu = time.Since(start), cpuTime()-cpu0
 	if join && s.Info().LocalJoins != w5Members {
 		b.Fatalf("%d members, want %d", s.Info().LocalJoins, w5Members)
 	}
-	return d
+	return wall, cpu
 }
 
 // BenchmarkW5PGJoin is W5's join phase: 10,000 processes each open the
@@ -75,17 +75,34 @@ func w5JoinRound(b *testing.B, join bool) time.Duration {
 // interleaved so that both see the same machine load; ns/op is the pg
 // round only.
 func BenchmarkW5PGJoin(b *testing.B) {
-	var pgTime, baseTime time.Duration
+	var pgTime, baseTime, pgCPU, baseCPU time.Duration
+	base := func() {
+		w, c := w5JoinRound(b, false)
+		baseTime += w
+		baseCPU += c
+	}
+	b.StopTimer()
 	for i := 0; i < b.N; i++ {
+		// Alternate which round goes first, so that neither always
+		// inherits the other's garbage.
+		if i%2 == 1 {
+			base()
+		}
 		b.StartTimer()
-		pgTime += w5JoinRound(b, true)
+		w, c := w5JoinRound(b, true)
 		b.StopTimer()
-		baseTime += w5JoinRound(b, false)
+		pgTime += w
+		pgCPU += c
+		if i%2 == 0 {
+			base()
+		}
 	}
 	joins := float64(b.N) * w5Members
 	b.ReportMetric(joins/pgTime.Seconds(), "joins/s")
 	b.ReportMetric(joins/baseTime.Seconds(), "baseline-rounds/s")
 	b.ReportMetric(float64(pgTime-baseTime)/joins, "ns/join-over-baseline")
+	b.ReportMetric(float64(pgCPU)/joins, "cpu-ns/join")
+	b.ReportMetric(float64(baseCPU)/joins, "cpu-ns/baseline-round")
 }
 
 // BenchmarkW5PGBroadcast is W5's broadcast phase: 10,000 handler-mode
@@ -171,38 +188,56 @@ func w5Broadcast(b *testing.B, receiveLoop bool) {
 	if m, _ := inst.Members("g"); len(m) != w5Members {
 		b.Fatalf("%d members", len(m))
 	}
-	round := func(send func(k int)) time.Duration {
+	round := func(send func(k int)) (wall, cpu time.Duration) {
 		ch := make(chan struct{})
 		done.Store(&ch)
 		left.Store(w5Members)
-		start := time.Now()
+		start, cpu0 := time.Now(), cpuTime()
 		for k := range w5Broadcasts {
 			send(k)
 		}
 		<-ch
-		return time.Since(start)
+		return time.Since(start), cpuTime() - cpu0
 	}
-	var pgTime, baseTime time.Duration
+	broadcast := func(k int) {
+		if err := inst.Broadcast("g", "t", k); err != nil {
+			b.Fatal(err)
+		}
+	}
+	sendLoop := func(k int) {
+		var msg any = pg.Message{Scope: "w5", Group: "g", Topic: "t", Payload: k, From: sender.Self()}
+		for _, pid := range pids {
+			sender.Send(pid, msg)
+		}
+	}
+	var pgTime, baseTime, pgCPU, baseCPU time.Duration
+	base := func() {
+		w, c := round(sendLoop)
+		baseTime += w
+		baseCPU += c
+	}
 	b.ResetTimer()
+	b.StopTimer()
 	for i := 0; i < b.N; i++ {
+		// Alternate which phase goes first.
+		if i%2 == 1 {
+			base()
+		}
 		b.StartTimer()
-		pgTime += round(func(k int) {
-			if err := inst.Broadcast("g", "t", k); err != nil {
-				b.Fatal(err)
-			}
-		})
+		w, c := round(broadcast)
 		b.StopTimer()
-		baseTime += round(func(k int) {
-			var msg any = pg.Message{Scope: "w5", Group: "g", Topic: "t", Payload: k, From: sender.Self()}
-			for _, pid := range pids {
-				sender.Send(pid, msg)
-			}
-		})
+		pgTime += w
+		pgCPU += c
+		if i%2 == 0 {
+			base()
+		}
 	}
 	deliveries := float64(b.N) * w5Members * w5Broadcasts
 	b.ReportMetric(deliveries/pgTime.Seconds(), "deliveries/s")
 	b.ReportMetric(deliveries/baseTime.Seconds(), "baseline-deliveries/s")
 	b.ReportMetric(baseTime.Seconds()/pgTime.Seconds(), "pg/baseline-speed")
+	b.ReportMetric(float64(pgCPU)/deliveries, "cpu-ns/delivery")
+	b.ReportMetric(float64(baseCPU)/deliveries, "cpu-ns/baseline-delivery")
 }
 
 // BenchmarkW5PGJoinCost measures one join and one leave of a process that
