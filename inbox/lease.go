@@ -3,6 +3,8 @@ package inbox
 import (
 	"context"
 	"errors"
+	"slices"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -18,6 +20,13 @@ type leased struct {
 	extendAt time.Time
 	ctx      context.Context
 	cancel   context.CancelCauseFunc
+}
+
+// ackResult is the outcome of a background ack cycle.
+type ackResult struct {
+	batch []settlement
+	lost  map[int64]bool
+	ok    bool
 }
 
 // settlement is a worker's verdict on one attempt, for the loop to write.
@@ -86,6 +95,23 @@ func (s *Subscription[T]) leaseLoop(ctx context.Context, l *lane) {
 	woken := s.w.wait()
 	linger := time.NewTimer(time.Hour)
 	linger.Stop()
+	// On Postgres a cycle with acks to write and nothing to claim runs on its own
+	// goroutine, so that a claim for a publish arriving meanwhile does not wait for
+	// it; at most one such cycle is in flight.
+	ackDone := make(chan ackResult, 1)
+	acking := false
+	var ackWG sync.WaitGroup
+	defer ackWG.Wait()
+	settled := func(batch []settlement, lost map[int64]bool) {
+		for _, st := range batch {
+			delete(inflight, st.j.id)
+			r := Result{ID: st.j.id, Attempt: st.j.attempt, Outcome: st.d.out, Err: st.d.err}
+			if lost[st.j.id] {
+				r.SettleErr = &LeaseLostError{Table: s.q.name, ID: st.j.id, Op: kindOf(st.d.out).String()}
+			}
+			s.observe(r)
+		}
+	}
 	for {
 		if stopping && len(inflight) == 0 {
 			return
@@ -100,6 +126,13 @@ func (s *Subscription[T]) leaseLoop(ctx context.Context, l *lane) {
 			case <-poll.C:
 				canClaim = true
 			case <-ext.C:
+			case r := <-ackDone:
+				acking = false
+				if !r.ok {
+					return // abandoned
+				}
+				settled(r.batch, r.lost)
+				continue
 			case <-stopClaim:
 				stopping, stopClaim = true, nil
 			case <-ctx.Done():
@@ -166,6 +199,25 @@ func (s *Subscription[T]) leaseLoop(ctx context.Context, l *lane) {
 			s.resetExt(ext, inflight)
 			continue
 		}
+		if want == 0 && acking {
+			// One background ack cycle at a time: let it finish first.
+			r := <-ackDone
+			acking = false
+			if !r.ok {
+				return
+			}
+			settled(r.batch, r.lost)
+		}
+		if want == 0 && s.q.dialect == Postgres {
+			b := slices.Clone(batch)
+			acking = true
+			ackWG.Go(func() {
+				_, lost, ok := s.cycle(ctx, b, 0)
+				ackDone <- ackResult{batch: b, lost: lost, ok: ok}
+			})
+			s.resetExt(ext, inflight)
+			continue
+		}
 		if want > 0 {
 			woken = s.w.wait() // before the claim: a publish during it wakes the next wait
 		}
@@ -173,14 +225,7 @@ func (s *Subscription[T]) leaseLoop(ctx context.Context, l *lane) {
 		if !ok {
 			return // abandoned
 		}
-		for _, st := range batch {
-			delete(inflight, st.j.id)
-			r := Result{ID: st.j.id, Attempt: st.j.attempt, Outcome: st.d.out, Err: st.d.err}
-			if lost[st.j.id] {
-				r.SettleErr = &LeaseLostError{Table: s.q.name, ID: st.j.id, Op: kindOf(st.d.out).String()}
-			}
-			s.observe(r)
-		}
+		settled(batch, lost)
 		for _, j := range got {
 			j.ctx, j.cancel = context.WithCancelCause(s.workCtx)
 			inflight[j.id] = j
