@@ -97,6 +97,8 @@ func (e *echo) HandleCall(p *gotp.Process, from server.From, req any) (any, erro
 			return fmt.Errorf("wrapped: %w", errBoom), nil
 		case "noproc":
 			return gotp.ErrNoProc, nil
+		case "bye":
+			return "bye", errBoom // reply, then stop
 		case "hold":
 			if e.held != nil {
 				e.held <- struct{}{}
@@ -116,7 +118,7 @@ func (e *echo) HandleCast(p *gotp.Process, msg any) error {
 }
 
 func TestRemoteCallCastStop(t *testing.T) {
-	ms := startCluster(t, "a", "b")
+	ms := startCluster(t, "a", "b@host.example") // a name that is not a subject token
 	a, b := ms[0], ms[1]
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -143,6 +145,12 @@ func TestRemoteCallCastStop(t *testing.T) {
 	_, err = server.Call[string](ctx, a.n, srv, "noproc")
 	if err != gotp.ErrNoProc {
 		t.Fatalf("sentinel reply is not the sentinel: %#v", err)
+	}
+	// A reply sent just before the server stops wins over its Down.
+	srv2, err := server.Start(ctx, b.n, &echo{casts: make(chan any, 1)})
+	must(t, err)
+	if got, err := server.Call[string](ctx, a.n, srv2, "bye"); err != nil || got != "bye" {
+		t.Fatalf("reply before exit: %q, %v", got, err)
 	}
 	server.Cast(a.n, srv, Ping{N: 9})
 	if got := recv(t, chanAny(e.casts), 5*time.Second); got != (Ping{N: 9}) {
