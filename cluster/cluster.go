@@ -524,6 +524,33 @@ func (c *Cluster) Send(to gotp.PID, msg any) error {
 	return c.sendFrom(gotp.PID{}, to, msg)
 }
 
+// SendNamed sends msg to the process registered under name on node (Erlang's
+// {Name, Node} ! Msg); the name is looked up there when the message
+// arrives, and the message is dropped if nobody holds it. Errors are those
+// of Send. node may be this node's own name.
+func (c *Cluster) SendNamed(node, name string, msg any) error {
+	if node == c.name {
+		c.n.SendTo(gotp.Name(name), msg)
+		return nil
+	}
+	p := c.peers()[node]
+	if p == nil {
+		c.stats.dropped.Add(1)
+		return fmt.Errorf("cluster: send to %s on %s: %w", name, node, gotp.ErrNoConnection)
+	}
+	b := c.getBuf()
+	defer c.putBuf(b)
+	*b = append(*b, kSendNamed)
+	*b = appendStr(*b, name)
+	var err error
+	*b, err = c.codec.AppendValue(*b, msg)
+	if err != nil {
+		c.stats.encodeErrors.Add(1)
+		return err
+	}
+	return c.enqueue(p, *b)
+}
+
 func (c *Cluster) sendFrom(from, to gotp.PID, msg any) error {
 	p := c.peerFor(to)
 	if p == nil {
@@ -901,6 +928,7 @@ type frame struct {
 	viaLink  bool
 	value    any
 	flags    byte
+	name     string // kSendNamed
 }
 
 // decodeFrame decodes one frame sent by node sender to node self. pg
@@ -935,6 +963,11 @@ func decodeFrame(codec *Codec, sender, self string, d *reader) (f frame, err err
 		f.reason = codec.readReason(d, 0)
 	case kHeartbeat:
 		f.flags = d.byte1()
+	case kSendNamed:
+		f.name = d.str()
+		if d.err == nil {
+			f.value, err = codec.decodeValue(d)
+		}
 	case kPG:
 		return f, d.err
 	default:
@@ -959,6 +992,10 @@ func (c *Cluster) handleFrame(p *peer, body []byte) error {
 	switch f.kind {
 	case kSend:
 		gw.Send(f.from, f.to, f.value)
+	case kSendNamed:
+		if pid, ok := c.n.Whereis(f.name); ok {
+			gw.Send(gotp.PID{}, pid, f.value)
+		}
 	case kExit:
 		gw.Exit(f.from, f.to, f.reason, f.viaLink)
 	case kLink:

@@ -41,13 +41,20 @@ func TestRemoteSend(t *testing.T) {
 			t.Fatalf("message %d: got %#v", i, got)
 		}
 	}
+	// By name on the other node, as Erlang's {Name, Node} ! Msg.
+	must(t, b.n.Register("mailbox", pid))
+	must(t, a.c.SendNamed("b", "mailbox", "by name"))
+	if got := recv(t, ch, 5*time.Second); got != "by name" {
+		t.Fatalf("got %#v", got)
+	}
+	must(t, a.c.SendNamed("b", "nobody", "lost")) // dropped there
 	// A message to a node that is not there is dropped, and Send says so.
 	ghost := gotp.NewPID("ghost", 1, 1)
 	if err := a.c.Send(ghost, "x"); !errors.Is(err, gotp.ErrNoConnection) {
 		t.Fatalf("send to unknown node: %v", err)
 	}
 	st := a.c.Stats()
-	if st.MessagesOut < 5003 || b.c.Stats().MessagesIn < 5003 {
+	if st.MessagesOut < 5005 || b.c.Stats().MessagesIn < 5005 {
 		t.Fatalf("counters: a %+v, b %+v", st, b.c.Stats())
 	}
 }

@@ -27,15 +27,16 @@ const (
 
 // frame kinds
 const (
-	kSend      = 1 // from(local pid) to(remote pid) value
-	kExit      = 2 // from to reason viaLink(1)
-	kLink      = 3 // from to
-	kUnlink    = 4 // from to
-	kMonitor   = 5 // ref(sender's) watcher(sender's) target(receiver's)
-	kDemonitor = 6 // ref(sender's) target(receiver's)
-	kDown      = 7 // ref(receiver's) target(sender's) reason
-	kHeartbeat = 8 // flags(1): flagLeaving, flagDisconnect
-	kPG        = 9 // pg replication: op(1) ...
+	kSend      = 1  // from(local pid) to(remote pid) value
+	kExit      = 2  // from to reason viaLink(1)
+	kLink      = 3  // from to
+	kUnlink    = 4  // from to
+	kMonitor   = 5  // ref(sender's) watcher(sender's) target(receiver's)
+	kDemonitor = 6  // ref(sender's) target(receiver's)
+	kDown      = 7  // ref(receiver's) target(sender's) reason
+	kHeartbeat = 8  // flags(1): flagLeaving, flagDisconnect
+	kPG        = 9  // pg replication: op(1) ...
+	kSendNamed = 10 // str(name) value: to the process registered under name
 )
 
 // heartbeat flags

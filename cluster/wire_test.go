@@ -172,6 +172,8 @@ func seedBatches(t testing.TB) [][]byte {
 	frames = append(frames, appendShortPID(appendShortRef([]byte{kDemonitor}, ref), pid))
 	frames = append(frames, c.appendReason(appendShortPID(appendShortRef([]byte{kDown}, ref), pid), &gotp.PanicError{Value: errBoom}))
 	frames = append(frames, []byte{kHeartbeat, 1})
+	named, _ := c.AppendValue(appendStr([]byte{kSendNamed}, "mailbox"), Ping{N: 4})
+	frames = append(frames, named)
 	pgf := append([]byte{kPG, pgSync}, appendStr(nil, "scope")...)
 	pgf = append(pgf, 1)
 	pgf = binary.AppendUvarint(pgf, 1)
