@@ -58,6 +58,13 @@
 // gotp.ErrNoConnection at once. Subscribe delivers NodeUp/NodeDown events
 // (buffered to SubscriptionBuffer, later events dropped and counted when
 // full); Nodes lists the connected nodes; WaitFor waits for some.
+// SendNamed sends to a name registered on another node (Erlang's
+// {Name, Node} ! Msg); the registry itself stays local.
+//
+// Queues: at the sender each peer's queue holds at most
+// Options.MaxPending bytes (beyond that messages are dropped and counted);
+// at the receiver NATS holds what the node has not decoded yet, without a
+// limit, as a mailbox does.
 //
 // Join refuses a name already used by a node it can reach directly
 // (ErrNameTaken); a duplicate behind a partition or not yet routed is
@@ -76,6 +83,11 @@
 // fields of type any; plain numbers inside such fields come back as CBOR's
 // int64/uint64/float64. Every message is bounded by MaxMessageSize at both
 // ends (ErrTooLarge at the sender).
+//
+// server.Call and server.Cast to a remote server go through the node's
+// Send too: a request the codec refuses is dropped at the caller's node
+// (counted, logged once per type), so the call fails only at its
+// deadline. Check doubtful values first with Codec.Check.
 //
 // Exit reasons and error replies travel as errors: gotp's sentinels (nil,
 // ErrShutdown, ErrKill, ErrKilled, ErrNoProc, ErrNoConnection) arrive as
