@@ -468,7 +468,9 @@ func (c *Cluster) Codec() *Codec { return c.codec }
 // NodeInfo describes a connected node.
 type NodeInfo struct {
 	Name     string
-	Creation uint32
+	Creation uint32    // its incarnation
+	LastSeen time.Time // when its last heartbeat or message arrived
+	Pending  int       // bytes queued for it, not yet handed to NATS
 }
 
 func (c *Cluster) peers() map[string]*peer { return *c.peersV.Load() }
@@ -478,7 +480,10 @@ func (c *Cluster) Nodes() []NodeInfo {
 	m := c.peers()
 	out := make([]NodeInfo, 0, len(m))
 	for _, p := range m {
-		out = append(out, NodeInfo{Name: p.name, Creation: p.creation})
+		p.mu.Lock()
+		pending := p.pending
+		p.mu.Unlock()
+		out = append(out, NodeInfo{Name: p.name, Creation: p.creation, LastSeen: time.Unix(0, p.lastSeen.Load()), Pending: pending})
 	}
 	slices.SortFunc(out, func(a, b NodeInfo) int { return strings.Compare(a.Name, b.Name) })
 	return out
