@@ -17,7 +17,8 @@ import (
 // different processes may come concurrently, from several goroutines.
 // Broadcast is called without locks. Every method must be safe for
 // concurrent use, return quickly without blocking (queue, then return),
-// and must not call back into the scope or its Gateway synchronously.
+// and must not call back into the scope or its Gateway synchronously, nor
+// end local processes synchronously (their exit would re-enter the scope).
 type Replicator interface {
 	// Joined reports that local processes joined group; a process that
 	// joined k times appears k times.
