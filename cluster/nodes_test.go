@@ -365,3 +365,39 @@ func TestOneSidedTimeoutIsSymmetric(t *testing.T) {
 	joinAs(t, scopes[1], "g", 1)
 	waitConverged(t, scopes, "g", 4)
 }
+
+func TestLeave(t *testing.T) {
+	ms := startCluster(t, "a", "b")
+	a, b := ms[0], ms[1]
+	target, _ := inbox(t, a.n)
+	watcher, wch := inbox(t, b.n)
+	monitorFrom(t, b.n, watcher, target)
+	subA, _ := a.c.Subscribe()
+	defer subA.Close()
+	subB, _ := b.c.Subscribe()
+
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	must(t, b.c.Leave(ctx))
+	must(t, b.c.Leave(ctx)) // idempotent
+	waitEvent(t, subA, NodeDown, "b", 5*time.Second)
+	if d := recv(t, wch, 5*time.Second).(gotp.Down); d.Reason != gotp.ErrNoConnection {
+		t.Fatalf("b's monitor after Leave: %v", d.Reason)
+	}
+	for range subB.C() { // closed by Leave
+	}
+	if len(b.c.Nodes()) != 0 || len(a.c.Nodes()) != 0 {
+		t.Fatalf("nodes after Leave: %v / %v", a.c.Nodes(), b.c.Nodes())
+	}
+	// b runs on alone; a monitor of a's process answers noconnection.
+	monitorFrom(t, b.n, watcher, target)
+	if d := recv(t, wch, 5*time.Second).(gotp.Down); d.Reason != gotp.ErrNoConnection {
+		t.Fatalf("monitor after Leave: %v", d.Reason)
+	}
+	if err := b.c.Send(target, "x"); !errors.Is(err, gotp.ErrNoConnection) {
+		t.Fatalf("send after Leave: %v", err)
+	}
+	if err := b.c.Replicate(nil); err != ErrClosed {
+		t.Fatalf("Replicate after Leave: %v", err)
+	}
+}

@@ -63,8 +63,8 @@ func (c *Cluster) Replicate(s *pg.Scope) error {
 	if c.closed.Load() {
 		return ErrClosed
 	}
-	if s.Node() != c.n {
-		return errors.New("cluster: Replicate: the scope belongs to another node")
+	if s == nil || s.Node() != c.n {
+		return errors.New("cluster: Replicate needs a scope of this cluster's node")
 	}
 	ps := &pgScope{c: c, id: s.ID(), scope: s}
 	c.pg.mu.Lock()
