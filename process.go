@@ -38,13 +38,13 @@ type Process struct {
 
 	mu         sync.Mutex // guards the fields below
 	trap       bool
-	waiting    bool // function mode: the receiver waits on wake
+	waiting    bool // function mode: the receiver waits on wake, and no hand-off to it has begun
 	running    bool // handler mode: a goroutine handles messages (or Init runs)
 	exited     bool // exit has finished: links signalled, monitors fired
 	reason     error
 	name       string
-	queue      []any         // messages not yet moved to the receiver's buffer
-	wake       chan struct{} // function mode: signals a waiting receiver; made by its first wait
+	queue      []any    // messages not yet moved to the receiver's buffer
+	wake       chan any // function mode: hands a message (or wakeExit) to a waiting receiver; made by its first wait
 	links      map[PID]struct{}
 	monitors   map[Ref]watcher // monitors of this process
 	monitoring map[Ref]PID     // monitors this process holds
@@ -370,24 +370,35 @@ func (p *Process) deliver(msg any) {
 	p.deliverLocked(msg)
 }
 
+// wakeExit is handed to a waiting receiver when its process exits.
+type wakeExit struct{}
+
+func isWakeExit(m any) bool { _, ok := m.(wakeExit); return ok }
+
 // deliverLocked appends msg with p.mu held, and unlocks it.
+//
+// A function process waits in Receive only when its mailbox is empty, so a
+// message for a waiting receiver is the next one it takes: it is handed
+// over through the wake channel instead of the queue, and the receiver
+// need not take the lock again to fetch it. Only the first sender to find
+// the receiver waiting hands over (it clears waiting); the channel's buffer
+// of one is then always free.
 func (p *Process) deliverLocked(msg any) {
 	if p.dead.Load() {
 		p.mu.Unlock()
 		return
 	}
-	p.queue = append(p.queue, msg)
 	p.mlen.Add(1)
+	if p.mode == modeFunc && p.waiting {
+		p.waiting = false
+		wake := p.wake
+		p.mu.Unlock()
+		wake <- msg // never blocks: see above
+		return
+	}
+	p.queue = append(p.queue, msg)
 	if p.mode == modeFunc {
-		if p.waiting {
-			p.waiting = false
-			p.mu.Unlock()
-			select {
-			case p.wake <- struct{}{}:
-			default:
-			}
-			return
-		}
+		// The receiver is running: it finds msg in the queue.
 	} else if !p.running {
 		p.running = true
 		p.n.goroutines.add()
@@ -503,25 +514,45 @@ func (p *Process) receive(ctx context.Context, match func(any) bool) (any, error
 			continue
 		}
 		if p.wake == nil { // made on the first wait: many processes never wait
-			p.wake = make(chan struct{}, 1)
+			p.wake = make(chan any, 1)
 		}
 		p.waiting = true
 		p.mu.Unlock()
-		done := ctx.Done()
-		if done == nil {
+		var msg any
+		if done := ctx.Done(); done == nil {
 			// A context that never ends (context.Background): a plain
 			// channel receive parks and wakes faster than a select.
-			<-p.wake
-			continue
+			msg = <-p.wake
+		} else {
+			select {
+			case msg = <-p.wake:
+			case <-done:
+				p.mu.Lock()
+				handing := !p.waiting // a sender (or exit) has begun a hand-off
+				p.waiting = false
+				p.mu.Unlock()
+				if handing {
+					// Take it, so that the channel is free for the next
+					// wait; a message goes to the buffer, in order (the
+					// queue holds only later ones).
+					if m := <-p.wake; !isWakeExit(m) {
+						p.rbuf = append(p.rbuf, m)
+					}
+				}
+				return nil, ctx.Err()
+			}
 		}
-		select {
-		case <-p.wake:
-		case <-done:
-			p.mu.Lock()
-			p.waiting = false
-			p.mu.Unlock()
-			return nil, ctx.Err()
+		if isWakeExit(msg) || p.dead.Load() {
+			continue // the loop returns *ExitedError
 		}
+		if match == nil {
+			// The buffer held nothing (takeLocal found nothing), so msg is
+			// the oldest message.
+			p.mlen.Add(-1)
+			p.handled.Add(1)
+			return msg, nil
+		}
+		p.rbuf = append(p.rbuf, msg) // scanned next, from index scanned
 	}
 }
 

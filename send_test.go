@@ -409,3 +409,47 @@ func TestDeadProcessLetsGoOfItsMessages(t *testing.T) {
 		runtime.KeepAlive(p)
 	}
 }
+
+// Receives whose deadlines keep expiring while messages arrive: no message
+// is lost or reordered when a deadline and a delivery meet.
+func TestReceiveDeadlinesRacingDeliveries(t *testing.T) {
+	n := newNode(t)
+	const count = 10000
+	for _, selective := range []bool{false, true} {
+		pid, res := run(t, n, func(p *gotp.Process) []int {
+			var got []int
+			timeouts := 0
+			for len(got) < count {
+				ctx, cancel := context.WithTimeout(context.Background(), time.Duration(len(got)%7)*time.Microsecond)
+				var m any
+				var err error
+				if selective {
+					m, err = p.ReceiveFunc(ctx, func(m any) bool { _, ok := m.(int); return ok })
+				} else {
+					m, err = p.Receive(ctx)
+				}
+				cancel()
+				if err != nil {
+					timeouts++
+					continue
+				}
+				got = append(got, m.(int))
+			}
+			return got
+		})
+		go func() {
+			for i := range count {
+				n.Send(pid, i)
+				if i%64 == 0 {
+					time.Sleep(time.Microsecond)
+				}
+			}
+		}()
+		got := recv(t, res)
+		for i, m := range got {
+			if m != i {
+				t.Fatalf("selective=%v: message %d is %d", selective, i, m)
+			}
+		}
+	}
+}

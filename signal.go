@@ -20,12 +20,9 @@ func (p *Process) exit(reason error) bool {
 	name := p.name
 	p.queue = nil
 	p.mlen.Store(0)
-	if p.mode == modeFunc {
+	if p.mode == modeFunc && p.waiting {
 		p.waiting = false
-		select {
-		case p.wake <- struct{}{}:
-		default:
-		}
+		p.wake <- wakeExit{} // never blocks: see deliverLocked
 	}
 	var cancel context.CancelFunc
 	if p.extra != nil {
