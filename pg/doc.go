@@ -20,8 +20,11 @@
 // [ProcessName](id)). A process opens the scope and gets an [Instance]
 // bound to it; every operation of the instance acts for that process.
 // [Instance.Release] frees the instance at once and is idempotent; after it
-// every operation fails with [ErrReleased]. The instance is released when
-// its process exits, too.
+// every operation fails with [ErrReleased] and its subscriptions are
+// closed. The instance is released when its process exits, too.
+// Memberships belong to the process, not to the instance: Release leaves
+// the process in its groups (another instance of it may leave them), and
+// the process's exit ends them.
 //
 // # Membership
 //

@@ -53,7 +53,7 @@ func (i *Instance) Release() bool {
 	}
 	i.released.Store(true)
 	e := i.e
-	delete(e.insts, i)
+	e.insts = slices.DeleteFunc(e.insts, func(x *Instance) bool { return x == i })
 	drop := len(e.insts) == 0 && len(e.groups) == 0 && st.procs[e.pid] == e
 	if drop {
 		delete(st.procs, e.pid)
@@ -483,6 +483,9 @@ func (s *Scope) joinLocalLocked(e *proc, name string, g *group, k int) {
 		g.bcast.Store(nil)
 	}
 	g.localJoins.Add(1)
+	if e.groups == nil {
+		e.groups = make(map[string]int)
+	}
 	e.groups[name]++
 	if s.watchedLocked(name) || s.rep != nil {
 		pids := []gotp.PID{e.pid}

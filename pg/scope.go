@@ -102,7 +102,7 @@ type proc struct {
 	pid    gotp.PID
 	ref    gotp.Ref // of the MonitorFunc; set before the proc is in its stripe
 	groups map[string]int
-	insts  map[*Instance]struct{}
+	insts  []*Instance // open instances, usually one
 	exited bool // procExit has run
 }
 
@@ -278,7 +278,7 @@ func (s *Scope) Open(p *gotp.Process) (*Instance, error) {
 	// already has an entry (a second instance), this monitor is dropped:
 	// the common case, one instance per process, takes the stripe's lock
 	// once.
-	e := &proc{pid: pid, groups: make(map[string]int), insts: make(map[*Instance]struct{})}
+	e := &proc{pid: pid}
 	e.ref = s.n.MonitorFunc(pid, func(gotp.Down) { s.procExit(e) })
 	st.mu.Lock()
 	switch cur := st.procs[pid]; {
@@ -287,7 +287,7 @@ func (s *Scope) Open(p *gotp.Process) (*Instance, error) {
 		s.n.Demonitor(e.ref, pid)
 		return nil, ErrScopeClosed
 	case cur != nil:
-		cur.insts[inst] = struct{}{}
+		cur.insts = append(cur.insts, inst)
 		inst.e = cur
 		st.mu.Unlock()
 		s.n.Demonitor(e.ref, pid)
@@ -296,7 +296,7 @@ func (s *Scope) Open(p *gotp.Process) (*Instance, error) {
 		st.mu.Unlock()
 		return nil, fmt.Errorf("pg: open %q: %w", s.id, gotp.ErrNoProc)
 	}
-	e.insts[inst] = struct{}{}
+	e.insts = append(e.insts, inst)
 	inst.e = e
 	st.procs[pid] = e
 	st.mu.Unlock()
@@ -328,7 +328,7 @@ func (s *Scope) procExit(e *proc) {
 	insts := e.insts
 	e.insts = nil
 	subs := false
-	for inst := range insts {
+	for _, inst := range insts {
 		inst.released.Store(true)
 		subs = subs || len(inst.subs) > 0
 	}
@@ -337,7 +337,7 @@ func (s *Scope) procExit(e *proc) {
 	if len(emptied) > 0 || subs {
 		s.mu.Lock()
 		s.dropEmptyLocked(emptied)
-		for inst := range insts {
+		for _, inst := range insts {
 			inst.closeSubsLocked()
 		}
 		s.mu.Unlock()
@@ -368,7 +368,7 @@ func (s *Scope) close() {
 		st.mu.Lock()
 		for _, e := range st.procs {
 			procs = append(procs, e)
-			for inst := range e.insts {
+			for _, inst := range e.insts {
 				inst.released.Store(true)
 			}
 			e.insts = nil
