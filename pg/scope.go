@@ -103,7 +103,7 @@ type proc struct {
 	ref    gotp.Ref // of the MonitorFunc; set before the proc is in its stripe
 	groups map[string]int
 	insts  []*Instance // open instances, usually one
-	exited bool // procExit has run
+	exited bool        // procExit has run
 }
 
 // Start starts the scope id on node n, registered as ProcessName(id), and
