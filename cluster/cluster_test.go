@@ -291,3 +291,30 @@ func linkFrom(t testing.TB, n *gotp.Node, from, to gotp.PID) {
 	t.Helper()
 	as(t, n, from, func(p *gotp.Process) { _ = p.Link(to) })
 }
+
+func TestRemoteUnlinkAndDemonitor(t *testing.T) {
+	ms := startCluster(t, "a", "b")
+	a, b := ms[0], ms[1]
+	stop := make(chan error, 1)
+	target, err := b.n.Spawn(func(p *gotp.Process) error { return <-stop })
+	must(t, err)
+	watcher, wch := inbox(t, a.n, gotp.TrapExit(true))
+	linkFrom(t, a.n, watcher, target)
+	ref := monitorFrom(t, a.n, watcher, target)
+	as(t, a.n, watcher, func(p *gotp.Process) {
+		p.Unlink(target)
+		if !p.Demonitor(ref, true) {
+			t.Error("demonitor of a live remote monitor reported false")
+		}
+	})
+	syncPair(t, a, b) // the unlink and demonitor have reached b
+	stop <- errBoom
+	// Anything b sent about target's death would arrive before this.
+	syncPair(t, b, a)
+	as(t, a.n, watcher, func(*gotp.Process) {})
+	select {
+	case m := <-wch:
+		t.Fatalf("got %#v after unlink and demonitor", m)
+	default:
+	}
+}
