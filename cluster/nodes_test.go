@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	natsserver "github.com/nats-io/nats-server/v2/server"
+
 	"github.com/gotp/gotp"
 	"github.com/gotp/gotp/server"
 )
@@ -399,5 +401,32 @@ func TestLeave(t *testing.T) {
 	}
 	if err := b.c.Replicate(nil); err != ErrClosed {
 		t.Fatalf("Replicate after Leave: %v", err)
+	}
+}
+
+// Nodes as clients of an existing NATS deployment (here a standalone
+// server the test starts) instead of embedding servers.
+func TestClientsOfExistingDeployment(t *testing.T) {
+	srv, err := natsserver.NewServer(&natsserver.Options{Host: "127.0.0.1", Port: natsserver.RANDOM_PORT, NoLog: true, NoSigs: true})
+	must(t, err)
+	srv.Start()
+	t.Cleanup(func() { srv.Shutdown(); srv.WaitForShutdown() }) // runs after the nodes stop
+	if !srv.ReadyForConnections(10 * time.Second) {
+		t.Fatal("server not ready")
+	}
+	var ms []member
+	for _, name := range []string{"a", "b", "c"} {
+		o := fastOpts(t)
+		o.URLs = []string{srv.ClientURL()}
+		ms = append(ms, startNode(t, name, o))
+	}
+	waitMesh(t, ms)
+	if ms[0].c.RouteURL() != "" {
+		t.Fatal("a client node reports a route URL")
+	}
+	pid, ch := inbox(t, ms[2].n)
+	must(t, ms[0].c.Send(pid, Ping{N: 1}))
+	if got := recv(t, ch, 5*time.Second); got != (Ping{N: 1}) {
+		t.Fatalf("got %#v", got)
 	}
 }
