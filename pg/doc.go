@@ -16,8 +16,8 @@
 // # Scopes and instances
 //
 // A group lives in a [Scope], an independent namespace started with [Start]
-// or [StartLink] (a supervisable process, registered under
-// [ProcessName](id)). A process opens the scope and gets an [Instance]
+// or [StartLink] (a process registered under [ProcessName](id); under a
+// supervisor use [ChildSpec]). A process opens the scope and gets an [Instance]
 // bound to it; every operation of the instance acts for that process.
 // [Instance.Release] frees the instance at once and is idempotent; after it
 // every operation fails with [ErrReleased] and its subscriptions are

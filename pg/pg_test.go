@@ -9,6 +9,7 @@ import (
 	"github.com/gotp/gotp"
 	"github.com/gotp/gotp/pg"
 	"github.com/gotp/gotp/server"
+	"github.com/gotp/gotp/supervisor"
 )
 
 // TestPG ports pg_SUITE's pg case: join, list, leave, and the group is
@@ -563,3 +564,33 @@ func (nopReplicator) Joined(string, []gotp.PID)    {}
 func (nopReplicator) Left(string, []gotp.PID)      {}
 func (nopReplicator) Broadcast(string, pg.Message) {}
 func (nopReplicator) Detached()                    {}
+
+// TestSupervised checks the scope under a supervisor: killed, it is
+// restarted empty and found again by id; the supervisor's stop closes it.
+func TestSupervised(t *testing.T) {
+	ctx := context.Background()
+	n := newNode(t, "a")
+	sup, err := supervisor.Start(ctx, n, supervisor.Spec{Children: []supervisor.ChildSpec{pg.ChildSpec("app:pg", pg.Options{})}})
+	must(t, err)
+	s1, err := pg.Lookup(ctx, n, "app:pg")
+	must(t, err)
+	m := spawn(t, n)
+	g, err := pg.Open(ctx, m.p, "app:pg")
+	must(t, err)
+	must(t, g.Join("g"))
+
+	n.Exit(s1.PID(), gotp.ErrKill)
+	recvDone(t, s1.Done())
+	wantErr(t, g.Join("g"), pg.ErrScopeClosed)
+	var s2 *pg.Scope
+	waitFor(t, "the restarted scope", func() bool {
+		s2, err = pg.Lookup(ctx, n, "app:pg")
+		return err == nil && s2 != s1
+	})
+	g2, err := s2.Open(m.p)
+	must(t, err)
+	wantGroups(t, g2)
+
+	must(t, server.Stop(ctx, n, sup, nil))
+	recvDone(t, s2.Done())
+}

@@ -36,7 +36,8 @@ func ProcessName(id string) string { return "pg:" + id }
 // groups and members are invisible to other scopes. A scope is a process
 // (a gen_server registered as ProcessName(id)), so it can be supervised and
 // found by its id; its membership tables live beside the process, guarded
-// by a lock, so that joins and reads never queue behind its mailbox.
+// by locks (see the package doc), so that joins and reads never queue
+// behind its mailbox.
 //
 // Processes act on a scope through an Instance (Open). When the scope's
 // process exits, for any reason, the scope is closed: every subscription
