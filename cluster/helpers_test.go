@@ -3,7 +3,6 @@ package cluster
 import (
 	"context"
 	"errors"
-	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -246,8 +245,6 @@ func (p *proxy) close() {
 	p.setCut(true)
 	p.wg.Wait()
 }
-
-func pidList(ps []gotp.PID) string { return fmt.Sprint(ps) }
 
 // as runs f as the inbox process pid (of node n) and waits for it.
 func as(t testing.TB, n *gotp.Node, pid gotp.PID, f func(p *gotp.Process)) {

@@ -3,7 +3,6 @@ package cluster
 import (
 	"context"
 	"errors"
-	"fmt"
 	"net"
 	"strings"
 	"testing"
@@ -333,8 +332,6 @@ func unusedAddr(t testing.TB) string {
 	ln.Close()
 	return addr
 }
-
-var _ = fmt.Sprint
 
 // A false timeout on one side (b stops hearing a while a hears b) acts as
 // a torn-down connection: a is told, its monitors of b's processes fire,
