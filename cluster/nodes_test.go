@@ -192,6 +192,11 @@ func TestDuplicateNameRefused(t *testing.T) {
 	if _, err := Join(ctx, n, o); !errors.Is(err, ErrNameTaken) {
 		t.Fatalf("a second node named b: %v", err)
 	}
+	anon := gotp.NewNode(gotp.Options{})
+	defer stopNode(t, anon)
+	if _, err := Join(ctx, anon, fastOpts(t)); !errors.Is(err, ErrBadName) {
+		t.Fatalf("a node without a name: %v", err)
+	}
 }
 
 func TestWrongCredentialsRefused(t *testing.T) {
