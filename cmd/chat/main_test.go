@@ -237,10 +237,12 @@ type snapshot struct {
 type supTree struct {
 	PID      string `json:"pid"`
 	Name     string `json:"name"`
+	Restarts uint64 `json:"restarts"`
 	Children []struct {
-		ID  string   `json:"id"`
-		PID string   `json:"pid"`
-		Sub *supTree `json:"sub"`
+		ID       string   `json:"id"`
+		PID      string   `json:"pid"`
+		Restarts int      `json:"restarts"`
+		Sub      *supTree `json:"sub"`
 	} `json:"children"`
 }
 
@@ -392,6 +394,12 @@ func TestProgramGivesUpWhenFailuresRepeat(t *testing.T) {
 				t.Fatalf("kill %d: snapshot: %v", i, err)
 			}
 			if pid = s.pidOf("chat.online"); pid != "" && pid != last {
+				// The observer counts the restarts so far, on the root and
+				// on its child.
+				root := find(s.Supervisors, "chat.root")
+				if root == nil || root.Restarts != uint64(i) || len(root.Children) != 3 || root.Children[0].ID != "online" || root.Children[0].Restarts != i {
+					t.Fatalf("kill %d: chat.root in the observer = %+v, want %d restarts of online", i, root, i)
+				}
 				break
 			}
 			if time.Now().After(deadline) {
