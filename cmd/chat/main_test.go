@@ -326,6 +326,23 @@ func TestProgramServesAndStopsCleanly(t *testing.T) {
 					t.Errorf("observer snapshot has no process %s", name)
 				}
 			}
+			// Prometheus metrics of the running chat.
+			code, metrics := get(t, hc, "http://"+p.http+"/observer/metrics")
+			if code != http.StatusOK {
+				t.Fatalf("GET /observer/metrics = %d", code)
+			}
+			for _, want := range []string{
+				`gotp_registry_entries{registry="chat.users"} 2`,
+				`gotp_pg_group_members{group="user:ana",scope="chat"} 1`,
+				`gotp_pg_group_members{group="user:bob",scope="chat"} 1`,
+				`gotp_supervisor_restarts_total{child="online",supervisor="chat.root"} 0`,
+				"gotp_processes ",
+				"gotp_mailbox_length_bucket",
+			} {
+				if !strings.Contains(metrics, want) {
+					t.Errorf("metrics lack %s", want)
+				}
+			}
 			if _, err := os.Stat(filepath.Join(dir, "history.db")); err != nil {
 				t.Fatalf("history store: %v", err)
 			}
