@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"net"
 	"strings"
@@ -9,6 +10,7 @@ import (
 	"time"
 
 	natsserver "github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
 
 	"github.com/gotp/gotp"
 	"github.com/gotp/gotp/server"
@@ -429,6 +431,40 @@ func TestClientsOfExistingDeployment(t *testing.T) {
 	pid, ch := inbox(t, ms[2].n)
 	must(t, ms[0].c.Send(pid, Ping{N: 1}))
 	if got := recv(t, ch, 5*time.Second); got != (Ping{N: 1}) {
+		t.Fatalf("got %#v", got)
+	}
+}
+
+// Garbage and unregistered types published straight to a node's subject
+// are counted and dropped; the node goes on.
+func TestHostileInputDropped(t *testing.T) {
+	ms := startCluster(t, "a", "b")
+	a, b := ms[0], ms[1]
+	raw, err := nats.Connect(a.c.srv.ClientURL())
+	must(t, err)
+	defer raw.Close()
+	subj := a.c.nodeSubject("a")
+
+	// A batch from "b" (its real incarnation) carrying a value whose type
+	// a never registered, then one carrying a frame that is cut short.
+	other := NewCodec()
+	must(t, Register[unregistered](other, "test.unregistered"))
+	hdr := append([]byte(nil), b.c.header...)
+	pid, ch := inbox(t, a.n)
+	frame := appendShortPID(appendShortPID([]byte{kSend}, gotp.PID{}), pid)
+	frame, err = other.AppendValue(frame, unregistered{X: 1})
+	must(t, err)
+	batch := binary.AppendUvarint(append([]byte(nil), hdr...), uint64(len(frame)))
+	batch = append(batch, frame...)
+	before := a.c.Stats().DecodeErrors
+	must(t, raw.Publish(subj, batch))
+	must(t, raw.Publish(subj, append(append([]byte(nil), hdr...), 50, kSend, 1)))
+	must(t, raw.Publish(subj, []byte("not a batch at all")))
+	must(t, raw.Flush())
+	waitUntil(t, 5*time.Second, "decode errors counted", func() bool { return a.c.Stats().DecodeErrors >= before+3 })
+	// The node still works, and nothing reached the process.
+	b.n.Send(pid, "still fine")
+	if got := recv(t, ch, 5*time.Second); got != "still fine" {
 		t.Fatalf("got %#v", got)
 	}
 }
