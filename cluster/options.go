@@ -41,7 +41,9 @@ type Options struct {
 	Peers []string
 	// ClientListen is where the embedded server accepts NATS clients (for
 	// tools such as the nats CLI). Defaults to a free port on 127.0.0.1;
-	// the node itself connects in process.
+	// the node itself connects in process. Any client that gets in can
+	// publish on the cluster's subjects (and so speak for any node): set
+	// credentials unless every process that can reach the port is trusted.
 	ClientListen string
 	// RouteAdvertise is the host:port other servers are told to use to
 	// reach this server's routes, when it differs from RouteListen (NAT,
