@@ -350,3 +350,44 @@ func BenchmarkBaselineChannelFanIn(b *testing.B) {
 	b.ReportMetric(float64(total)/time.Since(t0).Seconds(), "msgs/s")
 	wg.Wait()
 }
+
+// BenchmarkHandlerRoundTrip: a function process and a handler-mode echo
+// process exchange b.N round trips. The handler process goes idle after
+// each message, so every round trip starts its goroutine again: this is
+// the runtime's share of a gen_server call.
+func BenchmarkHandlerRoundTrip(b *testing.B) {
+	n := benchNode(b)
+	echo, err := n.SpawnHandler(gotp.HandlerFunc(func(p *gotp.Process, msg any) (bool, error) {
+		p.Send(msg.(ping).from, pong{})
+		return false, nil
+	}), nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	start := make(chan struct{})
+	done := make(chan error)
+	_, err = n.Spawn(func(p *gotp.Process) error {
+		var req any = ping{p.Self()}
+		<-start
+		for range b.N {
+			p.Send(echo, req)
+			if _, err := p.Receive(context.Background()); err != nil {
+				done <- err
+				return err
+			}
+		}
+		done <- nil
+		return nil
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	t0 := time.Now()
+	close(start)
+	if err := <-done; err != nil {
+		b.Fatal(err)
+	}
+	b.ReportMetric(float64(b.N)/time.Since(t0).Seconds(), "roundtrips/s")
+}
