@@ -35,9 +35,9 @@
 // process exits arrives before its Down. Frames for one node are batched:
 // the sender appends each frame to that node's queue and a writer goroutine
 // publishes everything queued since its last pass as one NATS message (at
-// most about Options.MaxMessageSize, never more than a few hundred KiB
-// when frames are small), so a busy sender pays NATS once per batch while
-// an idle one sends at once.
+// most max(Options.MaxMessageSize, 256 KiB), and within the NATS server's
+// max_payload), so a busy sender pays NATS once per batch while an idle
+// one sends at once.
 //
 // # Nodes and incarnations
 //
