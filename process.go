@@ -74,13 +74,6 @@ func (p *Process) extraLocked() *procExtra {
 	return p.extra
 }
 
-// closedChan is returned by Done for a process that has already exited.
-var closedChan = func() chan struct{} {
-	c := make(chan struct{})
-	close(c)
-	return c
-}()
-
 // A Handler handles the messages of a handler-mode process (see
 // Node.SpawnHandler). A handler-mode process has no goroutine while its
 // mailbox is empty: one is started when a message arrives and ends when the
@@ -440,8 +433,10 @@ func (p *Process) Done() <-chan struct{} {
 // doneLocked returns the channel closed when exit has finished, making it
 // on first use (most processes are never waited for). p.mu must be held.
 func (p *Process) doneLocked() chan struct{} {
-	if p.exited {
-		return closedChan
+	if p.exited { // asked for after the exit: rare, and no package state for it
+		c := make(chan struct{})
+		close(c)
+		return c
 	}
 	x := p.extraLocked()
 	if x.done == nil {
