@@ -229,9 +229,7 @@ func (n *Node) Stop(ctx context.Context) error {
 			return err
 		}
 	}
-	if r := n.remote.Load(); r != nil {
-		r.t.Close()
-	}
+	n.closeTransport()
 	if err := n.goroutines.wait(ctx); err != nil {
 		n.killAll()
 		return err
@@ -239,9 +237,19 @@ func (n *Node) Stop(ctx context.Context) error {
 	return nil
 }
 
+// killAll kills every remaining process and closes the transport: what a
+// Stop whose context ended leaves behind is only goroutines that ignore
+// their process's end.
 func (n *Node) killAll() {
 	for _, p := range n.table.all() {
 		p.exit(ErrKilled)
+	}
+	n.closeTransport()
+}
+
+func (n *Node) closeTransport() {
+	if r := n.remote.Load(); r != nil {
+		r.t.Close()
 	}
 }
 

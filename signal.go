@@ -1,11 +1,15 @@
 package gotp
 
-import "context"
+import (
+	"context"
+	"errors"
+	"runtime/debug"
+)
 
 // exit ends the process with reason: it is dead for everyone from here
 // on. It reports whether this call ended it (false if it was already dead).
 func (p *Process) exit(reason error) bool {
-	if reason == ErrKill {
+	if errors.Is(reason, ErrKill) {
 		reason = ErrKilled
 	}
 	p.mu.Lock()
@@ -86,7 +90,7 @@ func (p *Process) exitSignal(from PID, reason error, viaLink bool) {
 			return
 		}
 		delete(p.links, from)
-	} else if reason == ErrKill {
+	} else if errors.Is(reason, ErrKill) {
 		p.mu.Unlock()
 		p.exit(ErrKilled)
 		return
@@ -292,7 +296,7 @@ func (n *Node) dropMonitor(ref Ref, target PID) bool {
 // fire delivers a Down to its watcher.
 func (n *Node) fire(w watcher, d Down) {
 	if w.fn != nil {
-		w.fn(d)
+		n.callWatcher(w.fn, d)
 		return
 	}
 	if w.remote {
@@ -313,4 +317,16 @@ func (n *Node) fire(w watcher, d Down) {
 		delete(q.monitoring, d.Ref)
 		q.deliverLocked(d)
 	}
+}
+
+// callWatcher runs a MonitorFunc callback. It runs on the goroutine of
+// whoever ended the process, so a panic in it is caught and logged rather
+// than allowed to take that goroutine (or the program) down.
+func (n *Node) callWatcher(fn func(Down), d Down) {
+	defer func() {
+		if v := recover(); v != nil {
+			n.log.Error("gotp: a MonitorFunc callback panicked", "pid", d.PID, "ref", d.Ref, "panic", v, "stack", string(debug.Stack()))
+		}
+	}()
+	fn(d)
 }
