@@ -46,6 +46,7 @@ type nameConflict struct{}
 
 func (o *online) Init(ctx context.Context, p *gotp.Process) error {
 	p.TrapExit(true)
+	o.svc.users.Stop(ctx) // the previous incarnation's registry may still be exiting: wait until it has (else Start says already running)
 	if _, err := o.svc.users.Start(ctx, gotp.LinkTo(p.Self())); err != nil {
 		return err
 	}
