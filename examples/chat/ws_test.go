@@ -358,3 +358,28 @@ func TestWebPageServed(t *testing.T) {
 		t.Fatalf("GET /nope = %d, want 404", resp.StatusCode)
 	}
 }
+
+// A WebSocket user is registered again after the online registry crashes,
+// as a TCP user is (the failure table's second row, over the WebSocket).
+func TestWebSocketUserSurvivesOnlineRestart(t *testing.T) {
+	ts := startService(t, t.TempDir())
+	ana := wsConnect(t, ts, "ana")
+	ana.expectType(map[string]string{"cmd": "join", "room": "lobby"}, "ok")
+	bob := connect(t, ts, "bob")
+	old, _ := ts.n.Whereis(onlineName)
+	ts.n.Exit(old, errors.New("crash"))
+	eventually(t, "a new online registry", func() bool {
+		pid, ok := ts.n.Whereis(onlineName)
+		return ok && pid != old
+	})
+	eventually(t, "ana to register again", func() bool { return bob.do("WHO") == "ONLINE 2 ana bob" })
+	bob.expect("SEND ana still there?", "SENT ana")
+	if got := ana.next(); got.Type != "msg" || got.From != "bob" || got.Text != "still there?" {
+		t.Fatalf("ana got %+v", got)
+	}
+	bob.expect("SAY lobby knock", "OK")
+	if got := ana.next(); got.Type != "room" || got.Room != "lobby" || got.Text != "knock" {
+		t.Fatalf("ana got %+v", got)
+	}
+	wsDial(t, ts).expectError(map[string]string{"cmd": "connect", "name": "ana"}, NameTaken)
+}
