@@ -109,6 +109,7 @@ func (h *historyOwner) Init(ctx context.Context, p *gotp.Process) error {
 		return err
 	}
 	h.store = s
+	context.AfterFunc(p.Context(), func() { s.Close() }) // closed however the owner ends: a kill runs no Terminate
 	return nil
 }
 
