@@ -2,7 +2,9 @@ package inbox_test
 
 import (
 	"context"
+	"database/sql"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -109,4 +111,40 @@ func TestPrefetchedJobsReleasedAtStop(t *testing.T) {
 			t.Fatalf("stats after stop %+v, %v; want 3 ready", st, err)
 		}
 	})
+}
+
+// upper is a Codec that stores a string upper-cased, to show codecs are pluggable.
+type upper struct{}
+
+func (upper) Encode(v string) ([]byte, error) { return []byte(strings.ToUpper(v)), nil }
+func (upper) Decode(b []byte) (string, error) { return string(b), nil }
+
+func TestPluggableCodec(t *testing.T) {
+	b := sqliteBackend(t)
+	db := b.newDB(t).(*sql.DB)
+	q, err := inbox.NewSQLite(db, inbox.Config[string]{Table: b.table, Codec: upper{}, Logger: quiet()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := q.CreateTable(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan string, 1)
+	s, err := q.Subscribe(func(_ context.Context, j inbox.Job[string]) error {
+		got <- j.Payload
+		return nil
+	}, inbox.SubscribeOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	defer s.Stop(context.Background())
+	if _, err := q.Publish(t.Context(), "olá, mundo", nil); err != nil {
+		t.Fatal(err)
+	}
+	if p := <-got; p != "OLÁ, MUNDO" {
+		t.Fatalf("payload %q, want it through the codec", p)
+	}
 }
