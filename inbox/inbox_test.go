@@ -53,7 +53,8 @@ func TestOutsideRowSeenWithinPollInterval(t *testing.T) {
 			started <- time.Now()
 			return nil
 		}, inbox.SubscribeOptions{PollInterval: poll})
-		// Let the subscription make its first (empty) claim and start waiting.
+		// Time is the subject here: insert while the subscription is between polls,
+		// after its first (empty) claim, so that only the poll can find the row.
 		time.Sleep(poll / 2)
 		inserted := time.Now()
 		b.exec(t, `INSERT INTO "`+b.table+`" (payload) VALUES (`+b.ph(1)+`)`, []byte(`{"n":7}`))

@@ -20,10 +20,11 @@ import (
 	"github.com/gotp/gotp/inbox"
 )
 
+// TestMain fails the package if any goroutine outlives the tests: every
+// subscription, listener and pool (database/sql keeps an opener goroutine per
+// *sql.DB until Close) must be stopped by the test that made it.
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m) // database/sql keeps one opener goroutine per *sql.DB until Close; every test
-	// closes its DBs in Cleanup, so none is left when the leak check runs.
-
+	goleak.VerifyTestMain(m)
 }
 
 // msg is the payload of every test job.
