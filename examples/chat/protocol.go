@@ -114,7 +114,7 @@ const (
 	BadName          Reason = "bad_name"          // a name that is empty, too long or has spaces or controls
 	BadEncoding      Reason = "bad_encoding"      // a line that is not UTF-8
 	LineTooLong      Reason = "line_too_long"     // a line over MaxLine bytes
-	NotMember        Reason = "not_member"        // LEAVE or SAY of a room the user is not in
+	NotMember        Reason = "not_member"        // LEAVE of a room the user is not in (SAY needs no membership)
 	Unavailable      Reason = "unavailable"       // the service could not do it now (retry)
 )
 

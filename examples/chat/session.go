@@ -37,7 +37,9 @@ func newLineSession(c net.Conn) *lineSession { return &lineSession{c: c} }
 
 func (s *lineSession) read(ctx context.Context, deliver func(inbound)) {
 	sc := bufio.NewScanner(s.c)
-	sc.Buffer(make([]byte, 0, 4096), MaxLine+2) // the line, "\r\n"
+	// Start small: an idle connection should not hold 4 KiB of buffer; the
+	// scanner grows it up to the limit when a long line comes.
+	sc.Buffer(make([]byte, 0, 256), MaxLine+2) // the line, "\r\n"
 	for sc.Scan() {
 		cmd, err := ParseLine(sc.Bytes())
 		deliver(inbound{cmd: cmd, err: err})
