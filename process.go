@@ -465,6 +465,7 @@ func (p *Process) ReceiveFunc(ctx context.Context, match func(msg any) bool) (an
 // exit signal while its goroutine was still running.
 type ExitedError struct{ Reason error }
 
+// Error says the process exited, with its reason.
 func (e *ExitedError) Error() string {
 	if e.Reason == nil {
 		return "gotp: process exited"

@@ -73,6 +73,7 @@ type AlreadyRegisteredError struct {
 	Owner PID
 }
 
+// Error names the name and its holder.
 func (e *AlreadyRegisteredError) Error() string {
 	return fmt.Sprintf("gotp: name %q already registered to %v", e.Name, e.Owner)
 }

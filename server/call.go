@@ -74,6 +74,7 @@ type CallError struct {
 	Reason error
 }
 
+// Error names the server and the reason the call failed.
 func (e *CallError) Error() string {
 	return fmt.Sprintf("server: call to %v: %v", e.Server, e.Reason)
 }
@@ -89,6 +90,7 @@ type ReplyTypeError struct {
 	Want  string
 }
 
+// Error names the reply's type and the type wanted.
 func (e *ReplyTypeError) Error() string {
 	return fmt.Sprintf("server: reply %T is not %s", e.Reply, e.Want)
 }

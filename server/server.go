@@ -85,6 +85,7 @@ var (
 // running process (Erlang's already_started).
 type AlreadyStartedError struct{ PID gotp.PID }
 
+// Error names the running server.
 func (e *AlreadyStartedError) Error() string {
 	return fmt.Sprintf("server: already started as %v", e.PID)
 }

@@ -122,6 +122,7 @@ const (
 // valid; Reason is what the client is told.
 type ProtocolError struct{ Reason Reason }
 
+// Error returns "chat: " and the reason.
 func (e *ProtocolError) Error() string { return "chat: " + string(e.Reason) }
 
 func protoErr(r Reason) error { return &ProtocolError{Reason: r} }
