@@ -36,14 +36,15 @@ func (w *riverWorker) Work(ctx context.Context, j *river.Job[riverArgs]) error {
 
 // riverSys is River v0.51.2 on a fresh SQLite file or Postgres schema.
 type riverSys struct {
-	b      *testing.B
-	db     string
-	path   string
-	url    string
-	schema string
-	tuned  bool
-	fast   bool // batch publish through InsertManyFast
-	closes []func()
+	b       *testing.B
+	db      string
+	path    string
+	url     string
+	schema  string
+	tuned   bool
+	fast    bool // batch publish through InsertManyFast
+	workers int  // if set, MaxWorkers per instance instead of the workload's
+	closes  []func()
 
 	sqlClient *river.Client[*sql.Tx]
 	pgClient  *river.Client[pgx.Tx]
@@ -56,6 +57,14 @@ func riverInsertOnly(b *testing.B, db string) system { return mkRiver(b, db, fal
 func riverInsertFast(b *testing.B, db string) system { return mkRiver(b, db, false, true) }
 func riverTuned(b *testing.B, db string) system      { return mkRiver(b, db, true, false) }
 func riverDefault(b *testing.B, db string) system    { return mkRiver(b, db, false, false) }
+
+// riverTuned100 is river-tuned with MaxWorkers 100 per instance instead of the
+// workload's 8: each fetch can take up to 100 rows, River's counterpart of Prefetch.
+func riverTuned100(b *testing.B, db string) system {
+	s := mkRiver(b, db, true, false).(*riverSys)
+	s.workers = 100
+	return s
+}
 
 func quietLog() *slog.Logger { return slog.New(slog.DiscardHandler) }
 
@@ -178,6 +187,9 @@ func (s *riverSys) publishBatch(ctx context.Context, ns []int) error {
 }
 
 func (s *riverSys) startInstance(ctx context.Context, workers int, fn func(int)) (func(), error) {
+	if s.workers > 0 {
+		workers = s.workers
+	}
 	if s.db == "sqlite" {
 		c, err := river.NewClient(riversqlite.New(s.sqlitePool()), s.config(fn, workers))
 		if err != nil {
