@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gotp/gotp"
 	"github.com/gotp/gotp/cluster"
 	"github.com/gotp/gotp/pg"
 )
@@ -171,27 +172,29 @@ func TestClusteredNameClash(t *testing.T) {
 	}
 }
 
-// whoAgrees reports whether both nodes see name held by exactly one
+// whoAgrees reports whether both nodes see name held by one and the same
 // process.
 func whoAgrees(a, b *testService, name string) bool {
+	var holders []gotp.PID
 	for _, s := range []*testService{a, b} {
 		scope := s.findScopeOrNil()
 		if scope == nil {
 			return false
 		}
-		n := 0
+		var pids []gotp.PID
 		for _, g := range scope.Groups() {
 			if g.Name == userGroup(name) {
-				for _, pids := range g.Members {
-					n += len(pids)
+				for _, ps := range g.Members {
+					pids = append(pids, ps...)
 				}
 			}
 		}
-		if n != 1 {
+		if len(pids) != 1 {
 			return false
 		}
+		holders = append(holders, pids[0])
 	}
-	return true
+	return holders[0] == holders[1]
 }
 
 func (ts *testService) findScopeOrNil() *pg.Scope {
