@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Runs gotp's benchmarks for BENCHMARKS.md, each family beside its baseline,
+# COUNT times (default 5), and prints benchstat medians. With ANCHORS=1 it
+# first reruns the Erlang/Elixir anchors of ../shared/bench/beam in the same
+# sitting (needs erlang-nox and elixir from apt).
+#
+#   scripts/bench.sh                 # gotp only
+#   ANCHORS=1 COUNT=5 scripts/bench.sh
+#
+# Raw outputs go to bench/results/ (ignored by git).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+COUNT=${COUNT:-5}
+OUT=bench/results
+mkdir -p "$OUT"
+export PATH="$PATH:$(go env GOPATH)/bin"
+command -v benchstat >/dev/null || go install golang.org/x/perf/cmd/benchstat@v0.0.0-20260908200009-22c9c6c9d4da
+
+if [ "${ANCHORS:-0}" = 1 ]; then
+	beam=../shared/bench/beam
+	[ -d "$beam" ] || beam=/work/shared/bench/beam
+	(cd "$beam" && ./run_all.sh "$COUNT" "$PWD/../../../main/$OUT/beam") | tee "$OUT/anchors.txt"
+fi
+
+run() { # name package pattern [benchtime]
+	local name=$1 pkg=$2 pat=$3 bt=${4:-1x}
+	echo "== $name ($pkg: $pat)"
+	go test -run '^$' -bench "$pat" -benchtime "$bt" -count "$COUNT" -timeout 60m "$pkg" | tee "$OUT/$name.txt"
+	benchstat "$OUT/$name.txt" | tee "$OUT/$name.stat"
+}
+
+run runtime . 'W6|W7|Baseline'
+run server ./server 'Call'
+run supervisor ./supervisor 'W8'
+run registry ./registry 'W1|W2|W3|W4|Baseline'
+run pg ./pg 'W5|Baseline'
+run cluster ./cluster 'C1|C2'
