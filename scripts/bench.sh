@@ -23,15 +23,18 @@ if [ "${ANCHORS:-0}" = 1 ]; then
 fi
 
 run() { # name package pattern [benchtime]
-	local name=$1 pkg=$2 pat=$3 bt=${4:-1x}
+	local name=$1 pkg=$2 pat=$3 bt=${4:-1s}
 	echo "== $name ($pkg: $pat)"
 	go test -run '^$' -bench "$pat" -benchtime "$bt" -count "$COUNT" -timeout 60m "$pkg" | tee "$OUT/$name.txt"
 	benchstat "$OUT/$name.txt" | tee "$OUT/$name.stat"
 }
 
-run runtime . 'W6|W7|Baseline'
+run runtime . 'W6SpawnExit|W7|BaselineGoroutineSpawnExit|BaselineChannel'
+run runtime-idle . 'Idle' 1x
 run server ./server 'Call'
-run supervisor ./supervisor 'W8'
-run registry ./registry 'W1|W2|W3|W4|Baseline'
-run pg ./pg 'W5|Baseline'
-run cluster ./cluster 'C1|C2'
+run supervisor ./supervisor 'W8' 1x
+run registry ./registry 'W[1-4]' 1x
+run pg ./pg '^BenchmarkW5PG(Join|Broadcast|BroadcastReceiveLoop)$' 3x
+run pg-joincost ./pg 'W5PGJoinCost'
+run cluster-c1 ./cluster 'C1' 2s
+run cluster-c2 ./cluster 'C2' 10x
