@@ -5,12 +5,10 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"net/url"
 
 	"github.com/gotp/gotp"
+	"github.com/gotp/gotp/inbox"
 	"github.com/gotp/gotp/server"
-
-	_ "modernc.org/sqlite" // the embedded SQLite driver, registered as "sqlite"
 )
 
 // HistoryLimit is how many messages a History reply carries at most: the
@@ -26,12 +24,9 @@ type Store struct {
 
 // OpenStore opens (creating if needed) the history database at path.
 func OpenStore(ctx context.Context, path string) (*Store, error) {
-	q := url.Values{}
-	q.Add("_pragma", "journal_mode(WAL)")
-	q.Add("_pragma", "busy_timeout(5000)")
-	q.Add("_pragma", "synchronous(NORMAL)")
-	q.Add("_txlock", "immediate")
-	db, err := sql.Open("sqlite", "file:"+path+"?"+q.Encode())
+	// The project's SQLite set-up (WAL, busy timeout, immediate writes) is
+	// the inbox's: one way to open SQLite in gotp.
+	db, err := inbox.OpenSQLite(ctx, path)
 	if err != nil {
 		return nil, fmt.Errorf("chat: open history %s: %w", path, err)
 	}
