@@ -405,6 +405,11 @@ func (p *Process) deliverLocked(msg any) {
 // Self returns the process's PID.
 func (p *Process) Self() PID { return p.pid }
 
+// Alive reports whether the process has not exited. It is safe from any
+// goroutine and never blocks; a process killed by an exit signal is not
+// alive from that moment on, even while its goroutine still runs.
+func (p *Process) Alive() bool { return !p.dead.Load() }
+
 // Node returns the node the process runs on.
 func (p *Process) Node() *Node { return p.n }
 
