@@ -24,10 +24,10 @@ func (r *Registry[K, V]) Info() Info {
 	for i := range t.parts {
 		pt := &t.parts[i]
 		pt.mu.RLock()
-		in.Entries += pt.count
+		in.Entries += int(pt.count.Load())
 		in.Processes += len(pt.owners)
 		if r.kind == Unique {
-			in.Keys[i] = len(pt.uniq)
+			in.Keys[i] = pt.u.live
 		} else {
 			in.Keys[i] = len(pt.dup)
 		}

@@ -29,10 +29,12 @@ func (r *Registry[K, V]) Register(p *gotp.Process, key K, value V) error {
 	if p == nil {
 		return gotp.ErrNoProc
 	}
-	return r.register(p.Self(), key, value)
+	return r.register(p, p.Self(), key, value)
 }
 
-func (r *Registry[K, V]) register(pid gotp.PID, key K, value V) error {
+// register registers pid, whose handle is p if the caller has it (nil
+// otherwise).
+func (r *Registry[K, V]) register(p *gotp.Process, pid gotp.PID, key K, value V) error {
 	if r.badKey(key) {
 		return ErrBadKey
 	}
@@ -40,10 +42,17 @@ func (r *Registry[K, V]) register(pid gotp.PID, key K, value V) error {
 	if t == nil {
 		return ErrNotRunning
 	}
-	if !r.n.IsAlive(pid) {
+	if p != nil {
+		if !p.Alive() {
+			return gotp.ErrNoProc
+		}
+	} else if !r.n.IsAlive(pid) {
 		return gotp.ErrNoProc
 	}
-	pi := r.entryPart(pid, key)
+	if r.kind == Unique {
+		return r.registerUnique(t, pid, key, value)
+	}
+	pi := r.pidPart(pid)
 	pt := &t.parts[pi]
 	pt.mu.Lock()
 	if t.closed.Load() {
@@ -52,36 +61,80 @@ func (r *Registry[K, V]) register(pid gotp.PID, key K, value V) error {
 	}
 	pk := pt.keys[pid.ID()]
 	first := pk == nil
-	if r.kind == Unique {
-		if e, ok := pt.uniq[key]; ok {
-			if holder := r.pidOf(e.id); holder == pid || r.n.IsAlive(holder) {
-				pt.mu.Unlock()
-				return &AlreadyRegisteredError{Key: key, Owner: holder}
-			}
-			pt.removeUniqueLocked(key, e) // its cleanup is on its way
-		}
-		if first {
-			pk = &pidKeys[K]{}
-			pk.list = pk.buf[:0]
-			pt.keys[pid.ID()] = pk
-		}
-		pt.uniq[key] = uentry[V]{id: pid.ID(), val: value, pos: int32(len(pk.list))}
-		pk.list = append(pk.list, key)
-	} else {
-		b := pt.dup[key]
-		if b == nil {
-			b = &bucket[V]{}
-			pt.dup[key] = b
-		}
-		b.add(pid, value)
-		if first {
-			pk = &pidKeys[K]{counts: make(map[K]int32, 1)}
-			pt.keys[pid.ID()] = pk
-		}
-		pk.counts[key]++
+	b := pt.dup[key]
+	if b == nil {
+		b = &bucket[V]{}
+		pt.dup[key] = b
 	}
-	pt.count++
+	b.add(pid, value)
+	if first {
+		pk = &pidKeys[K]{counts: make(map[K]int32, 1)}
+		pt.keys[pid.ID()] = pk
+	}
+	pk.counts[key]++
+	pt.count.Add(1)
 	pt.mu.Unlock()
+	r.registered(t, first, pi, pid, key, value)
+	return nil
+}
+
+// registerUnique is register on a unique registry. Everything that can be
+// done without the partition's lock is done before it: hashing, a
+// lock-free look at the key (which fails at once if a live process holds
+// it, and brings its slots into the cache), and the new entry.
+func (r *Registry[K, V]) registerUnique(t *table[K, V], pid gotp.PID, key K, value V) error {
+	h := r.hash(key)
+	pi := 0
+	if r.nparts > 1 {
+		pi = r.hashPart(h)
+	}
+	x := t.us[pi]
+	if s := x.find(h, key); s != nil {
+		// The key was held by holder when find read it; if holder is alive
+		// now, it was then: the failure is a consistent answer.
+		if holder := r.pidOf(s.id); holder == pid || r.n.IsAlive(holder) {
+			return &AlreadyRegisteredError{Key: key, Owner: holder}
+		}
+	}
+	pt := &t.parts[pi]
+	pt.mu.Lock()
+	if t.closed.Load() {
+		pt.mu.Unlock()
+		return ErrNotRunning
+	}
+	x.reserveLocked()
+	at, free := x.probeLocked(h, key)
+	if at >= 0 {
+		s := &x.t.Load().slots[at]
+		if holder := r.pidOf(s.id); holder == pid || r.n.IsAlive(holder) {
+			pt.mu.Unlock()
+			return &AlreadyRegisteredError{Key: key, Owner: holder}
+		}
+		pt.unlistLocked(r, s.id, key, s.pos) // a dead holder: its cleanup is on its way
+	}
+	pk := pt.keys[pid.ID()]
+	first := pk == nil
+	if first {
+		pk = &pidKeys[K]{}
+		pk.list = pk.buf[:0]
+		pt.keys[pid.ID()] = pk
+	}
+	x.putLocked(free, h, key, pid.ID(), value, int32(len(pk.list)))
+	pk.list = append(pk.list, key)
+	if at >= 0 {
+		x.killLocked(at) // after the new entry is live
+	} else {
+		pt.count.Add(1)
+	}
+	pt.mu.Unlock()
+	r.registered(t, first, pi, pid, key, value)
+	return nil
+}
+
+// registered finishes a registration outside the partition's lock: it
+// watches pid if this was its first key in partition pi, and tells the
+// listeners.
+func (r *Registry[K, V]) registered(t *table[K, V], first bool, pi int, pid gotp.PID, key K, value V) {
 	if first {
 		t.track(pid, pi)
 	}
@@ -91,7 +144,16 @@ func (r *Registry[K, V]) register(pid gotp.PID, key K, value V) error {
 			r.n.SendTo(l, ev)
 		}
 	}
-	return nil
+}
+
+// ufind returns the hash of key and its live slot in a running unique
+// registry's table t, or nil, without any lock.
+func (r *Registry[K, V]) ufind(t *table[K, V], key K) (uint64, *uslot[K, V]) {
+	h := r.hash(key)
+	if r.nparts == 1 {
+		return h, t.us[0].find(h, key)
+	}
+	return h, t.us[r.hashPart(h)].find(h, key)
 }
 
 // isLocal reports whether pid names a process of r's node incarnation:
@@ -155,15 +217,13 @@ func (r *Registry[K, V]) unregisterMatch(pid gotp.PID, key K, match func(V) bool
 	removed := 0
 	if r.kind == Unique {
 		// Read, match outside the lock, then remove if still the same.
-		pt.mu.RLock()
-		e, ok := pt.uniq[key]
-		pt.mu.RUnlock()
-		if !ok || e.id != pid.ID() || (match != nil && !match(e.val)) {
+		h, s := r.ufind(t, key)
+		if s == nil || s.id != pid.ID() || (match != nil && !match(s.val)) {
 			return 0
 		}
 		pt.mu.Lock()
-		if e2, ok := pt.uniq[key]; ok && e2.id == pid.ID() {
-			pt.removeUniqueLocked(key, e2)
+		if at, s := pt.u.getLocked(h, key); s != nil && s.id == pid.ID() {
+			pt.removeUniqueLocked(r, at, s)
 			removed = 1
 		}
 		pt.mu.Unlock()
@@ -188,23 +248,27 @@ func (r *Registry[K, V]) unregisterKey(key K) {
 	if t == nil || r.kind != Unique {
 		return
 	}
+	h := r.hash(key)
 	pt := &t.parts[r.keyPart(key)]
 	pt.mu.Lock()
-	e, ok := pt.uniq[key]
-	if ok {
-		pt.removeUniqueLocked(key, e)
+	var holder uint64
+	at, s := pt.u.getLocked(h, key)
+	if s != nil {
+		holder = s.id
+		pt.removeUniqueLocked(r, at, s)
 	}
 	pt.mu.Unlock()
-	if ok {
-		r.notifyUnregister(t, key, r.pidOf(e.id))
+	if s != nil {
+		r.notifyUnregister(t, key, r.pidOf(holder))
 	}
 }
 
 // Lookup returns the entries under key, in no particular order; nil if
 // there are none or the registry is not running. A unique registry reads
-// one partition; a duplicate registry reads every partition, one after the
-// other, each under its read lock (so the result is a consistent snapshot
-// of each partition, not of the registry as a whole).
+// the key's partition without any lock; a duplicate registry reads every
+// partition, one after the other, each under its read lock (so the result
+// is a consistent snapshot of each partition, not of the registry as a
+// whole).
 func (r *Registry[K, V]) Lookup(key K) []Entry[V] {
 	if r.badKey(key) {
 		return nil
@@ -214,14 +278,11 @@ func (r *Registry[K, V]) Lookup(key K) []Entry[V] {
 		return nil
 	}
 	if r.kind == Unique {
-		pt := &t.parts[r.keyPart(key)]
-		pt.mu.RLock()
-		e, ok := pt.uniq[key]
-		pt.mu.RUnlock()
-		if !ok {
+		_, s := r.ufind(t, key)
+		if s == nil {
 			return nil
 		}
-		return []Entry[V]{{PID: r.pidOf(e.id), Value: e.val}}
+		return []Entry[V]{{PID: r.pidOf(s.id), Value: s.val}}
 	}
 	var out []Entry[V]
 	for i := range t.parts {
@@ -239,9 +300,9 @@ func (pt *partition[K, V]) appendDup(dst []Entry[V], key K, node string, creatio
 	return dst
 }
 
-// Find returns the entry under key of a unique registry without
-// allocating, and whether there is one. On a duplicate registry it returns
-// one of the key's entries.
+// Find returns the entry under key of a unique registry, and whether there
+// is one, without allocating and without any lock. On a duplicate registry
+// it returns one of the key's entries.
 func (r *Registry[K, V]) Find(key K) (Entry[V], bool) {
 	if r.badKey(key) {
 		return Entry[V]{}, false
@@ -251,14 +312,11 @@ func (r *Registry[K, V]) Find(key K) (Entry[V], bool) {
 		return Entry[V]{}, false
 	}
 	if r.kind == Unique {
-		pt := &t.parts[r.keyPart(key)]
-		pt.mu.RLock()
-		e, ok := pt.uniq[key]
-		pt.mu.RUnlock()
-		if !ok {
+		_, s := r.ufind(t, key)
+		if s == nil {
 			return Entry[V]{}, false
 		}
-		return Entry[V]{PID: r.pidOf(e.id), Value: e.val}, true
+		return Entry[V]{PID: r.pidOf(s.id), Value: s.val}, true
 	}
 	for i := range t.parts {
 		pt := &t.parts[i]
@@ -357,15 +415,15 @@ func (r *Registry[K, V]) Values(key K, pid gotp.PID) []V {
 	if t == nil {
 		return nil
 	}
-	pt := &t.parts[r.entryPart(pid, key)]
-	pt.mu.RLock()
-	defer pt.mu.RUnlock()
 	if r.kind == Unique {
-		if e, ok := pt.uniq[key]; ok && e.id == pid.ID() {
-			return []V{e.val}
+		if _, s := r.ufind(t, key); s != nil && s.id == pid.ID() {
+			return []V{s.val}
 		}
 		return nil
 	}
+	pt := &t.parts[r.pidPart(pid)]
+	pt.mu.RLock()
+	defer pt.mu.RUnlock()
 	if b := pt.dup[key]; b != nil {
 		return b.appendValues(nil, pid)
 	}
@@ -373,7 +431,7 @@ func (r *Registry[K, V]) Values(key K, pid gotp.PID) []V {
 }
 
 // Count returns the number of entries in the registry, summed over the
-// partitions one after the other.
+// partitions one after the other. It takes no lock.
 func (r *Registry[K, V]) Count() int {
 	t := r.live()
 	if t == nil {
@@ -381,10 +439,7 @@ func (r *Registry[K, V]) Count() int {
 	}
 	n := 0
 	for i := range t.parts {
-		pt := &t.parts[i]
-		pt.mu.RLock()
-		n += pt.count
-		pt.mu.RUnlock()
+		n += int(t.parts[i].count.Load())
 	}
 	return n
 }
@@ -410,24 +465,21 @@ func (r *Registry[K, V]) UpdateValue(p *gotp.Process, key K, fn func(old V) V) (
 		return newValue, oldValue, ErrBadKey
 	}
 	pid := p.Self()
-	pt := &t.parts[r.keyPart(key)]
-	pt.mu.RLock()
-	e, ok := pt.uniq[key]
-	pt.mu.RUnlock()
-	if !ok || e.id != pid.ID() {
+	h, s := r.ufind(t, key)
+	if s == nil || s.id != pid.ID() {
 		return newValue, oldValue, ErrNotRegistered
 	}
-	oldValue = e.val
+	oldValue = s.val
 	newValue = fn(oldValue)
+	pt := &t.parts[r.keyPart(key)]
 	pt.mu.Lock()
-	e, ok = pt.uniq[key]
-	if !ok || e.id != pid.ID() {
+	_, s = pt.u.getLocked(h, key)
+	if s == nil || s.id != pid.ID() {
 		pt.mu.Unlock()
 		var zero V
 		return zero, zero, ErrNotRegistered
 	}
-	e.val = newValue
-	pt.uniq[key] = e
+	pt.u.setLocked(h, key, s.id, newValue, s.pos)
 	pt.mu.Unlock()
 	return newValue, oldValue, nil
 }
@@ -572,8 +624,10 @@ func (r *Registry[K, V]) All() iter.Seq[Item[K, V]] {
 func (pt *partition[K, V]) appendItems(dst []Item[K, V], mk func(uint64) gotp.PID) []Item[K, V] {
 	pt.mu.RLock()
 	defer pt.mu.RUnlock()
-	for k, e := range pt.uniq {
-		dst = append(dst, Item[K, V]{Key: k, PID: mk(e.id), Value: e.val})
+	if pt.u != nil {
+		pt.u.each(func(s *uslot[K, V]) {
+			dst = append(dst, Item[K, V]{Key: s.key, PID: mk(s.id), Value: s.val})
+		})
 	}
 	for k, b := range pt.dup {
 		for gi := range b.gs {

@@ -279,7 +279,8 @@ func TestConcurrentStress(t *testing.T) {
 		// crashing, or killed by another), and are replaced.
 		var spawned sync.WaitGroup
 		var writers sync.WaitGroup
-		var pids sync.Map
+		var pids sync.Map  // PID → true
+		var exits sync.Map // PID → its Done channel
 		for w := range workers {
 			writers.Go(func() {
 				rng := rand.New(rand.NewPCG(uint64(w), 7))
@@ -291,6 +292,7 @@ func TestConcurrentStress(t *testing.T) {
 					done, started := make(chan struct{}), make(chan struct{})
 					pid, err := n.Spawn(func(p *gotp.Process) error {
 						defer close(done)
+						exits.Store(p.Self(), p.Done())
 						close(started)
 						prng := rand.New(rand.NewPCG(seed, 1))
 						for range ops {
@@ -334,14 +336,19 @@ func TestConcurrentStress(t *testing.T) {
 		if v := violations.Load(); v != 0 {
 			t.Fatalf("%d invariant violations", v)
 		}
-		// Every writer has returned; wait for their exits to be complete.
-		deadline := time.Now().Add(10 * time.Second)
-		for n.ProcessCount() > 1 { // the registry itself
-			if time.Now().After(deadline) {
-				t.Fatalf("%d processes still alive", n.ProcessCount())
+		// Every writer has returned; wait for their exits to be complete
+		// (a process's Done channel closes after the registry's cleanup;
+		// ProcessCount drops before it).
+		timeout := time.After(10 * time.Second)
+		exits.Range(func(k, v any) bool {
+			select {
+			case <-v.(<-chan struct{}):
+				return true
+			case <-timeout:
+				t.Fatalf("%v has not exited", k)
+				return false
 			}
-			time.Sleep(time.Millisecond)
-		}
+		})
 		if c := r.Count(); c != 0 {
 			t.Fatalf("Count = %d after every process exited; left: %v", c, r.Select(nil))
 		}

@@ -347,13 +347,24 @@ func (r *Registry[K, V]) badKey(key K) bool {
 	return x != nil && !reflect.ValueOf(x).Comparable()
 }
 
+// hash returns the hash of key: a unique registry's partition comes from
+// its high bits (hashPart), the key's slot in the partition's table from
+// its low bits.
+func (r *Registry[K, V]) hash(key K) uint64 { return maphash.Comparable(r.seed, key) }
+
+// hashPart returns the partition of a key with hash h in a unique
+// registry.
+func (r *Registry[K, V]) hashPart(h uint64) int {
+	hi, _ := bits.Mul64(h, uint64(r.nparts))
+	return int(hi)
+}
+
 // keyPart returns the partition of key in a unique registry.
 func (r *Registry[K, V]) keyPart(key K) int {
 	if r.nparts == 1 {
 		return 0
 	}
-	hi, _ := bits.Mul64(maphash.Comparable(r.seed, key), uint64(r.nparts))
-	return int(hi)
+	return r.hashPart(r.hash(key))
 }
 
 // pidPart returns the partition of a process: where a duplicate registry
@@ -382,6 +393,7 @@ type table[K comparable, V any] struct {
 	r      *Registry[K, V]
 	pid    gotp.PID
 	parts  []partition[K, V]
+	us     []*uindex[K, V] // unique: the entries of each partition, for readers (parts[i].u == us[i])
 	closed atomic.Bool
 	done   chan struct{} // closed once close has dropped everything
 
@@ -390,32 +402,20 @@ type table[K comparable, V any] struct {
 }
 
 // A partition holds entries and the bookkeeping for the processes that
-// own them. Everything in it is guarded by mu. Processes are indexed by
-// PID.ID(): only live local processes can register (register checks
-// Node.IsAlive), and IDs are unique within a node incarnation; an ID map
-// hashes and compares faster than a PID map.
+// own them. Everything in it is guarded by mu, except the entries of a
+// unique partition (u), which readers read without any lock (see utable),
+// and count, which is atomic. Processes are indexed by PID.ID(): only live
+// local processes can register (register checks that they are alive), and
+// IDs are unique within a node incarnation; an ID map hashes and compares
+// faster than a PID map.
 type partition[K comparable, V any] struct {
 	mu     sync.RWMutex
-	uniq   map[K]uentry[V]        // unique: key → entry
+	u      *uindex[K, V]          // unique: key → entry (table.us[i]); never replaced
 	dup    map[K]*bucket[V]       // duplicate: key → entries of this partition's processes
 	keys   map[uint64]*pidKeys[K] // process ID → its keys held in this partition
 	owners map[uint64]*owner      // process ID (of this partition's processes) → monitor record
-	count  int                    // entries
+	count  atomic.Int64           // entries; written under mu
 	_      [64]byte               // keep partitions' locks on separate cache lines
-}
-
-// uentry is a unique registration. pos is the key's index in the owner's
-// pidKeys.list, so that removing a key is O(1).
-//
-// Entries keep the process's number only: every process that holds
-// entries is a live local process, so its PID is rebuilt from the node's
-// name and creation. A slot is then 12 bytes plus the value, and holds no
-// pointer unless the value does, so the garbage collector does not scan
-// the tables of a registry of pointer-free values at all.
-type uentry[V any] struct {
-	id  uint64 // PID.ID() of the holder
-	val V
-	pos int32
 }
 
 // pidKeys are the keys one process holds in one partition: a list for a
@@ -450,6 +450,13 @@ func newTable[K comparable, V any](r *Registry[K, V]) *table[K, V] {
 	for k, v := range r.meta0 {
 		t.meta[k] = v
 	}
+	if r.kind == Unique {
+		t.us = make([]*uindex[K, V], r.nparts)
+		for i := range t.parts {
+			t.us[i] = newUindex[K, V]()
+			t.parts[i].u = t.us[i]
+		}
+	}
 	for i := range t.parts {
 		t.parts[i].reset(r.kind)
 	}
@@ -458,13 +465,13 @@ func newTable[K comparable, V any](r *Registry[K, V]) *table[K, V] {
 
 func (pt *partition[K, V]) reset(kind Kind) {
 	if kind == Unique {
-		pt.uniq = make(map[K]uentry[V])
+		pt.u.clearLocked()
 	} else {
 		pt.dup = make(map[K]*bucket[V])
 	}
 	pt.keys = make(map[uint64]*pidKeys[K])
 	pt.owners = make(map[uint64]*owner)
-	pt.count = 0
+	pt.count.Store(0)
 }
 
 // close drops every entry and every monitor. It runs on the goroutine that
@@ -551,30 +558,30 @@ func (t *table[K, V]) cleanup(pid gotp.PID, o *owner) {
 	for _, pi := range parts {
 		pt := &t.parts[pi]
 		pt.mu.Lock()
-		pt.dropPIDLocked(pid)
+		pt.dropPIDLocked(t.r, pid)
 		pt.mu.Unlock()
 	}
 }
 
 // dropPIDLocked removes every entry of pid in the partition.
-func (pt *partition[K, V]) dropPIDLocked(pid gotp.PID) {
+func (pt *partition[K, V]) dropPIDLocked(r *Registry[K, V], pid gotp.PID) {
 	pk := pt.keys[pid.ID()]
 	if pk == nil {
 		return
 	}
 	delete(pt.keys, pid.ID())
-	if pt.uniq != nil {
+	if pt.u != nil {
 		for _, k := range pk.list {
-			if e, ok := pt.uniq[k]; ok && e.id == pid.ID() {
-				delete(pt.uniq, k)
-				pt.count--
+			if at, s := pt.u.getLocked(r.hash(k), k); s != nil && s.id == pid.ID() {
+				pt.u.killLocked(at)
+				pt.count.Add(-1)
 			}
 		}
 		return
 	}
 	for k := range pk.counts {
 		if b := pt.dup[k]; b != nil {
-			pt.count -= b.removePID(pid, nil)
+			pt.count.Add(-int64(b.removePID(pid, nil)))
 			if b.n == 0 {
 				delete(pt.dup, k)
 			}
@@ -582,22 +589,28 @@ func (pt *partition[K, V]) dropPIDLocked(pid gotp.PID) {
 	}
 }
 
-// removeUniqueLocked removes the unique entry e under key.
-func (pt *partition[K, V]) removeUniqueLocked(key K, e uentry[V]) {
-	delete(pt.uniq, key)
-	pt.count--
-	pk := pt.keys[e.id]
+// removeUniqueLocked removes the unique entry in slot at, s.
+func (pt *partition[K, V]) removeUniqueLocked(r *Registry[K, V], at int, s *uslot[K, V]) {
+	id, key, pos := s.id, s.key, s.pos
+	pt.u.killLocked(at)
+	pt.count.Add(-1)
+	pt.unlistLocked(r, id, key, pos)
+}
+
+// unlistLocked removes key, at index pos, from the key list of process
+// id, which no longer holds it.
+func (pt *partition[K, V]) unlistLocked(r *Registry[K, V], id uint64, key K, pos int32) {
+	pk := pt.keys[id]
 	if pk == nil {
 		return
 	}
 	last := len(pk.list) - 1
-	if int(e.pos) <= last && pk.list[e.pos] == key {
-		if int(e.pos) != last {
+	if int(pos) <= last && pk.list[pos] == key {
+		if int(pos) != last {
 			moved := pk.list[last]
-			pk.list[e.pos] = moved
-			if me, ok := pt.uniq[moved]; ok {
-				me.pos = e.pos
-				pt.uniq[moved] = me
+			pk.list[pos] = moved
+			if _, ms := pt.u.getLocked(r.hash(moved), moved); ms != nil && ms.id == id {
+				ms.pos = pos
 			}
 		}
 		var zero K
@@ -605,7 +618,7 @@ func (pt *partition[K, V]) removeUniqueLocked(key K, e uentry[V]) {
 		pk.list = pk.list[:last]
 	}
 	if len(pk.list) == 0 {
-		delete(pt.keys, e.id)
+		delete(pt.keys, id)
 	}
 }
 
@@ -620,7 +633,7 @@ func (pt *partition[K, V]) removeDupLocked(pid gotp.PID, key K, match func(V) bo
 	if removed == 0 {
 		return 0
 	}
-	pt.count -= removed
+	pt.count.Add(-int64(removed))
 	if b.n == 0 {
 		delete(pt.dup, key)
 	}

@@ -52,7 +52,7 @@ func (v Via[K, V]) RegisterName(n *gotp.Node, pid gotp.PID) error {
 	if n != nil && n != v.r.n {
 		return fmt.Errorf("registry: via name of another node's registry: %w", gotp.ErrNoProc)
 	}
-	err := v.r.register(pid, v.key, v.value)
+	err := v.r.register(nil, pid, v.key, v.value)
 	if e, ok := err.(*AlreadyRegisteredError); ok {
 		return &gotp.AlreadyRegisteredError{Name: fmt.Sprint(v.key), Owner: e.Owner}
 	}
