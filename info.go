@@ -28,7 +28,7 @@ type ProcessInfo struct {
 	MonitoredBy []PID     // processes that monitor this one (zero PIDs for MonitorFunc watchers)
 	TrapExit    bool      // whether it traps exits
 	Started     time.Time // when it was spawned
-	Handler     bool      // a handler-mode process (no goroutine while idle)
+	Handler     bool      // a handler-mode process that holds no goroutine while idle (not Resident)
 }
 
 // ProcessInfo returns a snapshot of the process pid, or false if it is not
@@ -55,11 +55,9 @@ func (p *Process) info() ProcessInfo {
 		Handled:    p.handled.Load(),
 		TrapExit:   p.trap,
 		Started:    time.Unix(0, p.started),
-		Handler:    p.mode == modeHandler,
+		Handler:    p.mode == modeHandler && !p.resident,
 	}
-	if p.extra != nil {
-		in.Behaviour = p.extra.behaviour
-	}
+	in.Behaviour = p.label
 	switch {
 	case p.dead.Load():
 		in.Status = StatusExited
@@ -68,7 +66,7 @@ func (p *Process) info() ProcessInfo {
 	default:
 		in.Status = StatusRunning
 	}
-	for l := range p.links {
+	for l := range p.links.all {
 		in.Links = append(in.Links, l)
 	}
 	for _, t := range p.monitoring {

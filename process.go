@@ -26,15 +26,18 @@ const (
 // targets): state that few processes need lives in procExtra, made on first
 // use.
 type Process struct {
-	n       *Node
-	pid     PID
-	handler Handler
-	started int64 // unix nanoseconds
-	handled atomic.Uint64
-	mlen    atomic.Int64 // mailbox length, for introspection
-	dead    atomic.Bool
-	mode    procMode
-	lastTo  atomic.Pointer[Process] // the local process this one last sent to
+	n        *Node
+	pid      PID
+	label    string // the Behaviour spawn option's label
+	handler  Handler
+	started  int64 // unix nanoseconds
+	handled  atomic.Uint64
+	mlen     atomic.Int64 // mailbox length, for introspection
+	dead     atomic.Bool
+	mode     procMode
+	inline   bool                    // handler mode: RunInline may run the handler on the sender's goroutine
+	resident bool                    // handler mode: one goroutine handles every burst (see Resident)
+	lastTo   atomic.Pointer[Process] // the local process this one last sent to
 
 	mu         sync.Mutex // guards the fields below
 	trap       bool
@@ -45,7 +48,7 @@ type Process struct {
 	name       string
 	queue      []any    // messages not yet moved to the receiver's buffer
 	wake       chan any // function mode: hands a message (or wakeExit) to a waiting receiver; made by its first wait
-	links      map[PID]struct{}
+	links      linkSet
 	monitors   map[Ref]watcher // monitors of this process
 	monitoring map[Ref]PID     // monitors this process holds
 	extra      *procExtra      // rarely needed state; nil until first needed
@@ -59,11 +62,10 @@ type Process struct {
 // procExtra holds the state of a process that most processes never need.
 // It is guarded by the process's mu.
 type procExtra struct {
-	behaviour string
-	done      chan struct{} // closed when exit has finished; made by Done
-	ctx       context.Context
-	cancel    context.CancelFunc
-	values    map[any]any // process dictionary, set by behaviours
+	done   chan struct{} // closed when exit has finished; made by Done
+	ctx    context.Context
+	cancel context.CancelFunc
+	values map[any]any // process dictionary, set by behaviours
 }
 
 // extraLocked returns p.extra, making it if needed. p.mu must be held.
@@ -97,58 +99,86 @@ type watcher struct {
 	remote bool       // the Down goes back through the transport to Ref's node
 }
 
-// SpawnOption configures Spawn and SpawnHandler.
-type SpawnOption interface {
-	// apply returns c with the option applied. It takes and returns the
-	// config by value so that reading options does not move it to the heap.
-	apply(c spawnConfig) spawnConfig
+// SpawnOption configures Spawn and SpawnHandler. Options are plain values
+// (made by LinkTo, Named, TrapExit, AllowInline, Resident and Behaviour),
+// so passing them allocates nothing.
+type SpawnOption struct {
+	kind spawnOptionKind
+	pid  PID
+	str  string
+	on   bool
 }
+
+type spawnOptionKind uint8
+
+const (
+	optNone spawnOptionKind = iota
+	optLink
+	optName
+	optTrap
+	optInline
+	optResident
+	optBehaviour
+)
 
 type spawnConfig struct {
 	link      PID
 	name      string
 	trap      bool
+	inline    bool
+	resident  bool
 	behaviour string
 }
 
 func configOf(opts []SpawnOption) spawnConfig {
 	var c spawnConfig
-	for _, o := range opts {
-		c = o.apply(c)
+	for i := range opts {
+		o := &opts[i]
+		switch o.kind {
+		case optLink:
+			c.link = o.pid
+		case optName:
+			c.name = o.str
+		case optTrap:
+			c.trap = o.on
+		case optInline:
+			c.inline = o.on
+		case optResident:
+			c.resident = o.on
+		case optBehaviour:
+			c.behaviour = o.str
+		}
 	}
 	return c
 }
 
-type linkOption PID
-
-func (o linkOption) apply(c spawnConfig) spawnConfig { c.link = PID(o); return c }
-
-type nameOption string
-
-func (o nameOption) apply(c spawnConfig) spawnConfig { c.name = string(o); return c }
-
-type trapOption bool
-
-func (o trapOption) apply(c spawnConfig) spawnConfig { c.trap = bool(o); return c }
-
-type behaviourOption string
-
-func (o behaviourOption) apply(c spawnConfig) spawnConfig { c.behaviour = string(o); return c }
-
 // LinkTo links the new process to pid before it runs, atomically (Erlang's
 // spawn_link). If pid is not alive, the spawn fails with ErrNoProc.
-func LinkTo(pid PID) SpawnOption { return linkOption(pid) }
+func LinkTo(pid PID) SpawnOption { return SpawnOption{kind: optLink, pid: pid} }
 
 // Named registers the new process under a local name before it runs. If
 // the name is taken the spawn fails with *AlreadyRegisteredError.
-func Named(name string) SpawnOption { return nameOption(name) }
+func Named(name string) SpawnOption { return SpawnOption{kind: optName, str: name} }
 
 // TrapExit sets whether the new process traps exits from its start.
-func TrapExit(on bool) SpawnOption { return trapOption(on) }
+func TrapExit(on bool) SpawnOption { return SpawnOption{kind: optTrap, on: on} }
+
+// AllowInline lets Node.RunInline run the new handler-mode process's
+// handler on the sender's goroutine while the process is idle. It has no
+// effect on a function process (Spawn).
+func AllowInline() SpawnOption { return SpawnOption{kind: optInline, on: true} }
+
+// Resident gives the new handler-mode process a goroutine of its own for
+// its whole life: a message wakes it instead of starting a goroutine for
+// each burst, and it keeps the stack it has grown, which suits a busy
+// process whose handler runs deep (a supervisor). An idle resident process
+// holds a parked goroutine (a few KB) instead of none. RunInline still
+// works on it. It has no effect on a function process (Spawn).
+func Resident() SpawnOption { return SpawnOption{kind: optResident, on: true} }
 
 // Behaviour labels the new process for introspection (for example
 // "server" or "supervisor").
-func Behaviour(label string) SpawnOption { return behaviourOption(label) }
+func Behaviour(label string) SpawnOption { return SpawnOption{kind: optBehaviour, str: label} }
 
 // Spawn starts fn as a new process with its own goroutine and returns its
 // PID. The process ends when fn returns, with fn's error as its reason (nil
@@ -205,15 +235,34 @@ func (n *Node) SpawnHandler(h Handler, init func(p *Process) error, opts ...Spaw
 		}
 		return PID{}, reason
 	}
+	if p.resident {
+		p.wake = make(chan any, 1)
+		n.goroutines.add()
+		go p.runResident()
+	}
 	if len(p.queue) == 0 {
 		p.running = false
 		p.mu.Unlock()
 	} else {
-		n.goroutines.add()
 		p.mu.Unlock()
-		go p.runHandler()
+		p.startHandling()
 	}
 	return p.pid, nil
+}
+
+// startHandling gets a goroutine to handle the mailbox of a handler-mode
+// process whose running flag the caller has just set: the resident one,
+// or a new one.
+func (p *Process) startHandling() {
+	if p.resident {
+		select {
+		case p.wake <- nil:
+		default: // a wake-up is already pending
+		}
+		return
+	}
+	p.n.goroutines.add()
+	go p.runHandler()
 }
 
 func (p *Process) runInit(init func(p *Process) error) (err error) {
@@ -230,15 +279,15 @@ func (n *Node) newProcess(mode procMode, h Handler, c *spawnConfig) (*Process, e
 		return nil, ErrNodeStopped
 	}
 	p := &Process{
-		n:       n,
-		pid:     PID{node: n.name, creation: n.creation, id: n.nextID.Add(1)},
-		mode:    mode,
-		handler: h,
-		started: time.Now().UnixNano(),
-		trap:    c.trap,
-	}
-	if c.behaviour != "" {
-		p.extra = &procExtra{behaviour: c.behaviour}
+		n:        n,
+		pid:      PID{node: n.name, creation: n.creation, id: n.nextID.Add(1)},
+		mode:     mode,
+		handler:  h,
+		started:  time.Now().UnixNano(),
+		trap:     c.trap,
+		inline:   c.inline && mode == modeHandler,
+		resident: c.resident && mode == modeHandler,
+		label:    c.behaviour,
 	}
 	return p, nil
 }
@@ -299,16 +348,35 @@ func (p *Process) dropBuffer() {
 
 func (p *Process) runHandler() {
 	defer p.n.goroutines.done()
+	p.drain()
+}
+
+// runResident is the goroutine of a Resident process: it drains the
+// mailbox each time it is woken, until the process has exited.
+func (p *Process) runResident() {
+	defer p.n.goroutines.done()
+	for range p.wake {
+		if p.dead.Load() || !p.drain() {
+			p.dropBuffer()
+			return
+		}
+	}
+}
+
+// drain handles messages until the mailbox is empty (the process is then
+// idle: running is false) or the process has exited; it reports whether
+// the process is still alive.
+func (p *Process) drain() bool {
 	for {
 		if p.rhead == len(p.rbuf) && !p.refill() {
-			return
+			return !p.dead.Load()
 		}
 		if p.dead.Load() {
 			p.dropBuffer()
 			p.mu.Lock()
 			p.running = false
 			p.mu.Unlock()
-			return
+			return false
 		}
 		msg := p.rbuf[p.rhead]
 		p.rbuf[p.rhead] = nil
@@ -321,7 +389,7 @@ func (p *Process) runHandler() {
 			p.mu.Lock()
 			p.running = false
 			p.mu.Unlock()
-			return
+			return false
 		}
 	}
 }
@@ -355,6 +423,50 @@ func (p *Process) handle(msg any) (stop bool, reason error) {
 		}
 	}()
 	return p.handler.HandleMessage(p, msg)
+}
+
+// RunInline handles msg as the process to, on the calling goroutine, when
+// to is a local handler-mode process spawned with AllowInline that is idle:
+// alive, with an empty mailbox and no message being handled. It then
+// returns true after the handler has returned; msg was the only message
+// handled, and messages that arrived meanwhile are handled as usual, on a
+// goroutine of the process's own. Otherwise it returns false and msg is
+// not delivered: send it instead.
+//
+// Running a handler inline saves the two goroutine switches of a request
+// whose sender waits for the answer anyway (a call). The sender then waits
+// for the handler however long it runs; a handler that stops the process
+// or panics ends the process, never the sender. RunInline is safe from any
+// goroutine, including another process's.
+func (n *Node) RunInline(to PID, msg any) bool {
+	p := n.lookup(to)
+	if p == nil || !p.inline {
+		return false
+	}
+	p.mu.Lock()
+	if p.running || len(p.queue) > 0 || p.dead.Load() {
+		p.mu.Unlock()
+		return false
+	}
+	p.running = true
+	p.mu.Unlock()
+	p.handled.Add(1)
+	if stop, reason := p.handle(msg); stop {
+		p.exit(reason)
+		p.mu.Lock()
+		p.running = false
+		p.mu.Unlock()
+		return true
+	}
+	p.mu.Lock()
+	if len(p.queue) == 0 || p.dead.Load() {
+		p.running = false
+		p.mu.Unlock()
+		return true
+	}
+	p.mu.Unlock()
+	p.startHandling()
+	return true
 }
 
 // deliver appends msg to the mailbox and wakes the process.
@@ -394,9 +506,8 @@ func (p *Process) deliverLocked(msg any) {
 		// The receiver is running: it finds msg in the queue.
 	} else if !p.running {
 		p.running = true
-		p.n.goroutines.add()
 		p.mu.Unlock()
-		go p.runHandler()
+		p.startHandling()
 		return
 	}
 	p.mu.Unlock()

@@ -106,10 +106,7 @@ func (g *Gateway) Link(from, to PID) {
 	if p != nil {
 		p.mu.Lock()
 		if !p.dead.Load() {
-			if p.links == nil {
-				p.links = make(map[PID]struct{})
-			}
-			p.links[from] = struct{}{}
+			p.links.add(from)
 			p.mu.Unlock()
 			return
 		}
@@ -122,7 +119,7 @@ func (g *Gateway) Link(from, to PID) {
 func (g *Gateway) Unlink(from, to PID) {
 	if p := g.n.lookup(to); p != nil {
 		p.mu.Lock()
-		delete(p.links, from)
+		p.links.del(from)
 		p.mu.Unlock()
 	}
 }
@@ -170,7 +167,7 @@ func (g *Gateway) NodeDown(node string) {
 	for _, p := range n.table.all() {
 		var lost []PID
 		p.mu.Lock()
-		for l := range p.links {
+		for l := range p.links.all {
 			if l.node == node {
 				lost = append(lost, l)
 			}

@@ -20,13 +20,18 @@ func (p *Process) exit(reason error) bool {
 	p.dead.Store(true)
 	p.reason = reason
 	links, mons, monitoring := p.links, p.monitors, p.monitoring
-	p.links, p.monitors, p.monitoring = nil, nil, nil
+	p.links, p.monitors, p.monitoring = linkSet{}, nil, nil
 	name := p.name
 	p.queue = nil
 	p.mlen.Store(0)
 	if p.mode == modeFunc && p.waiting {
 		p.waiting = false
 		p.wake <- wakeExit{} // never blocks: see deliverLocked
+	} else if p.resident {
+		select { // let the resident goroutine end
+		case p.wake <- nil:
+		default: // it is running, or already woken
+		}
 	}
 	var cancel context.CancelFunc
 	if p.extra != nil {
@@ -54,7 +59,7 @@ func (p *Process) exit(reason error) bool {
 			n.fire(w, Down{Ref: ref, PID: p.pid, Reason: reason})
 		}
 	}
-	for pid := range links {
+	for pid := range links.all {
 		n.exitSignal(p.pid, pid, reason, true)
 	}
 	for ref, w := range mons {
@@ -85,11 +90,10 @@ func (p *Process) exitSignal(from PID, reason error, viaLink bool) {
 		return
 	}
 	if viaLink {
-		if _, ok := p.links[from]; !ok {
+		if !p.links.del(from) {
 			p.mu.Unlock() // unlinked meanwhile: the signal is void
 			return
 		}
-		delete(p.links, from)
 	} else if errors.Is(reason, ErrKill) {
 		p.mu.Unlock()
 		p.exit(ErrKilled)
@@ -122,10 +126,7 @@ func (p *Process) link(pid PID) error {
 		if !n.isLocal(pid) && pid.node != n.name && !pid.IsZero() {
 			if r := n.remote.Load(); r != nil {
 				p.mu.Lock()
-				if p.links == nil {
-					p.links = make(map[PID]struct{})
-				}
-				p.links[pid] = struct{}{}
+				p.links.add(pid)
 				p.mu.Unlock()
 				r.t.Link(p.pid, pid)
 				return nil
@@ -144,14 +145,8 @@ func (p *Process) link(pid PID) error {
 	if q.dead.Load() || p.dead.Load() {
 		return ErrNoProc
 	}
-	if p.links == nil {
-		p.links = make(map[PID]struct{})
-	}
-	if q.links == nil {
-		q.links = make(map[PID]struct{})
-	}
-	p.links[pid] = struct{}{}
-	q.links[p.pid] = struct{}{}
+	p.links.add(pid)
+	q.links.add(p.pid)
 	return nil
 }
 
@@ -159,12 +154,12 @@ func (p *Process) link(pid PID) error {
 // Unlink returns, no exit signal caused by the link reaches this process.
 func (p *Process) Unlink(pid PID) {
 	p.mu.Lock()
-	delete(p.links, pid)
+	p.links.del(pid)
 	p.mu.Unlock()
 	n := p.n
 	if q := n.lookup(pid); q != nil {
 		q.mu.Lock()
-		delete(q.links, p.pid)
+		q.links.del(p.pid)
 		q.mu.Unlock()
 		return
 	}

@@ -126,24 +126,44 @@ func call1(ctx context.Context, n *gotp.Node, to gotp.Dest, req any) (any, error
 	if !ok {
 		return nil, &CallError{Reason: gotp.ErrNoProc}
 	}
+	local := pid.Node() == n.Name() && pid.Creation() == n.Creation()
+	var c *call
+	ran := false // HandleCall has run: wait for a deferred reply
+	if local {
+		c = &call{req: req, ch: make(chan any, 1)}
+		c.from = From{c: c, n: n}
+		if ran = n.RunInline(pid, c); ran {
+			// HandleCall ran here (see InlineCalls). Unless it deferred
+			// its reply, the reply (or the server's end) is waiting.
+			select {
+			case v := <-c.ch:
+				if d, ok := v.(died); ok {
+					return nil, &CallError{Server: pid, Reason: reasonOrNoProc(d.reason)}
+				}
+				return v, nil
+			default:
+			}
+		}
+	}
 	var timeout <-chan time.Time
 	if _, ok := ctx.Deadline(); !ok {
 		t := time.NewTimer(DefaultCallTimeout)
 		defer t.Stop()
 		timeout = t.C
 	}
-	if pid.Node() != n.Name() || pid.Creation() != n.Creation() {
+	if !local {
 		return callRemote(ctx, n, pid, req, timeout)
 	}
-	c := &call{req: req, ch: make(chan any, 1)}
 	mon := n.MonitorFunc(pid, func(d gotp.Down) {
 		select {
 		case c.ch <- died{d.Reason}:
 		default:
 		}
 	})
-	c.from = From{c: c, n: n, ref: mon}
-	n.Send(pid, c)
+	if !ran {
+		c.from.ref = mon
+		n.Send(pid, c)
+	}
 	var v any
 	var err error
 	select {

@@ -19,7 +19,7 @@ func TestDedicated(t *testing.T) {
 		t.Fatal(err)
 	}
 	if in, _ := n.ProcessInfo(pid); in.Handler {
-		t.Fatal("a dedicated server must be a function-mode process")
+		t.Fatal("a dedicated server holds a goroutine of its own: it is not reported as goroutine-less")
 	}
 	if got, err := server.Call[string](ctx(t), n, pid, put{"a", 1}); err != nil || got != "ok" {
 		t.Fatalf("put = %q, %v", got, err)

@@ -93,8 +93,28 @@ func (e *AlreadyStartedError) Error() string {
 // Is makes errors.Is(err, ErrAlreadyStarted) true.
 func (e *AlreadyStartedError) Is(target error) bool { return target == ErrAlreadyStarted }
 
-// Option configures Start.
-type Option interface{ apply(*config) }
+// Option configures Start. Options are plain values (made by Named,
+// WithVia, TrapExit, LinkTo, Dedicated and InlineCalls), so passing them
+// allocates nothing.
+type Option struct {
+	kind optionKind
+	pid  gotp.PID
+	name string
+	via  gotp.Via
+	on   bool
+}
+
+type optionKind uint8
+
+const (
+	optNone optionKind = iota
+	optName
+	optVia
+	optTrap
+	optLink
+	optDedicated
+	optInline
+)
 
 type config struct {
 	name   string
@@ -104,38 +124,62 @@ type config struct {
 	parent gotp.PID
 	// dedicated runs the server on a goroutine of its own (see Dedicated).
 	dedicated bool
+	// inline lets calls run on the caller's goroutine (see InlineCalls).
+	inline bool
 }
 
-type optionFunc func(*config)
-
-func (f optionFunc) apply(c *config) { f(c) }
+func (c *config) apply(o *Option) {
+	switch o.kind {
+	case optName:
+		c.name = o.name
+	case optVia:
+		c.via = o.via
+	case optTrap:
+		c.trap = o.on
+	case optLink:
+		c.link, c.parent = o.pid, o.pid
+	case optDedicated:
+		c.dedicated = o.on
+	case optInline:
+		c.inline = o.on
+	}
+}
 
 // Named registers the server under a local name before Init runs.
-func Named(name string) Option { return optionFunc(func(c *config) { c.name = name }) }
+func Named(name string) Option { return Option{kind: optName, name: name} }
 
 // WithVia registers the server under a name held by a name service (for
 // example a unique registry) before Init runs.
-func WithVia(v gotp.Via) Option { return optionFunc(func(c *config) { c.via = v }) }
+func WithVia(v gotp.Via) Option { return Option{kind: optVia, via: v} }
 
 // TrapExit makes the server trap exits from its start (Init may also call
 // p.TrapExit).
-func TrapExit(on bool) Option { return optionFunc(func(c *config) { c.trap = on }) }
+func TrapExit(on bool) Option { return Option{kind: optTrap, on: on} }
 
 // LinkTo links the server to pid, atomically with its start, and makes pid
 // its parent: an exit signal from the parent stops a server that traps
 // exits, with Terminate.
-func LinkTo(pid gotp.PID) Option {
-	return optionFunc(func(c *config) { c.link, c.parent = pid, pid })
-}
+func LinkTo(pid gotp.PID) Option { return Option{kind: optLink, pid: pid} }
 
 // Dedicated runs the server on a goroutine of its own for its whole life
-// (a function-mode process) instead of a goroutine started for each burst
-// of messages. It suits a busy server whose callbacks run deep, such as a
+// (gotp.Resident) instead of a goroutine started for each burst of
+// messages. It suits a busy server whose callbacks run deep, such as a
 // supervisor starting children: the goroutine is woken rather than created
 // for each message and keeps its grown stack. An idle dedicated server
-// holds a parked goroutine (a few KB) instead of none. Init then runs on
-// that goroutine; Start still returns when it has returned.
-func Dedicated() Option { return optionFunc(func(c *config) { c.dedicated = true }) }
+// holds a parked goroutine (a few KB) instead of none. Init runs on
+// Start's goroutine, as without it.
+func Dedicated() Option { return Option{kind: optDedicated, on: true} }
+
+// InlineCalls lets a Call find the server idle (nothing in its mailbox,
+// nothing being handled) and then run HandleCall on the caller's goroutine,
+// as the server process, instead of waking the server and being woken by
+// its reply: two goroutine switches fewer. The server's semantics do not
+// change (one message at a time, in order); what changes is that such a
+// call waits for HandleCall however long it runs, as an OTP call with an
+// infinity timeout does, rather than ending at its deadline. It suits a
+// server whose calls are short or must run to completion anyway, such as a
+// supervisor. It combines with Dedicated.
+func InlineCalls() Option { return Option{kind: optInline, on: true} }
 
 // Start starts a server running b on node n and returns when Init has
 // returned. It fails with Init's error, with *AlreadyStartedError when the
@@ -143,16 +187,24 @@ func Dedicated() Option { return optionFunc(func(c *config) { c.dedicated = true
 // while its mailbox is empty.
 func Start(ctx context.Context, n *gotp.Node, b Behaviour, opts ...Option) (gotp.PID, error) {
 	var c config
-	for _, o := range opts {
-		o.apply(&c)
+	for i := range opts {
+		c.apply(&opts[i])
 	}
+	return start(ctx, n, b, &c)
+}
+
+func start(ctx context.Context, n *gotp.Node, b Behaviour, c *config) (gotp.PID, error) {
 	g := &gen{b: b, parent: c.parent}
-	sopts := []gotp.SpawnOption{gotp.Behaviour(behaviourLabel(b)), gotp.TrapExit(c.trap)}
+	var buf [6]gotp.SpawnOption
+	sopts := append(buf[:0], gotp.Behaviour(behaviourLabel(b)), gotp.TrapExit(c.trap))
 	if c.name != "" {
 		sopts = append(sopts, gotp.Named(c.name))
 	}
 	if !c.link.IsZero() {
 		sopts = append(sopts, gotp.LinkTo(c.link))
+	}
+	if c.inline {
+		sopts = append(sopts, gotp.AllowInline())
 	}
 	init := func(p *gotp.Process) error {
 		if c.via != nil {
@@ -171,13 +223,10 @@ func Start(ctx context.Context, n *gotp.Node, b Behaviour, opts ...Option) (gotp
 		}
 		return err
 	}
-	var pid gotp.PID
-	var err error
 	if c.dedicated {
-		pid, err = startDedicated(n, g, init, sopts)
-	} else {
-		pid, err = n.SpawnHandler(g, init, sopts...)
+		sopts = append(sopts, gotp.Resident())
 	}
+	pid, err := n.SpawnHandler(g, init, sopts...)
 	if err != nil {
 		if e, ok := errors.AsType[*gotp.AlreadyRegisteredError](err); ok && e.Name == c.name {
 			return gotp.PID{}, &AlreadyStartedError{PID: e.Owner}
@@ -187,52 +236,15 @@ func Start(ctx context.Context, n *gotp.Node, b Behaviour, opts ...Option) (gotp
 	return pid, nil
 }
 
-// startDedicated runs g on a function-mode process: init first, then a
-// receive loop. It returns once init has returned, with its error.
-func startDedicated(n *gotp.Node, g *gen, init func(p *gotp.Process) error, sopts []gotp.SpawnOption) (gotp.PID, error) {
-	ready := make(chan error, 1)
-	pid, err := n.Spawn(func(p *gotp.Process) error {
-		err := func() (err error) {
-			defer func() {
-				if v := recover(); v != nil {
-					err = &gotp.PanicError{Value: v, Stack: debug.Stack()}
-				}
-			}()
-			return init(p)
-		}()
-		ready <- err
-		if err != nil {
-			return err
-		}
-		ctx := p.Context()
-		for {
-			msg, err := p.Receive(ctx)
-			if err != nil {
-				return err // killed: the process has already exited
-			}
-			if stop, reason := g.HandleMessage(p, msg); stop {
-				return reason
-			}
-		}
-	}, sopts...)
-	if err != nil {
-		return gotp.PID{}, err
-	}
-	if err := <-ready; err != nil {
-		// As with a handler-mode server, the process is gone when Start
-		// returns Init's error.
-		dead := make(chan struct{})
-		n.MonitorFunc(pid, func(gotp.Down) { close(dead) })
-		<-dead
-		return gotp.PID{}, err
-	}
-	return pid, nil
-}
-
 // StartLink starts a server linked to the calling process parent, which
 // becomes its parent (see LinkTo).
 func StartLink(ctx context.Context, parent *gotp.Process, b Behaviour, opts ...Option) (gotp.PID, error) {
-	return Start(ctx, parent.Node(), b, append(opts, LinkTo(parent.Self()))...)
+	var c config
+	for i := range opts {
+		c.apply(&opts[i])
+	}
+	c.link, c.parent = parent.Self(), parent.Self()
+	return start(ctx, parent.Node(), b, &c)
 }
 
 func behaviourLabel(b Behaviour) string {
@@ -304,6 +316,14 @@ func (g *gen) HandleMessage(p *gotp.Process, msg any) (stop bool, reason error) 
 		err = s.reason
 	}
 	g.terminate(p, err)
+	if replying && from.c != nil && (reply == NoReply || reply == nil) {
+		// The caller learns the server's end from the call itself: its
+		// monitor may not be set yet (an inline call sets none).
+		select {
+		case from.c.ch <- died{err}:
+		default:
+		}
+	}
 	return true, err
 }
 

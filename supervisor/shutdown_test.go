@@ -102,7 +102,7 @@ func TestStopKillsStubbornChildren(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
 		defer cancel()
 		rec := &recorder{}
-		s := supervisor.Func("s", stubborn)
+		s := supervisor.Func("s", stubborn, gotp.TrapExit(true)) // trapping before any signal can arrive
 		s.Shutdown = 3 * time.Second
 		sup, err := supervisor.Start(ctx, n, supervisor.Spec{Children: []supervisor.ChildSpec{
 			recChild("a", rec), s, recChild("b", rec),
@@ -211,7 +211,7 @@ func TestParentExitStopsSupervisor(t *testing.T) {
 // for that child, ends too (goleak checks it at the end of the package).
 func TestNodeStopDeadlineWithInfiniteShutdown(t *testing.T) {
 	n := gotp.NewNode(gotp.Options{Name: "t", Logger: discard})
-	s := supervisor.Func("s", stubborn)
+	s := supervisor.Func("s", stubborn, gotp.TrapExit(true)) // trapping before any signal can arrive
 	s.Shutdown = supervisor.Infinity
 	sup, err := supervisor.Start(tctx(t), n, supervisor.Spec{Children: []supervisor.ChildSpec{s}})
 	if err != nil {

@@ -49,7 +49,7 @@ func StartLink(ctx context.Context, parent *gotp.Process, spec Spec, opts ...ser
 // its messages may start or stop children, deep calls that would regrow
 // the stack of a goroutine started per message.
 func withTrap(opts []server.Option) []server.Option {
-	return append(opts[:len(opts):len(opts)], server.TrapExit(true), server.Dedicated())
+	return append(opts[:len(opts):len(opts)], server.TrapExit(true), server.Dedicated(), server.InlineCalls())
 }
 
 func newStatic(spec Spec) (*sup, error) {
