@@ -328,6 +328,8 @@ type tracker struct {
 
 func (t *tracker) add() { t.n.Add(1) }
 
+func (t *tracker) addN(k int) { t.n.Add(int64(k)) }
+
 func (t *tracker) done() {
 	if t.n.Add(-1) != 0 {
 		return

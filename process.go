@@ -469,6 +469,23 @@ func (n *Node) RunInline(to PID, msg any) bool {
 	return true
 }
 
+// deliverDeferred appends msg to the mailbox like deliver, except that an
+// idle handler-mode process without a goroutine of its own is not given
+// one: it is marked as running and deliverDeferred returns true, and the
+// caller must then get it handled (runHandler, or a Batch's workers).
+func (p *Process) deliverDeferred(msg any) bool {
+	p.mu.Lock()
+	if p.mode == modeHandler && !p.resident && !p.running && !p.dead.Load() {
+		p.mlen.Add(1)
+		p.queue = append(p.queue, msg)
+		p.running = true
+		p.mu.Unlock()
+		return true
+	}
+	p.deliverLocked(msg)
+	return false
+}
+
 // deliver appends msg to the mailbox and wakes the process.
 func (p *Process) deliver(msg any) {
 	p.mu.Lock()

@@ -366,9 +366,14 @@ func (i *Instance) broadcast(perm Permission, group, topic string, payload any, 
 	s.mu.RUnlock()
 	msg := Message{Scope: s.id, Group: group, Topic: topic, Payload: payload, From: i.pid}
 	var boxed any = msg // one allocation, shared by every send
-	for _, pid := range pids {
-		i.p.Send(pid, boxed)
-	}
+	// Members are woken together (gotp's Batch): idle handler-mode
+	// members are then handled by a few goroutines in turn instead of one
+	// goroutine started for each.
+	i.p.Batch(func(b *gotp.Batch) {
+		for _, pid := range pids {
+			b.Send(pid, boxed)
+		}
+	})
 	for _, node := range nodes {
 		rep.Broadcast(node, msg)
 	}

@@ -1,0 +1,242 @@
+package gotp_test
+
+import (
+	"fmt"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/gotp/gotp"
+)
+
+// TestBatchDeliversToEveryKind: a Batch delivers to handler, resident and
+// function processes and drops messages to dead or unknown PIDs; handler
+// processes start only when the Batch's function has returned.
+func TestBatchDeliversToEveryKind(t *testing.T) {
+	n := newNode(t)
+	got := make(chan string, 100)
+	forward := func(name string) gotp.Handler {
+		return gotp.HandlerFunc(func(p *gotp.Process, msg any) (bool, error) {
+			got <- fmt.Sprint(name, ":", msg)
+			return false, nil
+		})
+	}
+	var handlers []gotp.PID
+	for i := range 5 {
+		pid, err := n.SpawnHandler(forward(fmt.Sprint("h", i)), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		handlers = append(handlers, pid)
+	}
+	resident, _ := n.SpawnHandler(forward("r"), nil, gotp.Resident())
+	fn, _ := n.Spawn(func(p *gotp.Process) error {
+		for {
+			msg, err := p.Receive(p.Context())
+			if err != nil {
+				return nil
+			}
+			got <- fmt.Sprint("f:", msg)
+		}
+	})
+	dead, _ := n.SpawnHandler(forward("dead"), nil)
+	down := watch(n, dead)
+	n.Exit(dead, gotp.ErrKill)
+	recv(t, down)
+
+	n.Batch(func(b *gotp.Batch) {
+		for _, pid := range handlers {
+			b.Send(pid, 1)
+			b.Send(pid, 2)
+		}
+		b.Send(resident, 1)
+		b.Send(fn, 1)
+		b.Send(dead, 1)
+		b.Send(gotp.NewPID(n.Name(), n.Creation(), 1<<60), 1)
+		b.Send(gotp.PID{}, 1)
+		// Function and resident processes may already have run; handler
+		// processes wait for the end of the batch.
+		for range 2 {
+			if m := recv(t, got); m != "r:1" && m != "f:1" {
+				t.Fatalf("%q handled before the batch ended", m)
+			}
+		}
+	})
+	want := map[string]bool{}
+	for i := range handlers {
+		want[fmt.Sprintf("h%d:1", i)] = true
+		want[fmt.Sprintf("h%d:2", i)] = true
+	}
+	last := map[string]string{}
+	for range len(want) {
+		m := recv(t, got)
+		if !want[m] {
+			t.Fatalf("unexpected %q", m)
+		}
+		delete(want, m)
+		name := m[:2]
+		if m[3:] == "2" && last[name] != name+":1" {
+			t.Fatalf("%s handled 2 before 1", name)
+		}
+		last[name] = m
+	}
+	select {
+	case m := <-got:
+		t.Fatalf("extra message %q", m)
+	default:
+	}
+}
+
+// TestBatchOrderAndExactlyOnce: concurrent batches and plain sends to the
+// same handler processes; every message is handled exactly once, and each
+// sender's messages to a process arrive in the order sent.
+func TestBatchOrderAndExactlyOnce(t *testing.T) {
+	n := newNode(t)
+	const procs, senders, rounds = 300, 4, 40
+	type seq struct{ sender, i int }
+	var handled atomic.Int64
+	var bad atomic.Value
+	pids := make([]gotp.PID, procs)
+	for j := range pids {
+		last := make([]int, senders)
+		for s := range last {
+			last[s] = -1
+		}
+		pid, err := n.SpawnHandler(gotp.HandlerFunc(func(p *gotp.Process, msg any) (bool, error) {
+			m := msg.(seq)
+			if m.i != last[m.sender]+1 {
+				bad.Store(fmt.Sprintf("sender %d: got %d after %d", m.sender, m.i, last[m.sender]))
+			}
+			last[m.sender] = m.i
+			handled.Add(1)
+			return false, nil
+		}), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pids[j] = pid
+	}
+	var wg sync.WaitGroup
+	for s := range senders {
+		wg.Go(func() {
+			for i := range rounds {
+				if s%2 == 0 || i%3 == 0 {
+					n.Batch(func(b *gotp.Batch) {
+						for _, pid := range pids {
+							b.Send(pid, seq{s, i})
+						}
+					})
+				} else {
+					for _, pid := range pids {
+						n.Send(pid, seq{s, i})
+					}
+				}
+			}
+		})
+	}
+	wg.Wait()
+	want := int64(procs * senders * rounds)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for handled.Load() < want {
+			runtime.Gosched()
+		}
+	}()
+	recv(t, done)
+	if v := bad.Load(); v != nil {
+		t.Fatal(v)
+	}
+	if h := handled.Load(); h != want {
+		t.Fatalf("handled %d, want %d", h, want)
+	}
+}
+
+// TestBatchBlockedHandlersDoNotHoldBackOthers: more processes block in
+// their handlers than a batch has workers; the others are still handled
+// (the stall check adds workers), and then the blocked ones finish.
+func TestBatchBlockedHandlersDoNotHoldBackOthers(t *testing.T) {
+	n := newNode(t)
+	blockers := runtime.GOMAXPROCS(0) + 2
+	const chunk = 32 // at least the batch's chunk: one blocker per chunk
+	total := blockers * chunk * 2
+	release := make(chan struct{})
+	var others sync.WaitGroup
+	var blocked sync.WaitGroup
+	pids := make([]gotp.PID, total)
+	for i := range pids {
+		isBlocker := i%chunk == 0 && i/chunk < blockers
+		if isBlocker {
+			blocked.Add(1)
+		} else {
+			others.Add(1)
+		}
+		pid, err := n.SpawnHandler(gotp.HandlerFunc(func(p *gotp.Process, msg any) (bool, error) {
+			if isBlocker {
+				<-release
+				blocked.Done()
+			} else {
+				others.Done()
+			}
+			return false, nil
+		}), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pids[i] = pid
+	}
+	n.Batch(func(b *gotp.Batch) {
+		for _, pid := range pids {
+			b.Send(pid, "go")
+		}
+	})
+	othersDone := make(chan struct{})
+	go func() { others.Wait(); close(othersDone) }()
+	recv(t, othersDone)
+	close(release)
+	blockedDone := make(chan struct{})
+	go func() { blocked.Wait(); close(blockedDone) }()
+	recv(t, blockedDone)
+}
+
+// TestBatchFunctionPanics: messages sent before the function panicked are
+// still handled, and the panic goes on to the caller; a Batch kept past
+// its function panics when used.
+func TestBatchFunctionPanics(t *testing.T) {
+	n := newNode(t)
+	got := make(chan any, 10)
+	pids := make([]gotp.PID, 4)
+	for i := range pids {
+		pids[i], _ = n.SpawnHandler(gotp.HandlerFunc(func(p *gotp.Process, msg any) (bool, error) {
+			got <- msg
+			return false, nil
+		}), nil)
+	}
+	var kept *gotp.Batch
+	func() {
+		defer func() {
+			if v := recover(); v != "stop here" {
+				t.Fatalf("recovered %v", v)
+			}
+		}()
+		n.Batch(func(b *gotp.Batch) {
+			kept = b
+			for _, pid := range pids {
+				b.Send(pid, "sent")
+			}
+			panic("stop here")
+		})
+	}()
+	for range pids {
+		if m := recv(t, got); m != "sent" {
+			t.Fatalf("got %v", m)
+		}
+	}
+	defer func() {
+		if recover() == nil {
+			t.Fatal("a Batch used after its function returned did not panic")
+		}
+	}()
+	kept.Send(pids[0], "late")
+}
