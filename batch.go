@@ -86,7 +86,7 @@ func (b *Batch) flush() {
 	}
 	workers := min(runtime.GOMAXPROCS(0), chunks)
 	n.goroutines.add() // the run itself, until every process is done: see stalled
-	r.mu.Lock() // stalled must see the timer set
+	r.mu.Lock()        // stalled must see the timer set
 	r.timer = time.AfterFunc(batchStall, r.stalled)
 	r.mu.Unlock()
 	n.goroutines.addN(workers)
