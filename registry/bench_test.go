@@ -279,7 +279,10 @@ type w3msg struct{ n int }
 // W3: duplicate registry, 10,000 processes under "topic"; 100 dispatches
 // that send a message to every entry; time until every receiver has
 // drained its 100 messages. Partitions = GOMAXPROCS (parallel dispatch)
-// and 1.
+// and 1. Receivers are handler-mode processes (gotp's light process, the
+// shape of a gen_server) or function processes receiving in a loop (the
+// anchor script's shape, each a parked goroutine); the dispatch callback
+// sends through a gotp.Batch, which wakes idle handler processes together.
 func BenchmarkW3RegistryDispatch(b *testing.B) {
 	type config struct {
 		parts    int
@@ -292,60 +295,77 @@ func BenchmarkW3RegistryDispatch(b *testing.B) {
 			configs = append(configs, config{parts, false})
 		}
 	}
-	for _, c := range configs {
-		parts := c.parts
-		name := fmt.Sprintf("partitions=%d", parts)
-		if parts > 1 && !c.parallel {
-			name += "/serial"
-		}
-		b.Run(name, func(b *testing.B) {
-			n := benchNode(b)
-			r, err := registry.Start[string, struct{}](context.Background(), n, registry.Options{Kind: registry.Duplicate, Partitions: parts})
-			if err != nil {
-				b.Fatal(err)
+	for _, kind := range []string{"handler", "receive-loop"} {
+		for _, c := range configs {
+			parts := c.parts
+			name := fmt.Sprintf("%s/partitions=%d", kind, parts)
+			if parts > 1 && !c.parallel {
+				name += "/serial"
 			}
-			var registered, drained sync.WaitGroup
-			registered.Add(w3Subs)
-			for range w3Subs {
-				_, err := n.Spawn(func(p *gotp.Process) error {
-					if err := r.Register(p, "topic", struct{}{}); err != nil {
-						return err
-					}
-					registered.Done()
-					for {
-						for range w3Sends {
-							if _, err := p.Receive(context.Background()); err != nil {
-								return nil
-							}
+			b.Run(name, func(b *testing.B) { w3Dispatch(b, kind == "handler", parts, c.parallel) })
+		}
+	}
+}
+
+func w3Dispatch(b *testing.B, handlers bool, parts int, parallel bool) {
+	n := benchNode(b)
+	r, err := registry.Start[string, struct{}](context.Background(), n, registry.Options{Kind: registry.Duplicate, Partitions: parts})
+	if err != nil {
+		b.Fatal(err)
+	}
+	var drained sync.WaitGroup
+	register := func(p *gotp.Process) error { return r.Register(p, "topic", struct{}{}) }
+	for range w3Subs {
+		if handlers {
+			got := 0
+			_, err = n.SpawnHandler(gotp.HandlerFunc(func(p *gotp.Process, msg any) (bool, error) {
+				if got++; got == w3Sends {
+					got = 0
+					drained.Done()
+				}
+				return false, nil
+			}), register)
+		} else {
+			registered := make(chan error, 1)
+			_, err = n.Spawn(func(p *gotp.Process) error {
+				registered <- register(p)
+				for {
+					for range w3Sends {
+						if _, err := p.Receive(context.Background()); err != nil {
+							return nil
 						}
-						drained.Done()
+					}
+					drained.Done()
+				}
+			})
+			if err == nil {
+				err = <-registered
+			}
+		}
+		if err != nil {
+			b.Fatal(err)
+		}
+	}
+	runtime.GC()
+	b.ResetTimer()
+	var total time.Duration
+	for range b.N {
+		drained.Add(w3Subs)
+		t0 := time.Now()
+		for i := range w3Sends {
+			msg := any(w3msg{i}) // one message value per dispatch, as in the anchor
+			r.Dispatch("topic", func(es []registry.Entry[struct{}]) {
+				n.Batch(func(bt *gotp.Batch) {
+					for _, e := range es {
+						bt.Send(e.PID, msg)
 					}
 				})
-				if err != nil {
-					b.Fatal(err)
-				}
-			}
-			registered.Wait()
-			runtime.GC()
-			b.ResetTimer()
-			var total time.Duration
-			for range b.N {
-				drained.Add(w3Subs)
-				t0 := time.Now()
-				for i := range w3Sends {
-					msg := any(w3msg{i}) // one message value per dispatch, as in the anchor
-					r.Dispatch("topic", func(es []registry.Entry[struct{}]) {
-						for _, e := range es {
-							n.Send(e.PID, msg)
-						}
-					}, registry.Parallel(c.parallel))
-				}
-				drained.Wait()
-				total += time.Since(t0)
-			}
-			b.ReportMetric(float64(w3Subs*w3Sends)*float64(b.N)/total.Seconds(), "deliveries/s")
-		})
+			}, registry.Parallel(parallel))
+		}
+		drained.Wait()
+		total += time.Since(t0)
 	}
+	b.ReportMetric(float64(w3Subs*w3Sends)*float64(b.N)/total.Seconds(), "deliveries/s")
 }
 
 type w4stop struct{}

@@ -27,7 +27,7 @@ func (r *Registry[K, V]) Info() Info {
 		in.Entries += int(pt.count.Load())
 		in.Processes += len(pt.owners)
 		if r.kind == Unique {
-			in.Keys[i] = pt.u.live
+			in.Keys[i] = int(pt.count.Load()) // one entry per key
 		} else {
 			in.Keys[i] = len(pt.dup)
 		}

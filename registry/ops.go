@@ -102,10 +102,10 @@ func (r *Registry[K, V]) registerUnique(t *table[K, V], pid gotp.PID, key K, val
 		pt.mu.Unlock()
 		return ErrNotRunning
 	}
-	x.reserveLocked()
-	at, free := x.probeLocked(h, key)
+	ut := x.reserveLocked(h)
+	at, free := ut.probe(h, key)
 	if at >= 0 {
-		s := &x.t.Load().slots[at]
+		s := &ut.slots[at]
 		if holder := r.pidOf(s.id); holder == pid || r.n.IsAlive(holder) {
 			pt.mu.Unlock()
 			return &AlreadyRegisteredError{Key: key, Owner: holder}
@@ -119,10 +119,10 @@ func (r *Registry[K, V]) registerUnique(t *table[K, V], pid gotp.PID, key K, val
 		pk.list = pk.buf[:0]
 		pt.keys[pid.ID()] = pk
 	}
-	x.putLocked(free, h, key, pid.ID(), value, int32(len(pk.list)))
+	ut.putLocked(free, h, key, pid.ID(), value, int32(len(pk.list)))
 	pk.list = append(pk.list, key)
 	if at >= 0 {
-		x.killLocked(at) // after the new entry is live
+		ut.killLocked(at) // after the new entry is live
 	} else {
 		pt.count.Add(1)
 	}
@@ -222,8 +222,8 @@ func (r *Registry[K, V]) unregisterMatch(pid gotp.PID, key K, match func(V) bool
 			return 0
 		}
 		pt.mu.Lock()
-		if at, s := pt.u.getLocked(h, key); s != nil && s.id == pid.ID() {
-			pt.removeUniqueLocked(r, at, s)
+		if ut, at, s := pt.u.getLocked(h, key); s != nil && s.id == pid.ID() {
+			pt.removeUniqueLocked(r, ut, at, s)
 			removed = 1
 		}
 		pt.mu.Unlock()
@@ -252,10 +252,10 @@ func (r *Registry[K, V]) unregisterKey(key K) {
 	pt := &t.parts[r.keyPart(key)]
 	pt.mu.Lock()
 	var holder uint64
-	at, s := pt.u.getLocked(h, key)
+	ut, at, s := pt.u.getLocked(h, key)
 	if s != nil {
 		holder = s.id
-		pt.removeUniqueLocked(r, at, s)
+		pt.removeUniqueLocked(r, ut, at, s)
 	}
 	pt.mu.Unlock()
 	if s != nil {
@@ -473,7 +473,7 @@ func (r *Registry[K, V]) UpdateValue(p *gotp.Process, key K, fn func(old V) V) (
 	newValue = fn(oldValue)
 	pt := &t.parts[r.keyPart(key)]
 	pt.mu.Lock()
-	_, s = pt.u.getLocked(h, key)
+	_, _, s = pt.u.getLocked(h, key)
 	if s == nil || s.id != pid.ID() {
 		pt.mu.Unlock()
 		var zero V

@@ -572,8 +572,8 @@ func (pt *partition[K, V]) dropPIDLocked(r *Registry[K, V], pid gotp.PID) {
 	delete(pt.keys, pid.ID())
 	if pt.u != nil {
 		for _, k := range pk.list {
-			if at, s := pt.u.getLocked(r.hash(k), k); s != nil && s.id == pid.ID() {
-				pt.u.killLocked(at)
+			if ut, at, s := pt.u.getLocked(r.hash(k), k); s != nil && s.id == pid.ID() {
+				ut.killLocked(at)
 				pt.count.Add(-1)
 			}
 		}
@@ -589,10 +589,10 @@ func (pt *partition[K, V]) dropPIDLocked(r *Registry[K, V], pid gotp.PID) {
 	}
 }
 
-// removeUniqueLocked removes the unique entry in slot at, s.
-func (pt *partition[K, V]) removeUniqueLocked(r *Registry[K, V], at int, s *uslot[K, V]) {
+// removeUniqueLocked removes the unique entry s, in slot at of ut.
+func (pt *partition[K, V]) removeUniqueLocked(r *Registry[K, V], ut *utable[K, V], at int, s *uslot[K, V]) {
 	id, key, pos := s.id, s.key, s.pos
-	pt.u.killLocked(at)
+	ut.killLocked(at)
 	pt.count.Add(-1)
 	pt.unlistLocked(r, id, key, pos)
 }
@@ -609,7 +609,7 @@ func (pt *partition[K, V]) unlistLocked(r *Registry[K, V], id uint64, key K, pos
 		if int(pos) != last {
 			moved := pk.list[last]
 			pk.list[pos] = moved
-			if _, ms := pt.u.getLocked(r.hash(moved), moved); ms != nil && ms.id == id {
+			if _, _, ms := pt.u.getLocked(r.hash(moved), moved); ms != nil && ms.id == id {
 				ms.pos = pos
 			}
 		}

@@ -2,11 +2,14 @@ package registry
 
 import "sync/atomic"
 
-// The entries of a unique partition live in a utable: an open-addressing
-// hash table (linear probing) whose slots hold the entries themselves, so
-// that a read takes no lock and usually touches one cache line. Writers
-// serialise on the partition's mutex. Readers and writers share memory in
-// one way only, each slot's atomic state word:
+// The entries of a unique partition live in a uindex: a directory of
+// utables (extendible hashing, as Go's own maps do), each an
+// open-addressing hash table (linear probing) of at most utableMaxSlots
+// slots that hold the entries themselves, so that a read takes no lock and
+// usually touches one cache line of entries. Writers serialise on the
+// partition's mutex. Readers and writers share memory through atomic words
+// only: the directory pointer, its table pointers, and each slot's state
+// word:
 //
 //	0                  empty: the slot ends every probe sequence through it
 //	h&^3 | slotLive    the entry of a key whose hash is h
@@ -23,14 +26,21 @@ import "sync/atomic"
 //     made live before the old one is made dead: a reader finds the old
 //     entry or the new one, never neither, never a mix;
 //   - a removed key's slot is made dead;
-//   - when 3/4 of the slots are used (live or dead), the partition builds
-//     a new table of the live entries and publishes it with one atomic
-//     store; the old table is never written again, and readers still in
-//     it read what it held when it was replaced.
+//   - when 3/4 of a table's slots are used (live or dead), the partition
+//     builds a new table of its live entries (twice as large, or as large
+//     if many were dead), or splits it into two of the largest size, each
+//     for the keys with one more bit of hash in common (doubling the
+//     directory first if needed), and publishes them with atomic stores of
+//     the directory's pointers; a replaced table or directory is never
+//     written again, and readers still in it read what it held when it was
+//     replaced. Growth thus copies at most one small table at a time, and
+//     writers never wait long for it.
 //
-// A reader loads the table once and probes it until it finds the key live
-// or an empty slot. Every table keeps a quarter of its slots empty, so
-// probes end. The slots hold no pointer unless the key or value does: the
+// A reader loads the directory, then the key's table, and probes it until
+// it finds the key live or an empty slot. Every table keeps a quarter of
+// its slots empty, so probes end. A key's directory index is the
+// directory's depth bits of its hash after the top 16 (which choose the
+// partition); its probe starts at slot (h>>2)&mask, from the low bits. The slots hold no pointer unless the key or value does: the
 // garbage collector does not scan the table of a registry of pointer-free
 // keys and values.
 
@@ -50,29 +60,43 @@ const (
 // entries is a live local process, so its PID is rebuilt from the node's
 // name and creation.
 type uslot[K comparable, V any] struct {
-	state atomic.Uint64
-	id    uint64 // PID.ID() of the holder
+	_     [0]atomic.Uint64 // state must be 64-bit aligned, also on 32-bit platforms
+	state uint64           // atomic once the table is published (see load and store)
+	id    uint64           // PID.ID() of the holder
 	key   K
 	val   V
 	pos   int32
 }
 
-// utable is one generation of a partition's slots.
+// utable is one table of a partition's directory.
 type utable[K comparable, V any] struct {
 	slots []uslot[K, V]
 	mask  uint64
+	depth uint // local depth: the table holds the keys whose directory index starts with the same depth bits
+	_     [64]byte
+	used  int // slots not empty (live or dead); guarded by the partition's mu
+	live  int // live slots; guarded by the partition's mu
 }
 
-// uindex is a unique partition's table. t is read by anyone; used and live
-// are guarded by the partition's mu.
+// udir is a partition's directory: 1<<depth table pointers, each table
+// appearing 1<<(depth - table depth) times in a row.
+type udir[K comparable, V any] struct {
+	depth  uint
+	tables []atomic.Pointer[utable[K, V]]
+}
+
+// uindex is a unique partition's entries. dir is read by anyone and
+// written under the partition's mu.
 type uindex[K comparable, V any] struct {
-	t    atomic.Pointer[utable[K, V]]
-	_    [64]byte // readers read t, writers write the fields below
-	used int      // slots of t not empty (live or dead)
-	live int      // live slots of t
+	dir atomic.Pointer[udir[K, V]]
 }
 
-const utableMinSlots = 8
+const (
+	utableMinSlots = 8
+	utableMaxSlots = 1024 // a table this large splits rather than grows
+	dirShift       = 16   // the hash's top bits choose the partition (MaxPartitions = 1<<16)
+	dirMaxDepth    = 40   // past this depth, tables grow instead (never with a sound hash)
+)
 
 func newUindex[K comparable, V any]() *uindex[K, V] {
 	x := &uindex[K, V]{}
@@ -82,29 +106,42 @@ func newUindex[K comparable, V any]() *uindex[K, V] {
 
 // clearLocked drops every entry.
 func (x *uindex[K, V]) clearLocked() {
-	x.t.Store(newUtable[K, V](utableMinSlots))
-	x.used, x.live = 0, 0
+	d := &udir[K, V]{tables: make([]atomic.Pointer[utable[K, V]], 1)}
+	d.tables[0].Store(newUtable[K, V](utableMinSlots, 0))
+	x.dir.Store(d)
 }
 
-func newUtable[K comparable, V any](n int) *utable[K, V] {
-	return &utable[K, V]{slots: make([]uslot[K, V], n), mask: uint64(n - 1)}
+func newUtable[K comparable, V any](n int, depth uint) *utable[K, V] {
+	return &utable[K, V]{slots: make([]uslot[K, V], n), mask: uint64(n - 1), depth: depth}
 }
 
 func liveState(h uint64) uint64 { return h&^3 | slotLive }
 
-// A key's probe sequence starts at slot (h>>2)&mask: its hash's bits
-// above the two that the state word uses for flags, so that a rebuild
-// finds it from the state alone.
+// load and store access a slot's state in a published table. A table
+// being built is written with plain stores: atomic ones (a full barrier
+// each on amd64) would wait for every cache miss of the copy in turn.
+func (s *uslot[K, V]) load() uint64    { return atomic.LoadUint64(&s.state) }
+func (s *uslot[K, V]) store(st uint64) { atomic.StoreUint64(&s.state, st) }
+
+// dirIndex returns the index of hash h (or of a state word) in a directory
+// of the given depth.
+func dirIndex(h uint64, depth uint) uint64 { return (h << dirShift) >> (64 - depth) }
+
+// table returns the table of hash h.
+func (x *uindex[K, V]) table(h uint64) *utable[K, V] {
+	d := x.dir.Load()
+	return d.tables[dirIndex(h, d.depth)].Load()
+}
 
 // find returns the live slot of key (whose hash is h), or nil. It takes no
 // lock and is safe at any time; the slot's id and val may be read without
 // one.
 func (x *uindex[K, V]) find(h uint64, key K) *uslot[K, V] {
-	t := x.t.Load()
+	t := x.table(h)
 	want := liveState(h)
 	for i := (h >> 2) & t.mask; ; i = (i + 1) & t.mask {
 		s := &t.slots[i]
-		st := s.state.Load()
+		st := s.load()
 		if st == 0 {
 			return nil
 		}
@@ -114,16 +151,15 @@ func (x *uindex[K, V]) find(h uint64, key K) *uslot[K, V] {
 	}
 }
 
-// probeLocked looks key up for a writer: it returns the index of its live
-// slot, or -1, and the index of the empty slot that ends its probe
-// sequence.
-func (x *uindex[K, V]) probeLocked(h uint64, key K) (at, free int) {
-	t := x.t.Load()
+// probe looks key up for a writer (under the partition's mu): it returns
+// the index of its live slot in t, or -1, and the index of the empty slot
+// that ends its probe sequence.
+func (t *utable[K, V]) probe(h uint64, key K) (at, free int) {
 	want := liveState(h)
 	at = -1
 	for i := (h >> 2) & t.mask; ; i = (i + 1) & t.mask {
 		s := &t.slots[i]
-		st := s.state.Load()
+		st := s.load()
 		if st == 0 {
 			return at, int(i)
 		}
@@ -133,84 +169,142 @@ func (x *uindex[K, V]) probeLocked(h uint64, key K) (at, free int) {
 	}
 }
 
-// getLocked returns the live slot of key and its index, or nil, for a
-// writer.
-func (x *uindex[K, V]) getLocked(h uint64, key K) (int, *uslot[K, V]) {
-	at, _ := x.probeLocked(h, key)
+// getLocked returns the table of key, the index of its live slot and the
+// slot, or a nil slot, for a writer.
+func (x *uindex[K, V]) getLocked(h uint64, key K) (*utable[K, V], int, *uslot[K, V]) {
+	t := x.table(h)
+	at, _ := t.probe(h, key)
 	if at < 0 {
-		return -1, nil
+		return t, -1, nil
 	}
-	return at, &x.t.Load().slots[at]
+	return t, at, &t.slots[at]
 }
 
-// reserveLocked makes sure one more slot may be used, building a new table
-// if needed.
-func (x *uindex[K, V]) reserveLocked() {
-	if (x.used+1)*4 > len(x.t.Load().slots)*3 {
-		x.rebuildLocked(x.live + 1)
+// reserveLocked returns the table of hash h, with room for one more slot:
+// it rebuilds or splits the table first if needed.
+func (x *uindex[K, V]) reserveLocked(h uint64) *utable[K, V] {
+	t := x.table(h)
+	if (t.used+1)*4 <= len(t.slots)*3 {
+		return t
 	}
-}
-
-// putLocked stores a live entry for key in the empty slot free (as
-// probeLocked found it in the current table, after reserveLocked).
-func (x *uindex[K, V]) putLocked(free int, h uint64, key K, id uint64, val V, pos int32) {
-	s := &x.t.Load().slots[free]
-	s.id, s.key, s.val, s.pos = id, key, val, pos
-	s.state.Store(liveState(h))
-	x.used++
-	x.live++
-}
-
-// setLocked gives key, which has a live slot, a new holder and value.
-func (x *uindex[K, V]) setLocked(h uint64, key K, id uint64, val V, pos int32) {
-	x.reserveLocked()
-	at, free := x.probeLocked(h, key)
-	x.putLocked(free, h, key, id, val, pos) // live before the old one is dead
-	x.killLocked(at)
-}
-
-// killLocked removes the live entry in slot at.
-func (x *uindex[K, V]) killLocked(at int) {
-	s := &x.t.Load().slots[at]
-	s.state.Store(s.state.Load()&^3 | slotDead)
-	x.live--
-}
-
-// rebuildLocked publishes a new table for at least n entries, at most 3/8
-// full once they are in, holding the current live entries and no dead
-// ones.
-func (x *uindex[K, V]) rebuildLocked(n int) {
+	n := t.live + 1
 	size := utableMinSlots
-	for size*3 < n*8 {
+	for size < 2*n {
 		size *= 2
 	}
-	old := x.t.Load()
-	t := newUtable[K, V](size)
-	for i := range old.slots {
-		o := &old.slots[i]
-		st := o.state.Load()
+	d := x.dir.Load()
+	if size <= utableMaxSlots || t.depth >= dirMaxDepth {
+		nt := newUtable[K, V](size, t.depth)
+		t.copyInto(func(uint64) *utable[K, V] { return nt })
+		x.publishLocked(d, h, t.depth, nt)
+		return x.table(h)
+	}
+	// Split t into the tables of its keys whose next directory bit is 0
+	// and 1.
+	if t.depth == d.depth {
+		nd := &udir[K, V]{depth: d.depth + 1, tables: make([]atomic.Pointer[utable[K, V]], 2*len(d.tables))}
+		for i := range d.tables {
+			tt := d.tables[i].Load()
+			nd.tables[2*i].Store(tt)
+			nd.tables[2*i+1].Store(tt)
+		}
+		x.dir.Store(nd)
+		d = nd
+	}
+	bit := func(st uint64) bool { return dirIndex(st, t.depth+1)&1 == 1 }
+	ones := 0
+	for i := range t.slots {
+		if st := t.slots[i].load(); st&3 == slotLive && bit(st) {
+			ones++
+		}
+	}
+	sized := func(n int) int {
+		size := utableMinSlots
+		for size < 2*n+2 {
+			size *= 2
+		}
+		return size
+	}
+	t0 := newUtable[K, V](sized(t.live-ones), t.depth+1)
+	t1 := newUtable[K, V](sized(ones), t.depth+1)
+	t.copyInto(func(st uint64) *utable[K, V] {
+		if bit(st) {
+			return t1
+		}
+		return t0
+	})
+	x.publishLocked(d, h&^(1<<(63-dirShift-t.depth)), t.depth+1, t0)
+	x.publishLocked(d, h|1<<(63-dirShift-t.depth), t.depth+1, t1)
+	return x.table(h)
+}
+
+// publishLocked stores t in the entries of directory d for the hashes
+// whose first depth directory bits are those of h.
+func (x *uindex[K, V]) publishLocked(d *udir[K, V], h uint64, depth uint, t *utable[K, V]) {
+	lo := dirIndex(h, depth) << (d.depth - depth)
+	for i := range uint64(1) << (d.depth - depth) {
+		d.tables[lo+i].Store(t)
+	}
+}
+
+// copyInto copies each live entry of t into the table into returns for
+// its state word: a new table, not yet published.
+func (t *utable[K, V]) copyInto(into func(st uint64) *utable[K, V]) {
+	for i := range t.slots {
+		o := &t.slots[i]
+		st := o.load()
 		if st&3 != slotLive {
 			continue
 		}
-		j := (st >> 2) & t.mask
-		for t.slots[j].state.Load() != 0 {
-			j = (j + 1) & t.mask
+		nt := into(st)
+		j := (st >> 2) & nt.mask
+		for nt.slots[j].state != 0 {
+			j = (j + 1) & nt.mask
 		}
-		s := &t.slots[j]
-		s.id, s.key, s.val, s.pos = o.id, o.key, o.val, o.pos
-		s.state.Store(st)
+		s := &nt.slots[j]
+		s.state, s.id, s.key, s.val, s.pos = st, o.id, o.key, o.val, o.pos
+		nt.used++
+		nt.live++
 	}
-	x.used = x.live
-	x.t.Store(t)
+}
+
+// putLocked stores a live entry for key in t's empty slot free (as probe
+// found it, after reserveLocked).
+func (t *utable[K, V]) putLocked(free int, h uint64, key K, id uint64, val V, pos int32) {
+	s := &t.slots[free]
+	s.id, s.key, s.val, s.pos = id, key, val, pos
+	s.store(liveState(h))
+	t.used++
+	t.live++
+}
+
+// killLocked removes the live entry in t's slot at.
+func (t *utable[K, V]) killLocked(at int) {
+	s := &t.slots[at]
+	s.store(s.load()&^3 | slotDead)
+	t.live--
+}
+
+// setLocked gives key, which has a live slot, a new holder and value: the
+// new entry is live before the old one is dead.
+func (x *uindex[K, V]) setLocked(h uint64, key K, id uint64, val V, pos int32) {
+	t := x.reserveLocked(h)
+	at, free := t.probe(h, key)
+	t.putLocked(free, h, key, id, val, pos)
+	t.killLocked(at)
 }
 
 // each calls f with every live slot, under the partition's lock (read or
 // write).
 func (x *uindex[K, V]) each(f func(*uslot[K, V])) {
-	t := x.t.Load()
-	for i := range t.slots {
-		if s := &t.slots[i]; s.state.Load()&3 == slotLive {
-			f(s)
+	d := x.dir.Load()
+	for i := uint64(0); i < uint64(len(d.tables)); {
+		t := d.tables[i].Load()
+		for j := range t.slots {
+			if s := &t.slots[j]; s.load()&3 == slotLive {
+				f(s)
+			}
 		}
+		i += 1 << (d.depth - t.depth)
 	}
 }
