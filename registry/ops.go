@@ -42,15 +42,11 @@ func (r *Registry[K, V]) register(p *gotp.Process, pid gotp.PID, key K, value V)
 	if t == nil {
 		return ErrNotRunning
 	}
-	if p != nil {
-		if !p.Alive() {
-			return gotp.ErrNoProc
-		}
-	} else if !r.n.IsAlive(pid) {
+	if !r.alive(p, pid) {
 		return gotp.ErrNoProc
 	}
 	if r.kind == Unique {
-		return r.registerUnique(t, pid, key, value)
+		return r.registerUnique(t, p, pid, key, value)
 	}
 	pi := r.pidPart(pid)
 	pt := &t.parts[pi]
@@ -78,39 +74,46 @@ func (r *Registry[K, V]) register(p *gotp.Process, pid gotp.PID, key K, value V)
 	return nil
 }
 
-// registerUnique is register on a unique registry. Everything that can be
-// done without the partition's lock is done before it: hashing, a
-// lock-free look at the key (which fails at once if a live process holds
-// it, and brings its slots into the cache), and the new entry.
-func (r *Registry[K, V]) registerUnique(t *table[K, V], pid gotp.PID, key K, value V) error {
+// registerUnique is register on a unique registry. It writes the entry
+// under the lock of the key's small table only, then lists the key among
+// pid's under the partition's lock: two short critical sections, which
+// writers of other keys rarely share. A process killed meanwhile (by
+// another: its goroutine goes on) may have had its entries dropped before
+// the key was listed, so the key is dropped again if pid is found dead
+// after it was listed.
+func (r *Registry[K, V]) registerUnique(t *table[K, V], p *gotp.Process, pid gotp.PID, key K, value V) error {
 	h := r.hash(key)
 	pi := 0
 	if r.nparts > 1 {
 		pi = r.hashPart(h)
 	}
-	x := t.us[pi]
-	if s := x.find(h, key); s != nil {
-		// The key was held by holder when find read it; if holder is alive
-		// now, it was then: the failure is a consistent answer.
-		if holder := r.pidOf(s.id); holder == pid || r.n.IsAlive(holder) {
-			return &AlreadyRegisteredError{Key: key, Owner: holder}
-		}
-	}
-	pt := &t.parts[pi]
-	pt.mu.Lock()
+	x, pt := t.us[pi], &t.parts[pi]
+	ut := x.lockRoom(h)
 	if t.closed.Load() {
-		pt.mu.Unlock()
+		ut.mu.Unlock()
 		return ErrNotRunning
 	}
-	ut := x.reserveLocked(h)
 	at, free := ut.probe(h, key)
+	var dead uint64 // a dead holder whose entry this replaces
 	if at >= 0 {
-		s := &ut.slots[at]
-		if holder := r.pidOf(s.id); holder == pid || r.n.IsAlive(holder) {
-			pt.mu.Unlock()
+		id := ut.slots[at].id
+		if holder := r.pidOf(id); holder == pid || r.n.IsAlive(holder) {
+			ut.mu.Unlock()
 			return &AlreadyRegisteredError{Key: key, Owner: holder}
 		}
-		pt.unlistLocked(r, s.id, key, s.pos) // a dead holder: its cleanup is on its way
+		dead = id // its cleanup is on its way
+	}
+	ut.put(free, h, key, pid.ID(), value)
+	if at >= 0 {
+		ut.kill(at) // after the new entry is live
+	} else {
+		pt.count.Add(1)
+	}
+	ut.mu.Unlock()
+
+	pt.mu.Lock()
+	if dead != 0 {
+		pt.unlistLocked(dead, key)
 	}
 	pk := pt.keys[pid.ID()]
 	first := pk == nil
@@ -119,16 +122,35 @@ func (r *Registry[K, V]) registerUnique(t *table[K, V], pid gotp.PID, key K, val
 		pk.list = pk.buf[:0]
 		pt.keys[pid.ID()] = pk
 	}
-	ut.putLocked(free, h, key, pid.ID(), value, int32(len(pk.list)))
-	pk.list = append(pk.list, key)
-	if at >= 0 {
-		ut.killLocked(at) // after the new entry is live
-	} else {
-		pt.count.Add(1)
-	}
+	pk.add(key)
 	pt.mu.Unlock()
 	r.registered(t, first, pi, pid, key, value)
+	if !r.alive(p, pid) {
+		r.dropUnique(t, pi, h, key, pid.ID())
+	}
 	return nil
+}
+
+// alive reports whether pid, whose handle is p if not nil, is alive.
+func (r *Registry[K, V]) alive(p *gotp.Process, pid gotp.PID) bool {
+	if p != nil {
+		return p.Alive()
+	}
+	return r.n.IsAlive(pid)
+}
+
+// dropUnique removes the entry of key (hash h, in partition pi) if process
+// id holds it, and unlists it; it reports whether it did.
+func (r *Registry[K, V]) dropUnique(t *table[K, V], pi int, h uint64, key K, id uint64) bool {
+	pt := &t.parts[pi]
+	if !t.us[pi].killHeld(h, key, id) {
+		return false
+	}
+	pt.count.Add(-1)
+	pt.mu.Lock()
+	pt.unlistLocked(id, key)
+	pt.mu.Unlock()
+	return true
 }
 
 // registered finishes a registration outside the partition's lock: it
@@ -221,12 +243,9 @@ func (r *Registry[K, V]) unregisterMatch(pid gotp.PID, key K, match func(V) bool
 		if s == nil || s.id != pid.ID() || (match != nil && !match(s.val)) {
 			return 0
 		}
-		pt.mu.Lock()
-		if ut, at, s := pt.u.getLocked(h, key); s != nil && s.id == pid.ID() {
-			pt.removeUniqueLocked(r, ut, at, s)
+		if r.dropUnique(t, r.entryPart(pid, key), h, key, pid.ID()) {
 			removed = 1
 		}
-		pt.mu.Unlock()
 	} else {
 		pt.mu.Lock()
 		removed = pt.removeDupLocked(pid, key, match)
@@ -249,18 +268,24 @@ func (r *Registry[K, V]) unregisterKey(key K) {
 		return
 	}
 	h := r.hash(key)
-	pt := &t.parts[r.keyPart(key)]
-	pt.mu.Lock()
+	pi := r.keyPart(key)
 	var holder uint64
-	ut, at, s := pt.u.getLocked(h, key)
-	if s != nil {
-		holder = s.id
-		pt.removeUniqueLocked(r, ut, at, s)
+	ut := t.us[pi].lock(h)
+	at, _ := ut.probe(h, key)
+	if at >= 0 {
+		holder = ut.slots[at].id
+		ut.kill(at)
 	}
+	ut.mu.Unlock()
+	if at < 0 {
+		return
+	}
+	pt := &t.parts[pi]
+	pt.count.Add(-1)
+	pt.mu.Lock()
+	pt.unlistLocked(holder, key)
 	pt.mu.Unlock()
-	if s != nil {
-		r.notifyUnregister(t, key, r.pidOf(holder))
-	}
+	r.notifyUnregister(t, key, r.pidOf(holder))
 }
 
 // Lookup returns the entries under key, in no particular order; nil if
@@ -471,16 +496,16 @@ func (r *Registry[K, V]) UpdateValue(p *gotp.Process, key K, fn func(old V) V) (
 	}
 	oldValue = s.val
 	newValue = fn(oldValue)
-	pt := &t.parts[r.keyPart(key)]
-	pt.mu.Lock()
-	_, _, s = pt.u.getLocked(h, key)
-	if s == nil || s.id != pid.ID() {
-		pt.mu.Unlock()
+	ut := t.us[r.keyPart(key)].lockRoom(h)
+	at, free := ut.probe(h, key)
+	if at < 0 || ut.slots[at].id != pid.ID() {
+		ut.mu.Unlock()
 		var zero V
 		return zero, zero, ErrNotRegistered
 	}
-	pt.u.setLocked(h, key, s.id, newValue, s.pos)
-	pt.mu.Unlock()
+	ut.put(free, h, key, pid.ID(), newValue) // live before the old one is dead
+	ut.kill(at)
+	ut.mu.Unlock()
 	return newValue, oldValue, nil
 }
 

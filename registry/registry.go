@@ -403,8 +403,10 @@ type table[K comparable, V any] struct {
 
 // A partition holds entries and the bookkeeping for the processes that
 // own them. Everything in it is guarded by mu, except the entries of a
-// unique partition (u), which readers read without any lock (see utable),
-// and count, which is atomic. Processes are indexed by PID.ID(): only live
+// unique partition (u), which readers read without any lock and writers
+// write under the locks of its tables (see utable.go), and count, which is
+// atomic. A writer may lock one of u's tables while it holds mu, never the
+// other way round. Processes are indexed by PID.ID(): only live
 // local processes can register (register checks that they are alive), and
 // IDs are unique within a node incarnation; an ID map hashes and compares
 // faster than a PID map.
@@ -419,11 +421,62 @@ type partition[K comparable, V any] struct {
 }
 
 // pidKeys are the keys one process holds in one partition: a list for a
-// unique registry, counts for a duplicate one.
+// unique registry (indexed once it is long and loses a key), counts for a
+// duplicate one.
 type pidKeys[K comparable] struct {
 	list   []K
+	idx    map[K]int32 // key → index in list, once built
 	counts map[K]int32
 	buf    [1]K // list's first backing array: one allocation fewer for one key
+}
+
+const pidKeysIndexAt = 16 // a list this long gets an index when it loses a key
+
+func (pk *pidKeys[K]) add(key K) {
+	if pk.idx != nil {
+		pk.idx[key] = int32(len(pk.list))
+	}
+	pk.list = append(pk.list, key)
+}
+
+// remove removes key from the list, if there.
+func (pk *pidKeys[K]) remove(key K) {
+	i := -1
+	switch {
+	case pk.idx != nil:
+		if j, ok := pk.idx[key]; ok {
+			i = int(j)
+		}
+	case len(pk.list) <= pidKeysIndexAt:
+		for j, k := range pk.list {
+			if k == key {
+				i = j
+				break
+			}
+		}
+	default:
+		pk.idx = make(map[K]int32, len(pk.list))
+		for j, k := range pk.list {
+			pk.idx[k] = int32(j)
+		}
+		if j, ok := pk.idx[key]; ok {
+			i = int(j)
+		}
+	}
+	if i < 0 {
+		return
+	}
+	last := len(pk.list) - 1
+	if pk.idx != nil {
+		delete(pk.idx, key)
+		if i != last {
+			pk.idx[pk.list[last]] = int32(i)
+		}
+	}
+	pk.list[i] = pk.list[last]
+	var zero K
+	pk.list[last] = zero
+	pk.list = pk.list[:last]
 }
 
 // owner records that the registry watches a process: one MonitorFunc per
@@ -465,7 +518,7 @@ func newTable[K comparable, V any](r *Registry[K, V]) *table[K, V] {
 
 func (pt *partition[K, V]) reset(kind Kind) {
 	if kind == Unique {
-		pt.u.clearLocked()
+		pt.u.clear()
 	} else {
 		pt.dup = make(map[K]*bucket[V])
 	}
@@ -572,8 +625,7 @@ func (pt *partition[K, V]) dropPIDLocked(r *Registry[K, V], pid gotp.PID) {
 	delete(pt.keys, pid.ID())
 	if pt.u != nil {
 		for _, k := range pk.list {
-			if ut, at, s := pt.u.getLocked(r.hash(k), k); s != nil && s.id == pid.ID() {
-				ut.killLocked(at)
+			if pt.u.killHeld(r.hash(k), k, pid.ID()) {
 				pt.count.Add(-1)
 			}
 		}
@@ -589,36 +641,14 @@ func (pt *partition[K, V]) dropPIDLocked(r *Registry[K, V], pid gotp.PID) {
 	}
 }
 
-// removeUniqueLocked removes the unique entry s, in slot at of ut.
-func (pt *partition[K, V]) removeUniqueLocked(r *Registry[K, V], ut *utable[K, V], at int, s *uslot[K, V]) {
-	id, key, pos := s.id, s.key, s.pos
-	ut.killLocked(at)
-	pt.count.Add(-1)
-	pt.unlistLocked(r, id, key, pos)
-}
-
-// unlistLocked removes key, at index pos, from the key list of process
-// id, which no longer holds it.
-func (pt *partition[K, V]) unlistLocked(r *Registry[K, V], id uint64, key K, pos int32) {
-	pk := pt.keys[id]
-	if pk == nil {
-		return
-	}
-	last := len(pk.list) - 1
-	if int(pos) <= last && pk.list[pos] == key {
-		if int(pos) != last {
-			moved := pk.list[last]
-			pk.list[pos] = moved
-			if _, _, ms := pt.u.getLocked(r.hash(moved), moved); ms != nil && ms.id == id {
-				ms.pos = pos
-			}
+// unlistLocked removes key from the key list of process id, which no
+// longer holds it.
+func (pt *partition[K, V]) unlistLocked(id uint64, key K) {
+	if pk := pt.keys[id]; pk != nil {
+		pk.remove(key)
+		if len(pk.list) == 0 {
+			delete(pt.keys, id)
 		}
-		var zero K
-		pk.list[last] = zero
-		pk.list = pk.list[:last]
-	}
-	if len(pk.list) == 0 {
-		delete(pt.keys, id)
 	}
 }
 

@@ -1,48 +1,53 @@
 package registry
 
-import "sync/atomic"
+import (
+	"sync"
+	"sync/atomic"
+)
 
 // The entries of a unique partition live in a uindex: a directory of
 // utables (extendible hashing, as Go's own maps do), each an
 // open-addressing hash table (linear probing) of at most utableMaxSlots
 // slots that hold the entries themselves, so that a read takes no lock and
-// usually touches one cache line of entries. Writers serialise on the
-// partition's mutex. Readers and writers share memory through atomic words
-// only: the directory pointer, its table pointers, and each slot's state
-// word:
+// usually touches one cache line of entries. Each table has its own
+// writers' mutex, so writers contend only when their keys fall in the same
+// small table. Readers and writers share memory through atomic words only:
+// the directory pointer, its table pointers, and each slot's state word:
 //
 //	0                  empty: the slot ends every probe sequence through it
 //	h&^3 | slotLive    the entry of a key whose hash is h
 //	h&^3 | slotDead    a removed entry (a tombstone)
 //
-// A slot is written once: its key, holder and value are written while it is
-// empty, then its state is stored (live), and later perhaps stored again
-// (dead); a dead slot is never reused. So a reader that loads a live state
-// may read the slot's other fields at leisure: they do not change any
-// more. Hence:
+// A slot is written once: its holder, key and value are written while it
+// is empty, then its state is stored (live), and later perhaps stored
+// again (dead); a dead slot is never reused. So a reader that loads a live
+// state may read the slot's other fields at leisure: they do not change
+// any more. Hence:
 //
 //   - a new key goes into the empty slot that ends its probe sequence;
 //   - a new value or a new holder for a key goes into a new slot, which is
 //     made live before the old one is made dead: a reader finds the old
 //     entry or the new one, never neither, never a mix;
 //   - a removed key's slot is made dead;
-//   - when 3/4 of a table's slots are used (live or dead), the partition
-//     builds a new table of its live entries (twice as large, or as large
-//     if many were dead), or splits it into two of the largest size, each
-//     for the keys with one more bit of hash in common (doubling the
-//     directory first if needed), and publishes them with atomic stores of
-//     the directory's pointers; a replaced table or directory is never
-//     written again, and readers still in it read what it held when it was
-//     replaced. Growth thus copies at most one small table at a time, and
-//     writers never wait long for it.
+//   - when 3/4 of a table's slots are used (live or dead), a new table of
+//     its live entries replaces it (twice as large, or as large if many
+//     were dead), or two of them, each for the keys with one more bit of
+//     hash in common, split it (doubling the directory first if needed);
+//     they are published with atomic stores of the directory's pointers.
+//     A replaced table or directory is never written again: readers still
+//     in it read what it held when it was replaced, and writers that reach
+//     it find it retired and start again. Growth thus copies one small
+//     table at a time, and holds up only the writers of that table.
 //
 // A reader loads the directory, then the key's table, and probes it until
 // it finds the key live or an empty slot. Every table keeps a quarter of
 // its slots empty, so probes end. A key's directory index is the
 // directory's depth bits of its hash after the top 16 (which choose the
-// partition); its probe starts at slot (h>>2)&mask, from the low bits. The slots hold no pointer unless the key or value does: the
-// garbage collector does not scan the table of a registry of pointer-free
-// keys and values.
+// partition); its probe starts at slot (h>>2)&mask, from the low bits.
+//
+// The slots hold no pointer unless the key or the value does: the garbage
+// collector does not scan the tables of a registry of pointer-free keys and
+// values, however large.
 
 // Slot states (the low bits of a slot's state word; the other bits are
 // the key's hash).
@@ -52,9 +57,7 @@ const (
 )
 
 // uslot is one slot of a utable. id, key and val are written once, before
-// the slot's state is first stored. pos is the key's index in its holder's
-// pidKeys.list (so that removing a key is O(1)): it is read and written by
-// writers only, under the partition's lock; readers never read it.
+// the slot's state is first stored.
 //
 // Entries keep the process's number only: every process that holds
 // entries is a live local process, so its PID is rebuilt from the node's
@@ -65,17 +68,25 @@ type uslot[K comparable, V any] struct {
 	id    uint64           // PID.ID() of the holder
 	key   K
 	val   V
-	pos   int32
 }
 
-// utable is one table of a partition's directory.
+// load and store access a slot's state in a published table. A table
+// being built is written with plain stores: atomic ones (a full barrier
+// each on amd64) would wait for every cache miss of the copy in turn.
+func (s *uslot[K, V]) load() uint64    { return atomic.LoadUint64(&s.state) }
+func (s *uslot[K, V]) store(st uint64) { atomic.StoreUint64(&s.state, st) }
+
+// utable is one table of a partition's directory. slots, mask and depth
+// never change; the rest is guarded by mu.
 type utable[K comparable, V any] struct {
 	slots []uslot[K, V]
 	mask  uint64
-	depth uint // local depth: the table holds the keys whose directory index starts with the same depth bits
-	_     [64]byte
-	used  int // slots not empty (live or dead); guarded by the partition's mu
-	live  int // live slots; guarded by the partition's mu
+	depth uint     // local depth: the table holds the keys whose directory index starts with the same depth bits
+	_     [64]byte // readers read the fields above, writers write those below
+	mu    sync.Mutex
+	used  int  // slots not empty (live or dead)
+	live  int  // live slots
+	gone  bool // replaced in the directory: writers must start again
 }
 
 // udir is a partition's directory: 1<<depth table pointers, each table
@@ -85,10 +96,12 @@ type udir[K comparable, V any] struct {
 	tables []atomic.Pointer[utable[K, V]]
 }
 
-// uindex is a unique partition's entries. dir is read by anyone and
-// written under the partition's mu.
+// uindex is a unique partition's entries. dir is read by anyone; it and
+// the directory's pointers are written under dirMu, which writers take
+// (after a table's mu) only to replace a table.
 type uindex[K comparable, V any] struct {
-	dir atomic.Pointer[udir[K, V]]
+	dir   atomic.Pointer[udir[K, V]]
+	dirMu sync.Mutex
 }
 
 const (
@@ -100,15 +113,18 @@ const (
 
 func newUindex[K comparable, V any]() *uindex[K, V] {
 	x := &uindex[K, V]{}
-	x.clearLocked()
+	x.clear()
 	return x
 }
 
-// clearLocked drops every entry.
-func (x *uindex[K, V]) clearLocked() {
+// clear drops every entry. Writers still in the old tables write to
+// tables no one reads any more (see replaceLocked).
+func (x *uindex[K, V]) clear() {
 	d := &udir[K, V]{tables: make([]atomic.Pointer[utable[K, V]], 1)}
 	d.tables[0].Store(newUtable[K, V](utableMinSlots, 0))
+	x.dirMu.Lock()
 	x.dir.Store(d)
+	x.dirMu.Unlock()
 }
 
 func newUtable[K comparable, V any](n int, depth uint) *utable[K, V] {
@@ -116,12 +132,6 @@ func newUtable[K comparable, V any](n int, depth uint) *utable[K, V] {
 }
 
 func liveState(h uint64) uint64 { return h&^3 | slotLive }
-
-// load and store access a slot's state in a published table. A table
-// being built is written with plain stores: atomic ones (a full barrier
-// each on amd64) would wait for every cache miss of the copy in turn.
-func (s *uslot[K, V]) load() uint64    { return atomic.LoadUint64(&s.state) }
-func (s *uslot[K, V]) store(st uint64) { atomic.StoreUint64(&s.state, st) }
 
 // dirIndex returns the index of hash h (or of a state word) in a directory
 // of the given depth.
@@ -151,9 +161,34 @@ func (x *uindex[K, V]) find(h uint64, key K) *uslot[K, V] {
 	}
 }
 
-// probe looks key up for a writer (under the partition's mu): it returns
-// the index of its live slot in t, or -1, and the index of the empty slot
-// that ends its probe sequence.
+// lock returns the table of hash h, locked.
+func (x *uindex[K, V]) lock(h uint64) *utable[K, V] {
+	for {
+		t := x.table(h)
+		t.mu.Lock()
+		if !t.gone {
+			return t
+		}
+		t.mu.Unlock()
+	}
+}
+
+// lockRoom returns the table of hash h, locked, with room for one more
+// slot: it replaces the table first if needed.
+func (x *uindex[K, V]) lockRoom(h uint64) *utable[K, V] {
+	for {
+		t := x.lock(h)
+		if (t.used+1)*4 <= len(t.slots)*3 {
+			return t
+		}
+		x.replaceLocked(t, h)
+		t.mu.Unlock()
+	}
+}
+
+// probe looks key up for a writer (under t.mu): it returns the index of its
+// live slot in t, or -1, and the index of the empty slot that ends its
+// probe sequence.
 func (t *utable[K, V]) probe(h uint64, key K) (at, free int) {
 	want := liveState(h)
 	at = -1
@@ -169,38 +204,41 @@ func (t *utable[K, V]) probe(h uint64, key K) (at, free int) {
 	}
 }
 
-// getLocked returns the table of key, the index of its live slot and the
-// slot, or a nil slot, for a writer.
-func (x *uindex[K, V]) getLocked(h uint64, key K) (*utable[K, V], int, *uslot[K, V]) {
-	t := x.table(h)
-	at, _ := t.probe(h, key)
-	if at < 0 {
-		return t, -1, nil
-	}
-	return t, at, &t.slots[at]
+// put stores a live entry for key in t's empty slot free (as probe found
+// it, with room). t.mu is held.
+func (t *utable[K, V]) put(free int, h uint64, key K, id uint64, val V) {
+	s := &t.slots[free]
+	s.id, s.key, s.val = id, key, val
+	s.store(liveState(h))
+	t.used++
+	t.live++
 }
 
-// reserveLocked returns the table of hash h, with room for one more slot:
-// it rebuilds or splits the table first if needed.
-func (x *uindex[K, V]) reserveLocked(h uint64) *utable[K, V] {
-	t := x.table(h)
-	if (t.used+1)*4 <= len(t.slots)*3 {
-		return t
+// kill removes the live entry in t's slot at. t.mu is held.
+func (t *utable[K, V]) kill(at int) {
+	s := &t.slots[at]
+	s.store(s.load()&^3 | slotDead)
+	t.live--
+}
+
+// replaceLocked replaces t, the table of hash h, which is full: by a table
+// twice as large, or as large (if many of its slots are dead), or by two
+// tables of one more bit of depth. t.mu is held; t is gone afterwards.
+func (x *uindex[K, V]) replaceLocked(t *utable[K, V], h uint64) {
+	x.dirMu.Lock()
+	defer x.dirMu.Unlock()
+	t.gone = true
+	if x.table(h) != t {
+		return // cleared meanwhile
 	}
-	n := t.live + 1
-	size := utableMinSlots
-	for size < 2*n {
-		size *= 2
-	}
+	size := sizeFor(t.live + 1)
 	d := x.dir.Load()
 	if size <= utableMaxSlots || t.depth >= dirMaxDepth {
 		nt := newUtable[K, V](size, t.depth)
 		t.copyInto(func(uint64) *utable[K, V] { return nt })
-		x.publishLocked(d, h, t.depth, nt)
-		return x.table(h)
+		publish(d, h, nt)
+		return
 	}
-	// Split t into the tables of its keys whose next directory bit is 0
-	// and 1.
 	if t.depth == d.depth {
 		nd := &udir[K, V]{depth: d.depth + 1, tables: make([]atomic.Pointer[utable[K, V]], 2*len(d.tables))}
 		for i := range d.tables {
@@ -211,44 +249,48 @@ func (x *uindex[K, V]) reserveLocked(h uint64) *utable[K, V] {
 		x.dir.Store(nd)
 		d = nd
 	}
-	bit := func(st uint64) bool { return dirIndex(st, t.depth+1)&1 == 1 }
+	depth := t.depth + 1
 	ones := 0
 	for i := range t.slots {
-		if st := t.slots[i].load(); st&3 == slotLive && bit(st) {
+		if st := t.slots[i].load(); st&3 == slotLive && dirIndex(st, depth)&1 == 1 {
 			ones++
 		}
 	}
-	sized := func(n int) int {
-		size := utableMinSlots
-		for size < 2*n+2 {
-			size *= 2
-		}
-		return size
-	}
-	t0 := newUtable[K, V](sized(t.live-ones), t.depth+1)
-	t1 := newUtable[K, V](sized(ones), t.depth+1)
+	t0 := newUtable[K, V](sizeFor(t.live-ones+1), depth)
+	t1 := newUtable[K, V](sizeFor(ones+1), depth)
 	t.copyInto(func(st uint64) *utable[K, V] {
-		if bit(st) {
+		if dirIndex(st, depth)&1 == 1 {
 			return t1
 		}
 		return t0
 	})
-	x.publishLocked(d, h&^(1<<(63-dirShift-t.depth)), t.depth+1, t0)
-	x.publishLocked(d, h|1<<(63-dirShift-t.depth), t.depth+1, t1)
-	return x.table(h)
+	bit := uint64(1) << (63 - dirShift - t.depth) // the hash bit that tells t0 from t1
+	publish(d, h&^bit, t0)
+	publish(d, h|bit, t1)
 }
 
-// publishLocked stores t in the entries of directory d for the hashes
-// whose first depth directory bits are those of h.
-func (x *uindex[K, V]) publishLocked(d *udir[K, V], h uint64, depth uint, t *utable[K, V]) {
-	lo := dirIndex(h, depth) << (d.depth - depth)
-	for i := range uint64(1) << (d.depth - depth) {
+// sizeFor returns the number of slots of a new table for n entries: a
+// power of two, at least twice n.
+func sizeFor(n int) int {
+	size := utableMinSlots
+	for size < 2*n {
+		size *= 2
+	}
+	return size
+}
+
+// publish stores t in the entries of directory d for the hashes whose
+// first t.depth directory bits are those of h.
+func publish[K comparable, V any](d *udir[K, V], h uint64, t *utable[K, V]) {
+	lo := dirIndex(h, t.depth) << (d.depth - t.depth)
+	for i := range uint64(1) << (d.depth - t.depth) {
 		d.tables[lo+i].Store(t)
 	}
 }
 
 // copyInto copies each live entry of t into the table into returns for
-// its state word: a new table, not yet published.
+// its state word: a new table, not yet published, so written with plain
+// stores.
 func (t *utable[K, V]) copyInto(into func(st uint64) *utable[K, V]) {
 	for i := range t.slots {
 		o := &t.slots[i]
@@ -262,41 +304,17 @@ func (t *utable[K, V]) copyInto(into func(st uint64) *utable[K, V]) {
 			j = (j + 1) & nt.mask
 		}
 		s := &nt.slots[j]
-		s.state, s.id, s.key, s.val, s.pos = st, o.id, o.key, o.val, o.pos
+		s.state, s.id, s.key, s.val = st, o.id, o.key, o.val
 		nt.used++
 		nt.live++
 	}
 }
 
-// putLocked stores a live entry for key in t's empty slot free (as probe
-// found it, after reserveLocked).
-func (t *utable[K, V]) putLocked(free int, h uint64, key K, id uint64, val V, pos int32) {
-	s := &t.slots[free]
-	s.id, s.key, s.val, s.pos = id, key, val, pos
-	s.store(liveState(h))
-	t.used++
-	t.live++
-}
-
-// killLocked removes the live entry in t's slot at.
-func (t *utable[K, V]) killLocked(at int) {
-	s := &t.slots[at]
-	s.store(s.load()&^3 | slotDead)
-	t.live--
-}
-
-// setLocked gives key, which has a live slot, a new holder and value: the
-// new entry is live before the old one is dead.
-func (x *uindex[K, V]) setLocked(h uint64, key K, id uint64, val V, pos int32) {
-	t := x.reserveLocked(h)
-	at, free := t.probe(h, key)
-	t.putLocked(free, h, key, id, val, pos)
-	t.killLocked(at)
-}
-
-// each calls f with every live slot, under the partition's lock (read or
-// write).
+// each calls f with every live slot, one table at a time, under dirMu
+// (so that no table is replaced meanwhile). f must not call the registry.
 func (x *uindex[K, V]) each(f func(*uslot[K, V])) {
+	x.dirMu.Lock()
+	defer x.dirMu.Unlock()
 	d := x.dir.Load()
 	for i := uint64(0); i < uint64(len(d.tables)); {
 		t := d.tables[i].Load()
@@ -307,4 +325,16 @@ func (x *uindex[K, V]) each(f func(*uslot[K, V])) {
 		}
 		i += 1 << (d.depth - t.depth)
 	}
+}
+
+// killHeld removes the entry of key (hash h) if process id holds it, and
+// reports whether it did.
+func (x *uindex[K, V]) killHeld(h uint64, key K, id uint64) bool {
+	t := x.lock(h)
+	defer t.mu.Unlock()
+	if at, _ := t.probe(h, key); at >= 0 && t.slots[at].id == id {
+		t.kill(at)
+		return true
+	}
+	return false
 }
