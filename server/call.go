@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/gotp/gotp"
@@ -30,11 +31,53 @@ type From struct {
 func (f From) Ref() gotp.Ref { return f.ref }
 
 // call is one local call in flight. The pointer itself is the request
-// message, so a local call boxes nothing.
+// message, so a local call boxes nothing. The first answer (the reply, or
+// a died) is kept and later ones are dropped; a caller that waits is woken
+// by closing wait, which only a waiting caller makes: a call answered
+// inline (see InlineCalls) makes no channel at all.
 type call struct {
 	req  any
 	from From
-	ch   chan any // buffered 1: the reply, or a died; a late reply is collected with the call
+
+	mu       sync.Mutex // guards the fields below
+	answered bool
+	answer   any
+	wait     chan struct{}
+}
+
+// set records the call's answer unless it has one, and wakes the caller.
+func (c *call) set(v any) {
+	c.mu.Lock()
+	if c.answered {
+		c.mu.Unlock()
+		return
+	}
+	c.answered, c.answer = true, v
+	w := c.wait
+	c.mu.Unlock()
+	if w != nil {
+		close(w)
+	}
+}
+
+// result returns the answer, if there is one yet.
+func (c *call) result() (any, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.answer, c.answered
+}
+
+// done returns a channel closed once the call has an answer.
+func (c *call) done() <-chan struct{} {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.wait == nil {
+		c.wait = make(chan struct{})
+		if c.answered {
+			close(c.wait)
+		}
+	}
+	return c.wait
 }
 
 // died is what a call's channel receives when the server exits first.
@@ -54,10 +97,7 @@ func Reply(from From, value any) { from.reply(value) }
 
 func (f From) reply(v any) {
 	if f.c != nil {
-		select {
-		case f.c.ch <- v:
-		default:
-		}
+		f.c.set(v)
 		return
 	}
 	if f.n != nil && !f.pid.IsZero() {
@@ -130,18 +170,16 @@ func call1(ctx context.Context, n *gotp.Node, to gotp.Dest, req any) (any, error
 	var c *call
 	ran := false // HandleCall has run: wait for a deferred reply
 	if local {
-		c = &call{req: req, ch: make(chan any, 1)}
+		c = &call{req: req}
 		c.from = From{c: c, n: n}
 		if ran = n.RunInline(pid, c); ran {
 			// HandleCall ran here (see InlineCalls). Unless it deferred
 			// its reply, the reply (or the server's end) is waiting.
-			select {
-			case v := <-c.ch:
+			if v, ok := c.result(); ok {
 				if d, ok := v.(died); ok {
 					return nil, &CallError{Server: pid, Reason: reasonOrNoProc(d.reason)}
 				}
 				return v, nil
-			default:
 			}
 		}
 	}
@@ -155,10 +193,7 @@ func call1(ctx context.Context, n *gotp.Node, to gotp.Dest, req any) (any, error
 		return callRemote(ctx, n, pid, req, timeout)
 	}
 	mon := n.MonitorFunc(pid, func(d gotp.Down) {
-		select {
-		case c.ch <- died{d.Reason}:
-		default:
-		}
+		c.set(died{d.Reason})
 	})
 	if !ran {
 		c.from.ref = mon
@@ -167,7 +202,8 @@ func call1(ctx context.Context, n *gotp.Node, to gotp.Dest, req any) (any, error
 	var v any
 	var err error
 	select {
-	case v = <-c.ch:
+	case <-c.done():
+		v, _ = c.result()
 		if d, ok := v.(died); ok {
 			v, err = nil, &CallError{Server: pid, Reason: reasonOrNoProc(d.reason)}
 		}

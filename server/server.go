@@ -319,10 +319,7 @@ func (g *gen) HandleMessage(p *gotp.Process, msg any) (stop bool, reason error) 
 	if replying && from.c != nil && (reply == NoReply || reply == nil) {
 		// The caller learns the server's end from the call itself: its
 		// monitor may not be set yet (an inline call sets none).
-		select {
-		case from.c.ch <- died{err}:
-		default:
-		}
+		from.c.set(died{err})
 	}
 	return true, err
 }
