@@ -25,7 +25,11 @@
 // which receives in a loop with [Process.Receive], or a handler
 // ([Node.SpawnHandler]) that runs only while it has messages: an idle
 // handler-mode process holds no goroutine, which is how a gen_server (package
-// server) waits for work at the cost of a few hundred bytes.
+// server) waits for work at the cost of a few hundred bytes. A handler-mode
+// process may instead keep one goroutine for life ([Resident]), and may let
+// a sender run its handler on the sender's goroutine while it is idle
+// ([AllowInline], [Node.RunInline]: how a call to an idle server can cost
+// no goroutine switch).
 //
 // # Failure
 //
@@ -43,6 +47,9 @@
 // Send never blocks and never fails: a message to a process that is gone is
 // dropped. Messages from one sender to one receiver arrive in the order they
 // were sent; there is no order across senders. Mailboxes are unbounded.
+// To send to many processes at once (a broadcast), use a [Batch]: it wakes
+// the idle handler-mode processes together, on a few goroutines, instead
+// of starting one goroutine for each.
 //
 // # Concurrency
 //

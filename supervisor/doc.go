@@ -21,7 +21,11 @@
 // supervisor learns of its exit from the link. Unlike most servers, a
 // supervisor runs on a goroutine of its own (server.Dedicated): its work
 // (starting and stopping children) runs deep, and a goroutine made per
-// message would regrow its stack each time.
+// message would regrow its stack each time. Calls to an idle supervisor
+// (start a child, which children, ...) run on the caller's goroutine
+// (server.InlineCalls), as the supervisor process: like OTP's supervisor
+// calls, they wait for the supervisor however long it takes rather than
+// ending at a deadline; a child's start still gets the caller's context.
 //
 // # Strategies, restart types and intensity
 //

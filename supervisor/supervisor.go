@@ -44,10 +44,12 @@ func StartLink(ctx context.Context, parent *gotp.Process, spec Spec, opts ...ser
 	return server.StartLink(ctx, parent, s, withTrap(opts)...)
 }
 
-// withTrap adds the options every supervisor runs with: it traps exits,
-// and it runs on a goroutine of its own (server.Dedicated), because each of
+// withTrap adds the options every supervisor runs with: it traps exits;
+// it runs on a goroutine of its own (server.Dedicated), because each of
 // its messages may start or stop children, deep calls that would regrow
-// the stack of a goroutine started per message.
+// the stack of a goroutine started per message; and a call that finds it
+// idle runs on the caller's goroutine (server.InlineCalls), which saves
+// two goroutine switches per child started.
 func withTrap(opts []server.Option) []server.Option {
 	return append(opts[:len(opts):len(opts)], server.TrapExit(true), server.Dedicated(), server.InlineCalls())
 }
