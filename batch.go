@@ -14,6 +14,7 @@ type Batch struct {
 	n     *Node
 	from  PID
 	woken []*Process
+	wakes int // goroutines woken by Send
 	done  bool
 }
 
@@ -52,13 +53,24 @@ func (b *Batch) Send(to PID, msg any) {
 		panic("gotp: Batch used after its function returned")
 	}
 	if p := b.n.lookup(to); p != nil {
-		if p.deliverDeferred(msg) {
+		switch p.deliverDeferred(msg) {
+		case deliveredIdle:
 			b.woken = append(b.woken, p)
+		case deliveredWoke:
+			// Each goroutine woken goes to this CPU's run queue; past its
+			// 256 slots they spill to the scheduler's global queue, under
+			// its lock. Yielding now and then lets them run from here.
+			if b.wakes++; b.wakes%batchYield == 0 {
+				runtime.Gosched()
+			}
 		}
 		return
 	}
 	b.n.send(b.from, to, msg)
 }
+
+// batchYield is how many goroutines a Batch wakes between yields.
+const batchYield = 128
 
 // batchChunk is how many processes a batch worker takes at a time.
 const batchChunk = 32

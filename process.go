@@ -469,21 +469,40 @@ func (n *Node) RunInline(to PID, msg any) bool {
 	return true
 }
 
+// What deliverDeferred did.
+const (
+	deliveredQueued = iota // queued for a process that runs, or dropped
+	deliveredIdle          // queued for an idle handler process, now marked running
+	deliveredWoke          // handed to a goroutine parked in Receive, or a resident one
+)
+
 // deliverDeferred appends msg to the mailbox like deliver, except that an
 // idle handler-mode process without a goroutine of its own is not given
-// one: it is marked as running and deliverDeferred returns true, and the
-// caller must then get it handled (runHandler, or a Batch's workers).
-func (p *Process) deliverDeferred(msg any) bool {
+// one: it is marked as running (deliveredIdle), and the caller must then
+// get it handled (runHandler, or a Batch's workers).
+func (p *Process) deliverDeferred(msg any) int {
 	p.mu.Lock()
-	if p.mode == modeHandler && !p.resident && !p.running && !p.dead.Load() {
+	if p.dead.Load() {
+		p.mu.Unlock()
+		return deliveredQueued
+	}
+	if p.mode == modeHandler && !p.running {
+		if p.resident {
+			p.deliverLocked(msg)
+			return deliveredWoke
+		}
 		p.mlen.Add(1)
 		p.queue = append(p.queue, msg)
 		p.running = true
 		p.mu.Unlock()
-		return true
+		return deliveredIdle
 	}
+	woke := p.mode == modeFunc && p.waiting
 	p.deliverLocked(msg)
-	return false
+	if woke {
+		return deliveredWoke
+	}
+	return deliveredQueued
 }
 
 // deliver appends msg to the mailbox and wakes the process.
