@@ -47,7 +47,10 @@ func (n *Node) batch(from PID, fn func(b *Batch)) {
 	fn(b)
 }
 
-// Send delivers msg to the process to, as Node.Send does.
+// Send delivers msg to the process to, as Node.Send does. It never blocks,
+// but after waking many goroutines (function processes waiting in Receive)
+// it yields the processor now and then, so that they run before the
+// scheduler's local queue overflows.
 func (b *Batch) Send(to PID, msg any) {
 	if b.done {
 		panic("gotp: Batch used after its function returned")
