@@ -11,9 +11,10 @@ type Info struct {
 	Processes  int   // processes the registry watches (registered and not exited)
 }
 
-// Info returns the registry's sizes. It read-locks one partition at a
-// time, so a registry that changes meanwhile may be counted between two
-// states; it costs O(partitions).
+// Info returns the registry's sizes. It reads one partition at a time,
+// so a registry that changes meanwhile may be counted between two states;
+// it costs O(partitions) for a duplicate registry and O(entries) for a
+// unique one (it counts the keys of each partition's tables).
 func (r *Registry[K, V]) Info() Info {
 	in := Info{Kind: r.kind, Partitions: r.nparts, Keys: make([]int, r.nparts)}
 	t := r.live()
@@ -24,14 +25,16 @@ func (r *Registry[K, V]) Info() Info {
 	for i := range t.parts {
 		pt := &t.parts[i]
 		pt.mu.RLock()
-		in.Entries += int(pt.count.Load())
 		in.Processes += len(pt.owners)
-		if r.kind == Unique {
-			in.Keys[i] = int(pt.count.Load()) // one entry per key
-		} else {
+		if r.kind == Duplicate {
+			in.Entries += int(pt.count.Load())
 			in.Keys[i] = len(pt.dup)
 		}
 		pt.mu.RUnlock()
+		if r.kind == Unique {
+			pt.u.each(func(*uslot[K, V]) { in.Keys[i]++ })
+			in.Entries += in.Keys[i] // one entry per key
+		}
 	}
 	return in
 }

@@ -76,19 +76,15 @@ func (r *Registry[K, V]) register(p *gotp.Process, pid gotp.PID, key K, value V)
 
 // registerUnique is register on a unique registry. It writes the entry
 // under the lock of the key's small table only, then lists the key among
-// pid's under the partition's lock: two short critical sections, which
-// writers of other keys rarely share. A process killed meanwhile (by
+// pid's under the lock of pid's key stripe: two short critical sections,
+// which writers of other keys and processes rarely share. A process killed meanwhile (by
 // another: its goroutine goes on) may have had its entries dropped before
 // the key was listed, so the key is dropped again if pid is found dead
 // after it was listed.
 func (r *Registry[K, V]) registerUnique(t *table[K, V], p *gotp.Process, pid gotp.PID, key K, value V) error {
 	h := r.hash(key)
-	pi := 0
-	if r.nparts > 1 {
-		pi = r.hashPart(h)
-	}
-	x, pt := t.us[pi], &t.parts[pi]
-	ut := x.lockRoom(h)
+	pi := r.uniquePart(h)
+	ut := t.us[pi].lockRoom(h)
 	if t.closed.Load() {
 		ut.mu.Unlock()
 		return ErrNotRunning
@@ -106,27 +102,28 @@ func (r *Registry[K, V]) registerUnique(t *table[K, V], p *gotp.Process, pid got
 	ut.put(free, h, key, pid.ID(), value)
 	if at >= 0 {
 		ut.kill(at) // after the new entry is live
-	} else {
-		pt.count.Add(1)
 	}
 	ut.mu.Unlock()
 
-	pt.mu.Lock()
-	if dead != 0 {
-		pt.unlistLocked(dead, key)
+	if at >= 0 {
+		t.stripe(dead).count.Add(-1)
+		t.unlist(dead, key)
 	}
-	pk := pt.keys[pid.ID()]
+	ks := t.stripe(pid.ID())
+	ks.count.Add(1)
+	ks.mu.Lock()
+	pk := ks.keys[pid.ID()]
 	first := pk == nil
 	if first {
 		pk = &pidKeys[K]{}
 		pk.list = pk.buf[:0]
-		pt.keys[pid.ID()] = pk
+		ks.keys[pid.ID()] = pk
 	}
 	pk.add(key)
-	pt.mu.Unlock()
+	ks.mu.Unlock()
 	r.registered(t, first, pi, pid, key, value)
 	if !r.alive(p, pid) {
-		r.dropUnique(t, pi, h, key, pid.ID())
+		r.dropUnique(t, h, key, pid.ID())
 	}
 	return nil
 }
@@ -139,17 +136,14 @@ func (r *Registry[K, V]) alive(p *gotp.Process, pid gotp.PID) bool {
 	return r.n.IsAlive(pid)
 }
 
-// dropUnique removes the entry of key (hash h, in partition pi) if process
-// id holds it, and unlists it; it reports whether it did.
-func (r *Registry[K, V]) dropUnique(t *table[K, V], pi int, h uint64, key K, id uint64) bool {
-	pt := &t.parts[pi]
-	if !t.us[pi].killHeld(h, key, id) {
+// dropUnique removes the entry of key (hash h) if process id holds it,
+// and unlists it; it reports whether it did.
+func (r *Registry[K, V]) dropUnique(t *table[K, V], h uint64, key K, id uint64) bool {
+	if !t.us[r.uniquePart(h)].killHeld(h, key, id) {
 		return false
 	}
-	pt.count.Add(-1)
-	pt.mu.Lock()
-	pt.unlistLocked(id, key)
-	pt.mu.Unlock()
+	t.stripe(id).count.Add(-1)
+	t.unlist(id, key)
 	return true
 }
 
@@ -243,7 +237,7 @@ func (r *Registry[K, V]) unregisterMatch(pid gotp.PID, key K, match func(V) bool
 		if s == nil || s.id != pid.ID() || (match != nil && !match(s.val)) {
 			return 0
 		}
-		if r.dropUnique(t, r.entryPart(pid, key), h, key, pid.ID()) {
+		if r.dropUnique(t, h, key, pid.ID()) {
 			removed = 1
 		}
 	} else {
@@ -268,9 +262,8 @@ func (r *Registry[K, V]) unregisterKey(key K) {
 		return
 	}
 	h := r.hash(key)
-	pi := r.keyPart(key)
 	var holder uint64
-	ut := t.us[pi].lock(h)
+	ut := t.us[r.uniquePart(h)].lock(h)
 	at, _ := ut.probe(h, key)
 	if at >= 0 {
 		holder = ut.slots[at].id
@@ -280,11 +273,8 @@ func (r *Registry[K, V]) unregisterKey(key K) {
 	if at < 0 {
 		return
 	}
-	pt := &t.parts[pi]
-	pt.count.Add(-1)
-	pt.mu.Lock()
-	pt.unlistLocked(holder, key)
-	pt.mu.Unlock()
+	t.stripe(holder).count.Add(-1)
+	t.unlist(holder, key)
 	r.notifyUnregister(t, key, r.pidOf(holder))
 }
 
@@ -415,14 +405,12 @@ func (r *Registry[K, V]) Keys(pid gotp.PID) []K {
 		pt.mu.RUnlock()
 		return out
 	}
-	for i := range t.parts {
-		pt := &t.parts[i]
-		pt.mu.RLock()
-		if pk := pt.keys[pid.ID()]; pk != nil {
-			out = append(out, pk.list...)
-		}
-		pt.mu.RUnlock()
+	ks := t.stripe(pid.ID())
+	ks.mu.Lock()
+	if pk := ks.keys[pid.ID()]; pk != nil {
+		out = append(out, pk.list...)
 	}
+	ks.mu.Unlock()
 	return out
 }
 
@@ -463,6 +451,9 @@ func (r *Registry[K, V]) Count() int {
 		return 0
 	}
 	n := 0
+	for i := range t.ks {
+		n += int(t.ks[i].count.Load())
+	}
 	for i := range t.parts {
 		n += int(t.parts[i].count.Load())
 	}
@@ -496,7 +487,7 @@ func (r *Registry[K, V]) UpdateValue(p *gotp.Process, key K, fn func(old V) V) (
 	}
 	oldValue = s.val
 	newValue = fn(oldValue)
-	ut := t.us[r.keyPart(key)].lockRoom(h)
+	ut := t.us[r.uniquePart(h)].lockRoom(h)
 	at, free := ut.probe(h, key)
 	if at < 0 || ut.slots[at].id != pid.ID() {
 		ut.mu.Unlock()

@@ -359,6 +359,15 @@ func (r *Registry[K, V]) hashPart(h uint64) int {
 	return int(hi)
 }
 
+// uniquePart returns the partition of a key with hash h in a unique
+// registry.
+func (r *Registry[K, V]) uniquePart(h uint64) int {
+	if r.nparts == 1 {
+		return 0
+	}
+	return r.hashPart(h)
+}
+
 // keyPart returns the partition of key in a unique registry.
 func (r *Registry[K, V]) keyPart(key K) int {
 	if r.nparts == 1 {
@@ -394,6 +403,7 @@ type table[K comparable, V any] struct {
 	pid    gotp.PID
 	parts  []partition[K, V]
 	us     []*uindex[K, V] // unique: the entries of each partition, for readers (parts[i].u == us[i])
+	ks     []keyStripe[K]  // unique: the keys of each process, by process ID modulo keyStripes
 	closed atomic.Bool
 	done   chan struct{} // closed once close has dropped everything
 
@@ -414,15 +424,32 @@ type partition[K comparable, V any] struct {
 	mu     sync.RWMutex
 	u      *uindex[K, V]          // unique: key → entry (table.us[i]); never replaced
 	dup    map[K]*bucket[V]       // duplicate: key → entries of this partition's processes
-	keys   map[uint64]*pidKeys[K] // process ID → its keys held in this partition
+	keys   map[uint64]*pidKeys[K] // duplicate: process ID → its keys held in this partition
 	owners map[uint64]*owner      // process ID (of this partition's processes) → monitor record
-	count  atomic.Int64           // entries; written under mu
+	count  atomic.Int64           // duplicate: entries; written under mu
 	_      [64]byte               // keep partitions' locks on separate cache lines
 }
 
-// pidKeys are the keys one process holds in one partition: a list for a
-// unique registry (indexed once it is long and loses a key), counts for a
-// duplicate one.
+// keyStripe is the bookkeeping of a unique registry for the processes
+// whose IDs are equal modulo keyStripes: their keys in every partition,
+// and how many entries they hold. A writer takes a stripe's mu after it
+// has released any table lock, and never holds two stripes' locks: writers
+// for different processes thus rarely share a lock or a cache line.
+type keyStripe[K comparable] struct {
+	mu    sync.Mutex
+	keys  map[uint64]*pidKeys[K] // process ID → its keys; guarded by mu
+	count atomic.Int64           // entries held by the stripe's processes
+	_     [64]byte
+}
+
+const keyStripes = 16
+
+// stripe returns the key stripe of process id in a unique registry.
+func (t *table[K, V]) stripe(id uint64) *keyStripe[K] { return &t.ks[id%keyStripes] }
+
+// pidKeys are the keys one process holds: in a unique registry, all of
+// them, in a list (indexed once it is long and loses a key); in one
+// partition of a duplicate one, with counts.
 type pidKeys[K comparable] struct {
 	list   []K
 	idx    map[K]int32 // key → index in list, once built
@@ -504,6 +531,10 @@ func newTable[K comparable, V any](r *Registry[K, V]) *table[K, V] {
 		t.meta[k] = v
 	}
 	if r.kind == Unique {
+		t.ks = make([]keyStripe[K], keyStripes)
+		for i := range t.ks {
+			t.ks[i].keys = make(map[uint64]*pidKeys[K])
+		}
 		t.us = make([]*uindex[K, V], r.nparts)
 		for i := range t.parts {
 			t.us[i] = newUindex[K, V]()
@@ -548,6 +579,13 @@ func (t *table[K, V]) close() {
 		}
 		pt.reset(t.r.kind)
 		pt.mu.Unlock()
+	}
+	for i := range t.ks {
+		ks := &t.ks[i]
+		ks.mu.Lock()
+		ks.keys = make(map[uint64]*pidKeys[K])
+		ks.count.Store(0)
+		ks.mu.Unlock()
 	}
 	for _, w := range ws {
 		t.r.n.Demonitor(w.ref, w.pid)
@@ -608,29 +646,25 @@ func (t *table[K, V]) cleanup(pid gotp.PID, o *owner) {
 	delete(pp.owners, pid.ID())
 	parts := o.parts
 	pp.mu.Unlock()
+	if t.us != nil {
+		t.dropUniquePID(pid)
+		return
+	}
 	for _, pi := range parts {
 		pt := &t.parts[pi]
 		pt.mu.Lock()
-		pt.dropPIDLocked(t.r, pid)
+		pt.dropPIDLocked(pid)
 		pt.mu.Unlock()
 	}
 }
 
-// dropPIDLocked removes every entry of pid in the partition.
-func (pt *partition[K, V]) dropPIDLocked(r *Registry[K, V], pid gotp.PID) {
+// dropPIDLocked removes every entry of pid in a duplicate partition.
+func (pt *partition[K, V]) dropPIDLocked(pid gotp.PID) {
 	pk := pt.keys[pid.ID()]
 	if pk == nil {
 		return
 	}
 	delete(pt.keys, pid.ID())
-	if pt.u != nil {
-		for _, k := range pk.list {
-			if pt.u.killHeld(r.hash(k), k, pid.ID()) {
-				pt.count.Add(-1)
-			}
-		}
-		return
-	}
 	for k := range pk.counts {
 		if b := pt.dup[k]; b != nil {
 			pt.count.Add(-int64(b.removePID(pid, nil)))
@@ -641,15 +675,35 @@ func (pt *partition[K, V]) dropPIDLocked(r *Registry[K, V], pid gotp.PID) {
 	}
 }
 
-// unlistLocked removes key from the key list of process id, which no
-// longer holds it.
-func (pt *partition[K, V]) unlistLocked(id uint64, key K) {
-	if pk := pt.keys[id]; pk != nil {
-		pk.remove(key)
-		if len(pk.list) == 0 {
-			delete(pt.keys, id)
+// dropUniquePID removes every entry of pid from a unique registry.
+func (t *table[K, V]) dropUniquePID(pid gotp.PID) {
+	ks := t.stripe(pid.ID())
+	ks.mu.Lock()
+	pk := ks.keys[pid.ID()]
+	delete(ks.keys, pid.ID())
+	ks.mu.Unlock()
+	if pk == nil {
+		return
+	}
+	for _, k := range pk.list {
+		h := t.r.hash(k)
+		if t.us[t.r.uniquePart(h)].killHeld(h, k, pid.ID()) {
+			ks.count.Add(-1)
 		}
 	}
+}
+
+// unlist removes key from the keys of process id in a unique registry.
+func (t *table[K, V]) unlist(id uint64, key K) {
+	ks := t.stripe(id)
+	ks.mu.Lock()
+	if pk := ks.keys[id]; pk != nil {
+		pk.remove(key)
+		if len(pk.list) == 0 {
+			delete(ks.keys, id)
+		}
+	}
+	ks.mu.Unlock()
 }
 
 // removeDupLocked removes the entries of pid under key whose values keep

@@ -249,15 +249,11 @@ func (x *uindex[K, V]) replaceLocked(t *utable[K, V], h uint64) {
 		x.dir.Store(nd)
 		d = nd
 	}
+	// t holds at most 3/4 utableMaxSlots entries: either half fits in a
+	// table of utableMaxSlots.
 	depth := t.depth + 1
-	ones := 0
-	for i := range t.slots {
-		if st := t.slots[i].load(); st&3 == slotLive && dirIndex(st, depth)&1 == 1 {
-			ones++
-		}
-	}
-	t0 := newUtable[K, V](sizeFor(t.live-ones+1), depth)
-	t1 := newUtable[K, V](sizeFor(ones+1), depth)
+	t0 := newUtable[K, V](utableMaxSlots, depth)
+	t1 := newUtable[K, V](utableMaxSlots, depth)
 	t.copyInto(func(st uint64) *utable[K, V] {
 		if dirIndex(st, depth)&1 == 1 {
 			return t1
