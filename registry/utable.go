@@ -108,7 +108,7 @@ const (
 	utableMinSlots = 8
 	utableMaxSlots = 1024 // a table this large splits rather than grows
 	dirShift       = 16   // the hash's top bits choose the partition (MaxPartitions = 1<<16)
-	dirMaxDepth    = 40   // past this depth, tables grow instead (never with a sound hash)
+	dirMaxDepth    = 24   // past this depth, tables grow instead (never with a sound hash: 1<<24 tables)
 )
 
 func newUindex[K comparable, V any]() *uindex[K, V] {
