@@ -19,23 +19,39 @@
 // to a supervisor with gotp.LinkTo) that owns its lifetime: when that
 // process exits every entry is dropped, and a stopped *Registry may be
 // started again. No operation goes through that process. Entries live in
-// Options.Partitions partitions, each a map under its own sync.RWMutex: a
-// unique registry puts a key in the partition its hash selects, a
-// duplicate registry puts all the entries of a process in that process's
-// partition, so a process's own registrations do not contend with
-// others'. Lookups take read locks only: they never wait for a process,
-// never for each other, and never for writes to other partitions; a read
-// waits only while a write to its own partition is in progress or queued
-// (sync.RWMutex lets a waiting writer in before new readers), and every
-// write holds its lock for a few map operations, never for user code. User
-// code (Dispatch and UpdateValue callbacks, Match predicates, All loop
-// bodies) never runs under a registry lock, except the predicate of
-// UnregisterMatchFunc and Where patterns given to UnregisterMatch.
+// Options.Partitions partitions.
+//
+// A unique registry puts a key in the partition its hash selects. Each
+// partition is a directory of small open-addressing hash tables whose
+// slots hold the entries and are published with atomic stores, so that
+// reads (Lookup, Find, Values, Via names, and Count) take no lock at all:
+// they never wait for a process, a write or each other, and a reader sees
+// every key either before or after a concurrent write to it, never torn.
+// Writers lock only the small table of their key (at most 1024 slots),
+// then the bookkeeping of their own process (one of 16 stripes chosen by
+// process number): writers of different keys and processes seldom meet.
+// A table that fills up is replaced by a larger one or split in two, so
+// growth copies one small table at a time.
+//
+// A duplicate registry puts all the entries of a process in that
+// process's partition, a map under its own sync.RWMutex, so a process's
+// own registrations do not contend with others'. Its reads take read locks
+// only: they never wait for a process, never for each other, and never
+// for writes to other partitions; a read waits only while a write to its
+// own partition is in progress or queued (sync.RWMutex lets a waiting
+// writer in before new readers).
+//
+// Every write holds its locks for a few table or map operations, never
+// for user code. User code (Dispatch and UpdateValue callbacks, Match
+// predicates, All loop bodies) never runs under a registry lock, except
+// the predicate of UnregisterMatchFunc and Where patterns given to
+// UnregisterMatch.
 //
 // Entries record the process's number only (every holder is a live local
 // process, so its PID is rebuilt from the node's name and creation): a
-// unique entry costs its key, 12 bytes and the value, and a registry whose
-// keys and values hold no pointers is never scanned by the garbage
+// unique entry costs its key, the value and 16 bytes (the holder's number
+// and a hash word), in tables between 3/8 and 3/4 full, and a registry
+// whose keys and values hold no pointers is never scanned by the garbage
 // collector. Find and Count do not allocate; Lookup allocates the slice it
 // returns.
 //
@@ -55,7 +71,7 @@
 //   - a read running concurrently with P's exit may return P's entries:
 //     between the moment P is dead (Node.IsAlive reports false, messages to
 //     it are dropped) and the end of the registry's callback; such a
-//     window lasts as long as the callback, a few map deletions per key;
+//     window lasts as long as the callback, a few table writes per key;
 //   - a process killed by another while it is itself in the middle of
 //     Register (its goroutine still runs) may have that entry seen until
 //     that Register call returns.

@@ -615,10 +615,11 @@ func (dispatchParallel) dispatchOption() {}
 func Parallel(on bool) DispatchOption { return dispatchParallel(on) }
 
 // All returns an iterator over every entry of the registry. It reads one
-// partition at a time: each is copied under its read lock and yielded
-// outside any lock, so the loop body may call the registry; entries added
-// or removed meanwhile in partitions not yet read are seen as they are
-// when read.
+// partition at a time: each is copied (a duplicate partition under its
+// read lock; a unique one table by table, while none of its tables is
+// replaced, without stopping writers) and yielded outside any lock, so the
+// loop body may call the registry; entries added or removed meanwhile in
+// what is not yet read are seen as they are when read.
 func (r *Registry[K, V]) All() iter.Seq[Item[K, V]] {
 	return func(yield func(Item[K, V]) bool) {
 		t := r.live()

@@ -135,9 +135,10 @@ func (e *AlreadyRegisteredError) Error() string {
 //
 // A Registry is safe for concurrent use by multiple goroutines. Reads
 // (Lookup, Find, Match, Keys, Values, Count, Dispatch, All, Select, Meta)
-// take only read locks of the partitions they look at: they never wait for
-// a process, never wait for each other, and never wait for writes to other
-// partitions. Writes lock one partition at a time, never two at once.
+// never wait for a process or for each other, nor for writes to other
+// partitions: on a unique registry, Lookup, Find, Match, Values, Dispatch
+// and Count take no lock at all; the other reads take short locks of the
+// partitions they look at (see the package documentation).
 type Registry[K comparable, V any] struct {
 	n         *gotp.Node
 	kind      Kind
