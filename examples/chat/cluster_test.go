@@ -91,14 +91,23 @@ func TestClusteredChat(t *testing.T) {
 
 	ana.expect("JOIN lobby", "OK")
 	bob.expect("JOIN lobby", "OK")
-	eventually(t, "the room to span both nodes", func() bool {
-		scope := a.findScope(t)
-		for _, g := range scope.Groups() {
-			if g.Name == roomGroup("lobby") {
-				return len(g.Members) == 2
+	// Membership spreads to each node on its own: the broadcast below
+	// reaches ana only once bob's node knows she is in the room.
+	eventually(t, "the room to span both nodes, seen from both", func() bool {
+		for _, s := range []*testService{a, b} {
+			n := 0
+			for _, g := range s.findScope(t).Groups() {
+				if g.Name == roomGroup("lobby") {
+					for _, ps := range g.Members {
+						n += len(ps)
+					}
+				}
+			}
+			if n != 2 {
+				return false
 			}
 		}
-		return false
+		return true
 	})
 	bob.expect("SAY lobby hello from b", "OK")
 	if got := bob.line(); got != "ROOM lobby bob hello from b" {
@@ -131,11 +140,13 @@ func TestClusteredNameClash(t *testing.T) {
 		// Each client reads until it knows its fate: a lone ERROR
 		// name_taken, or OK followed by nothing (the winner) or by ERROR
 		// name_taken and a closed connection (the loser).
+		connected := map[*client]bool{} // got OK before its fate was known
 		lost := func(c *client) bool {
 			first := c.line()
 			if first == "ERROR name_taken" {
 				return true
 			}
+			connected[c] = true
 			if first != "OK" {
 				t.Fatalf("CONNECT %s → %q", name, first)
 			}
@@ -162,9 +173,18 @@ func TestClusteredNameClash(t *testing.T) {
 		if lb {
 			loser = cb
 		}
-		loser.c.SetReadDeadline(time.Now().Add(10 * time.Second))
-		for {
-			if _, err := loser.rd.ReadString('\n'); err != nil {
+		if connected[loser] {
+			// A connection that held the name and lost it is closed. (One
+			// refused at CONNECT stays open, as for any taken name.)
+			loser.c.SetReadDeadline(time.Now().Add(10 * time.Second))
+			for {
+				_, err := loser.rd.ReadString('\n')
+				if err == nil {
+					continue
+				}
+				if ne, ok := err.(interface{ Timeout() bool }); ok && ne.Timeout() {
+					t.Fatalf("round %d: the losing connection was not closed", round)
+				}
 				break // closed, as it should be
 			}
 		}
