@@ -20,8 +20,9 @@ import (
 //
 // Elixir returns the partition that owns the entry; entries here are owned
 // by the registry's process, r.PID(). Register never waits for a process;
-// it locks the key's partition (unique) or the process's partition
-// (duplicate) and, on p's first registration in a partition, p's owner
+// on a unique registry it locks the small table of the key, then the
+// bookkeeping stripe of p; on a duplicate one, p's partition; and, on p's
+// first registration (in a partition of a duplicate registry), p's owner
 // record. The first registration of p also sets up one gotp.MonitorFunc;
 // its entries are removed when p exits (see the package documentation for
 // exactly when). Listeners are sent a RegisterEvent afterwards.
@@ -77,10 +78,10 @@ func (r *Registry[K, V]) register(p *gotp.Process, pid gotp.PID, key K, value V)
 // registerUnique is register on a unique registry. It writes the entry
 // under the lock of the key's small table only, then lists the key among
 // pid's under the lock of pid's key stripe: two short critical sections,
-// which writers of other keys and processes rarely share. A process killed meanwhile (by
-// another: its goroutine goes on) may have had its entries dropped before
-// the key was listed, so the key is dropped again if pid is found dead
-// after it was listed.
+// which writers of other keys and processes rarely share. A process
+// killed meanwhile (by another: its goroutine goes on) may have had its
+// entries dropped before the key was listed, so the key is dropped again
+// if pid is found dead after it was listed.
 func (r *Registry[K, V]) registerUnique(t *table[K, V], p *gotp.Process, pid gotp.PID, key K, value V) error {
 	h := r.hash(key)
 	pi := r.uniquePart(h)
@@ -147,9 +148,9 @@ func (r *Registry[K, V]) dropUnique(t *table[K, V], h uint64, key K, id uint64) 
 	return true
 }
 
-// registered finishes a registration outside the partition's lock: it
-// watches pid if this was its first key in partition pi, and tells the
-// listeners.
+// registered finishes a registration outside the registry's locks: it
+// watches pid if this was its first key (in the registry if unique, in
+// partition pi if duplicate), and tells the listeners.
 func (r *Registry[K, V]) registered(t *table[K, V], first bool, pi int, pid gotp.PID, key K, value V) {
 	if first {
 		t.track(pid, pi)
@@ -166,10 +167,7 @@ func (r *Registry[K, V]) registered(t *table[K, V], first bool, pi int, pid gotp
 // registry's table t, or nil, without any lock.
 func (r *Registry[K, V]) ufind(t *table[K, V], key K) (uint64, *uslot[K, V]) {
 	h := r.hash(key)
-	if r.nparts == 1 {
-		return h, t.us[0].find(h, key)
-	}
-	return h, t.us[r.hashPart(h)].find(h, key)
+	return h, t.us[r.uniquePart(h)].find(h, key)
 }
 
 // isLocal reports whether pid names a process of r's node incarnation:
@@ -229,7 +227,6 @@ func (r *Registry[K, V]) unregisterMatch(pid gotp.PID, key K, match func(V) bool
 	if t == nil {
 		return 0
 	}
-	pt := &t.parts[r.entryPart(pid, key)]
 	removed := 0
 	if r.kind == Unique {
 		// Read, match outside the lock, then remove if still the same.
@@ -241,6 +238,7 @@ func (r *Registry[K, V]) unregisterMatch(pid gotp.PID, key K, match func(V) bool
 			removed = 1
 		}
 	} else {
+		pt := &t.parts[r.pidPart(pid)]
 		pt.mu.Lock()
 		removed = pt.removeDupLocked(pid, key, match)
 		pt.mu.Unlock()

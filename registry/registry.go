@@ -349,8 +349,8 @@ func (r *Registry[K, V]) badKey(key K) bool {
 }
 
 // hash returns the hash of key: a unique registry's partition comes from
-// its high bits (hashPart), the key's slot in the partition's table from
-// its low bits.
+// its high bits (uniquePart), the key's table and slot in the partition
+// from the others (see utable.go).
 func (r *Registry[K, V]) hash(key K) uint64 { return maphash.Comparable(r.seed, key) }
 
 // hashPart returns the partition of a key with hash h in a unique
@@ -369,14 +369,6 @@ func (r *Registry[K, V]) uniquePart(h uint64) int {
 	return r.hashPart(h)
 }
 
-// keyPart returns the partition of key in a unique registry.
-func (r *Registry[K, V]) keyPart(key K) int {
-	if r.nparts == 1 {
-		return 0
-	}
-	return r.hashPart(r.hash(key))
-}
-
 // pidPart returns the partition of a process: where a duplicate registry
 // keeps its entries, and where any registry keeps its owner record.
 func (r *Registry[K, V]) pidPart(pid gotp.PID) int {
@@ -384,14 +376,6 @@ func (r *Registry[K, V]) pidPart(pid gotp.PID) int {
 		return 0
 	}
 	return int(pid.ID() % uint64(r.nparts))
-}
-
-// entryPart returns the partition that holds the entries of pid under key.
-func (r *Registry[K, V]) entryPart(pid gotp.PID, key K) int {
-	if r.kind == Unique {
-		return r.keyPart(key)
-	}
-	return r.pidPart(pid)
 }
 
 // ---- tables ----
@@ -416,8 +400,8 @@ type table[K comparable, V any] struct {
 // own them. Everything in it is guarded by mu, except the entries of a
 // unique partition (u), which readers read without any lock and writers
 // write under the locks of its tables (see utable.go), and count, which is
-// atomic. A writer may lock one of u's tables while it holds mu, never the
-// other way round. Processes are indexed by PID.ID(): only live
+// atomic. A unique registry keeps the keys of its processes in the table's
+// key stripes, not in keys. Processes are indexed by PID.ID(): only live
 // local processes can register (register checks that they are alive), and
 // IDs are unique within a node incarnation; an ID map hashes and compares
 // faster than a PID map.
@@ -553,8 +537,8 @@ func (pt *partition[K, V]) reset(kind Kind) {
 		pt.u.clear()
 	} else {
 		pt.dup = make(map[K]*bucket[V])
+		pt.keys = make(map[uint64]*pidKeys[K])
 	}
-	pt.keys = make(map[uint64]*pidKeys[K])
 	pt.owners = make(map[uint64]*owner)
 	pt.count.Store(0)
 }
