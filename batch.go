@@ -14,7 +14,8 @@ type Batch struct {
 	n     *Node
 	from  PID
 	woken []*Process
-	wakes int // goroutines woken by Send
+	held  bool // a goroutine is counted for woken (see deliverDeferred)
+	wakes int  // goroutines woken by Send
 	done  bool
 }
 
@@ -56,7 +57,7 @@ func (b *Batch) Send(to PID, msg any) {
 		panic("gotp: Batch used after its function returned")
 	}
 	if p := b.n.lookup(to); p != nil {
-		switch p.deliverDeferred(msg) {
+		switch p.deliverDeferred(msg, &b.held) {
 		case deliveredIdle:
 			b.woken = append(b.woken, p)
 		case deliveredWoke:
@@ -92,6 +93,9 @@ func (b *Batch) flush() {
 			n.goroutines.add()
 			go p.runHandler()
 		}
+		if b.held {
+			n.goroutines.done()
+		}
 		return
 	}
 	chunks := (len(woken) + batchChunk - 1) / batchChunk
@@ -100,8 +104,9 @@ func (b *Batch) flush() {
 		r.pos[c].next.Store(int64(c * batchChunk))
 	}
 	workers := min(runtime.GOMAXPROCS(0), chunks)
-	n.goroutines.add() // the run itself, until every process is done: see stalled
-	r.mu.Lock()        // stalled must see the timer set
+	// The count the batch holds (see deliverDeferred) becomes the run's
+	// own, until every process is done: see stalled.
+	r.mu.Lock() // stalled must see the timer set
 	r.timer = time.AfterFunc(batchStall, r.stalled)
 	r.mu.Unlock()
 	n.goroutines.addN(workers)

@@ -1,8 +1,10 @@
 package gotp_test
 
 import (
+	"context"
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/gotp/gotp"
 )
@@ -220,5 +222,47 @@ func TestResidentProcess(t *testing.T) {
 	recv(t, down)
 	if _, err := n.SpawnHandler(h, func(*gotp.Process) error { return errBoom }, gotp.Resident()); !errors.Is(err, errBoom) {
 		t.Fatalf("init error: %v", err)
+	}
+}
+
+// TestStopWaitsForInlineHandler: a handler running inline is the process
+// running, on a goroutine that is not its own: Stop waits for it as for a
+// handler on the process's goroutine, and returns its context's error if
+// it outlasts it (here, for both kinds), instead of returning while the
+// process's code still runs.
+func TestStopWaitsForInlineHandler(t *testing.T) {
+	for _, inline := range []bool{false, true} {
+		n := gotp.NewNode(gotp.Options{Name: "stop-inline"})
+		entered := make(chan struct{})
+		release := make(chan struct{})
+		returned := make(chan struct{})
+		pid, err := n.SpawnHandler(gotp.HandlerFunc(func(p *gotp.Process, msg any) (bool, error) {
+			close(entered)
+			<-release
+			return false, nil
+		}), nil, gotp.AllowInline())
+		if err != nil {
+			t.Fatal(err)
+		}
+		go func() {
+			defer close(returned)
+			if !inline || !n.RunInline(pid, "run") {
+				n.Send(pid, "run")
+			}
+		}()
+		recv(t, entered)
+		ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+		err = n.Stop(ctx)
+		cancel()
+		close(release)
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("inline=%v: Stop while the handler runs = %v, want %v", inline, err, context.DeadlineExceeded)
+		}
+		recv(t, returned)
+		ctx, cancel = context.WithTimeout(context.Background(), waitLong)
+		if err := n.Stop(ctx); err != nil {
+			t.Errorf("second Stop: %v", err)
+		}
+		cancel()
 	}
 }

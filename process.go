@@ -244,24 +244,28 @@ func (n *Node) SpawnHandler(h Handler, init func(p *Process) error, opts ...Spaw
 		p.running = false
 		p.mu.Unlock()
 	} else {
-		p.mu.Unlock()
-		p.startHandling()
+		p.startHandlingLocked()
 	}
 	return p.pid, nil
 }
 
-// startHandling gets a goroutine to handle the mailbox of a handler-mode
-// process whose running flag the caller has just set: the resident one,
-// or a new one.
-func (p *Process) startHandling() {
+// startHandlingLocked gets a goroutine to handle the mailbox of a
+// handler-mode process whose running flag the caller has just set (the
+// resident one, or a new one), and unlocks p.mu. A new goroutine is
+// counted before the unlock: once p is unlocked Stop may end it and find
+// nothing else to wait for, and must still wait for this goroutine.
+func (p *Process) startHandlingLocked() {
 	if p.resident {
+		wake := p.wake
+		p.mu.Unlock()
 		select {
-		case p.wake <- nil:
+		case wake <- nil:
 		default: // a wake-up is already pending
 		}
 		return
 	}
 	p.n.goroutines.add()
+	p.mu.Unlock()
 	go p.runHandler()
 }
 
@@ -437,7 +441,8 @@ func (p *Process) handle(msg any) (stop bool, reason error) {
 // whose sender waits for the answer anyway (a call). The sender then waits
 // for the handler however long it runs; a handler that stops the process
 // or panics ends the process, never the sender. RunInline is safe from any
-// goroutine, including another process's.
+// goroutine, including another process's. While the handler runs inline,
+// Node.Stop waits for it as for a goroutine of the process's own.
 func (n *Node) RunInline(to PID, msg any) bool {
 	p := n.lookup(to)
 	if p == nil || !p.inline {
@@ -449,23 +454,21 @@ func (n *Node) RunInline(to PID, msg any) bool {
 		return false
 	}
 	p.running = true
+	n.goroutines.add() // this goroutine runs the process for now
 	p.mu.Unlock()
+	defer n.goroutines.done()
 	p.handled.Add(1)
-	if stop, reason := p.handle(msg); stop {
+	stop, reason := p.handle(msg)
+	if stop {
 		p.exit(reason)
-		p.mu.Lock()
-		p.running = false
-		p.mu.Unlock()
-		return true
 	}
 	p.mu.Lock()
-	if len(p.queue) == 0 || p.dead.Load() {
+	if stop || len(p.queue) == 0 || p.dead.Load() {
 		p.running = false
 		p.mu.Unlock()
 		return true
 	}
-	p.mu.Unlock()
-	p.startHandling()
+	p.startHandlingLocked()
 	return true
 }
 
@@ -479,8 +482,12 @@ const (
 // deliverDeferred appends msg to the mailbox like deliver, except that an
 // idle handler-mode process without a goroutine of its own is not given
 // one: it is marked as running (deliveredIdle), and the caller must then
-// get it handled (runHandler, or a Batch's workers).
-func (p *Process) deliverDeferred(msg any) int {
+// get it handled (runHandler, or a Batch's workers). The first time it
+// does so for a caller (*held is false) it counts a goroutine on the
+// node's tracker before unlocking, so that Stop waits for the caller to
+// start what handles the process, and sets *held: the caller then owns
+// that count.
+func (p *Process) deliverDeferred(msg any, held *bool) int {
 	p.mu.Lock()
 	if p.dead.Load() {
 		p.mu.Unlock()
@@ -494,6 +501,10 @@ func (p *Process) deliverDeferred(msg any) int {
 		p.mlen.Add(1)
 		p.queue = append(p.queue, msg)
 		p.running = true
+		if !*held {
+			p.n.goroutines.add()
+			*held = true
+		}
 		p.mu.Unlock()
 		return deliveredIdle
 	}
@@ -542,8 +553,7 @@ func (p *Process) deliverLocked(msg any) {
 		// The receiver is running: it finds msg in the queue.
 	} else if !p.running {
 		p.running = true
-		p.mu.Unlock()
-		p.startHandling()
+		p.startHandlingLocked()
 		return
 	}
 	p.mu.Unlock()
@@ -556,6 +566,20 @@ func (p *Process) Self() PID { return p.pid }
 // goroutine and never blocks; a process killed by an exit signal is not
 // alive from that moment on, even while its goroutine still runs.
 func (p *Process) Alive() bool { return !p.dead.Load() }
+
+// ExitReason returns the reason the process exited with, and whether it
+// has exited; a live process returns nil and false. It is safe from any
+// goroutine. It lets code that holds the process learn why it ended when
+// a monitor came too late to tell (a monitor of a dead process reports
+// ErrNoProc).
+func (p *Process) ExitReason() (reason error, exited bool) {
+	if !p.dead.Load() {
+		return nil, false
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.reason, true
+}
 
 // Node returns the node the process runs on.
 func (p *Process) Node() *Node { return p.n }
