@@ -38,6 +38,12 @@ func (f From) Ref() gotp.Ref { return f.ref }
 type call struct {
 	req  any
 	from From
+	// inline is set while the caller tries to run HandleCall itself
+	// (InlineCalls); proc is then set by the server as it handles the
+	// call, so that the caller, whose monitor comes after HandleCall, can
+	// still learn the server's exit reason (see call1).
+	inline bool
+	proc   *gotp.Process
 
 	mu       sync.Mutex // guards the fields below
 	answered bool
@@ -170,8 +176,8 @@ func call1(ctx context.Context, n *gotp.Node, to gotp.Dest, req any) (any, error
 	var c *call
 	ran := false // HandleCall has run: wait for a deferred reply
 	if local {
-		c = &call{req: req}
-		c.from = From{c: c, n: n}
+		c = &call{req: req, inline: true}
+		c.from = From{c: c, n: n, ref: n.MakeRef()}
 		if ran = n.RunInline(pid, c); ran {
 			// HandleCall ran here (see InlineCalls). Unless it deferred
 			// its reply, the reply (or the server's end) is waiting.
@@ -192,11 +198,20 @@ func call1(ctx context.Context, n *gotp.Node, to gotp.Dest, req any) (any, error
 	if !local {
 		return callRemote(ctx, n, pid, req, timeout)
 	}
+	// A call that ran inline is monitored only now, after HandleCall: if
+	// the server has exited meanwhile the monitor says ErrNoProc, and the
+	// reason is asked of the process itself.
 	mon := n.MonitorFunc(pid, func(d gotp.Down) {
-		c.set(died{d.Reason})
+		reason := d.Reason
+		if c.proc != nil && reason == gotp.ErrNoProc {
+			if r, ok := c.proc.ExitReason(); ok {
+				reason = r
+			}
+		}
+		c.set(died{reason})
 	})
 	if !ran {
-		c.from.ref = mon
+		c.inline = false
 		n.Send(pid, c)
 	}
 	var v any

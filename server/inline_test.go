@@ -102,3 +102,141 @@ func TestInlineCallWaitsPastDeadline(t *testing.T) {
 		t.Fatalf("plain call past its deadline: %v, want DeadlineExceeded", err)
 	}
 }
+
+// pending keeps the From of every call it defers, keyed by From.Ref, as a
+// server that answers calls out of order would, and answers each with its
+// Ref on release. deferDie makes the server die during the call, by an
+// exit signal to itself, and defer its reply.
+type pending struct {
+	server.Defaults
+	froms    map[gotp.Ref]server.From
+	deferred chan struct{} // a call was deferred
+}
+
+type deferDie struct{ reason error }
+
+func (s *pending) HandleCall(p *gotp.Process, from server.From, req any) (any, error) {
+	switch r := req.(type) {
+	case deferred:
+		s.froms[from.Ref()] = from
+		s.deferred <- struct{}{}
+		return server.NoReply, nil
+	case deferDie:
+		p.Exit(p.Self(), r.reason)
+		return server.NoReply, nil
+	}
+	return s.Defaults.HandleCall(p, from, req)
+}
+
+func (s *pending) HandleCast(p *gotp.Process, msg any) error {
+	if _, ok := msg.(release); ok {
+		for ref, f := range s.froms {
+			server.Reply(f, ref)
+		}
+		clear(s.froms)
+	}
+	return nil
+}
+
+func newPending() *pending {
+	return &pending{froms: map[gotp.Ref]server.From{}, deferred: make(chan struct{}, 16)}
+}
+
+// TestInlineDeferredCallsHaveDistinctRefs: From.Ref is unique for every
+// call, inline or not, so a server can key the calls it defers by it.
+func TestInlineDeferredCallsHaveDistinctRefs(t *testing.T) {
+	for _, opts := range [][]server.Option{nil, {server.InlineCalls()}} {
+		n := newNode(t)
+		s := newPending()
+		pid, err := server.Start(ctx(t), n, s, opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		const calls = 3
+		refs := make(chan gotp.Ref, calls)
+		errs := make(chan error, calls)
+		for range calls {
+			// One at a time: each call is deferred before the next starts
+			// (and, with the option, finds the server idle: it runs inline).
+			go func() {
+				r, err := server.Call[gotp.Ref](ctx(t), n, pid, deferred{})
+				if err != nil {
+					errs <- err
+					return
+				}
+				refs <- r
+			}()
+			recvT(t, s.deferred)
+		}
+		server.Cast(n, pid, release{})
+		seen := map[gotp.Ref]bool{}
+		for range calls {
+			select {
+			case err := <-errs:
+				t.Fatalf("deferred call: %v", err)
+			case r := <-refs:
+				if r == (gotp.Ref{}) || seen[r] {
+					t.Fatalf("options %d: a call was answered for ref %v, zero or answered before (%v)", len(opts), r, seen)
+				}
+				seen[r] = true
+			case <-time.After(10 * time.Second):
+				t.Fatal("deferred calls not answered")
+			}
+		}
+	}
+}
+
+// TestInlineDeferredCallLearnsExitReason: a call that HandleCall defers
+// and that the server then dies without answering fails with the server's
+// exit reason, inline or not (the caller's monitor is in place before the
+// server gets the call, as in OTP), never with ErrNoProc.
+func TestInlineDeferredCallLearnsExitReason(t *testing.T) {
+	for _, opts := range [][]server.Option{nil, {server.InlineCalls()}, {server.InlineCalls(), server.Dedicated()}} {
+		n := newNode(t)
+		pid, err := server.Start(ctx(t), n, newPending(), opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		boom := errors.New("boom")
+		_, err = server.Call[int](ctx(t), n, pid, deferDie{boom})
+		if !errors.Is(err, boom) {
+			t.Fatalf("options %d: call during which the server died: %v, want %v", len(opts), err, boom)
+		}
+	}
+}
+
+func recvT[T any](t *testing.T, ch <-chan T) T {
+	t.Helper()
+	select {
+	case v := <-ch:
+		return v
+	case <-time.After(10 * time.Second):
+		t.Fatalf("timed out waiting for a %T", *new(T))
+	}
+	panic("unreachable")
+}
+
+// TestCallToStoppingServerReturnsAfterExit: a call whose HandleCall stops
+// the server without a reply fails only once the server has exited, as in
+// OTP, where the caller learns of it from its monitor: the server's name
+// is free and it is not alive, so a caller may start it again at once.
+// Without InlineCalls the server runs on another goroutine, which the
+// caller may otherwise outrun; the loop gives it many chances to.
+func TestCallToStoppingServerReturnsAfterExit(t *testing.T) {
+	for _, opts := range [][]server.Option{nil, {server.InlineCalls()}} {
+		n := newNode(t)
+		boom := errors.New("boom")
+		for i := range 2000 {
+			pid, err := server.Start(ctx(t), n, newKV(), append(opts, server.Named("again"))...)
+			if err != nil {
+				t.Fatalf("options %d, round %d: start: %v", len(opts), i, err)
+			}
+			if _, err := server.Call[int](ctx(t), n, pid, crash{boom}); !errors.Is(err, boom) {
+				t.Fatalf("crashing call: %v", err)
+			}
+			if n.IsAlive(pid) {
+				t.Fatalf("options %d, round %d: the server is alive after its call failed with its exit reason", len(opts), i)
+			}
+		}
+	}
+}

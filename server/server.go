@@ -289,6 +289,9 @@ func (g *gen) HandleMessage(p *gotp.Process, msg any) (stop bool, reason error) 
 		switch m := msg.(type) {
 		case *call:
 			from, replying = m.from, true
+			if m.inline { // on the caller's goroutine: see call1
+				m.proc = p
+			}
 			reply, err = g.b.HandleCall(p, m.from, m.req)
 			return err
 		case Request:
@@ -316,11 +319,6 @@ func (g *gen) HandleMessage(p *gotp.Process, msg any) (stop bool, reason error) 
 		err = s.reason
 	}
 	g.terminate(p, err)
-	if replying && from.c != nil && (reply == NoReply || reply == nil) {
-		// The caller learns the server's end from the call itself: its
-		// monitor may not be set yet (an inline call sets none).
-		from.c.set(died{err})
-	}
 	return true, err
 }
 
