@@ -1,6 +1,7 @@
 package gotp_test
 
 import (
+	"context"
 	"fmt"
 	"runtime"
 	"sync"
@@ -239,4 +240,149 @@ func TestBatchFunctionPanics(t *testing.T) {
 		}
 	}()
 	kept.Send(pids[0], "late")
+}
+
+// TestBatchSameProcessManyTimes: a batch that sends to the same handler
+// processes many times each handles every message once, in order, and
+// never runs one process's handler on two goroutines at once.
+func TestBatchSameProcessManyTimes(t *testing.T) {
+	n := newNode(t)
+	const procs, sends = 70, 200 // more than two chunks of processes
+	var handled sync.WaitGroup
+	handled.Add(procs * sends)
+	var bad atomic.Value
+	pids := make([]gotp.PID, procs)
+	for j := range pids {
+		next := 0
+		var busy atomic.Bool
+		pid, err := n.SpawnHandler(gotp.HandlerFunc(func(p *gotp.Process, msg any) (bool, error) {
+			if busy.Swap(true) {
+				bad.Store(fmt.Sprintf("process %d: handler entered twice at once", j))
+			}
+			if msg != next {
+				bad.Store(fmt.Sprintf("process %d: got %v, want %d", j, msg, next))
+			}
+			next++
+			busy.Store(false)
+			handled.Done()
+			return false, nil
+		}), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pids[j] = pid
+	}
+	n.Batch(func(b *gotp.Batch) {
+		for i := range sends {
+			for _, pid := range pids {
+				b.Send(pid, i)
+			}
+		}
+	})
+	done := make(chan struct{})
+	go func() { handled.Wait(); close(done) }()
+	recv(t, done)
+	if v := bad.Load(); v != nil {
+		t.Fatal(v)
+	}
+	for _, pid := range pids {
+		if in, _ := n.ProcessInfo(pid); in.Handled != sends {
+			t.Fatalf("%v handled %d, want %d", pid, in.Handled, sends)
+		}
+	}
+}
+
+// TestBatchToProcessRunningInline: a batch that sends to a process whose
+// handler runs inline leaves it to RunInline's end, which hands the
+// message to the process's own goroutine; the other processes of the batch
+// are handled meanwhile.
+func TestBatchToProcessRunningInline(t *testing.T) {
+	for _, resident := range []bool{false, true} {
+		n := newNode(t)
+		entered := make(chan struct{})
+		release := make(chan struct{})
+		got := make(chan any, 10)
+		opts := []gotp.SpawnOption{gotp.AllowInline()}
+		if resident {
+			opts = append(opts, gotp.Resident())
+		}
+		pid, err := n.SpawnHandler(gotp.HandlerFunc(func(p *gotp.Process, msg any) (bool, error) {
+			if msg == "inline" {
+				close(entered)
+				<-release
+			}
+			got <- msg
+			return false, nil
+		}), nil, opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		others := make(chan any, 10)
+		var pids []gotp.PID
+		for range 5 {
+			q, _ := n.SpawnHandler(gotp.HandlerFunc(func(p *gotp.Process, msg any) (bool, error) {
+				others <- msg
+				return false, nil
+			}), nil)
+			pids = append(pids, q)
+		}
+		ran := make(chan bool, 1)
+		go func() { ran <- n.RunInline(pid, "inline") }()
+		recv(t, entered)
+		n.Batch(func(b *gotp.Batch) {
+			b.Send(pid, "batch 1")
+			for _, q := range pids {
+				b.Send(q, "other")
+			}
+			b.Send(pid, "batch 2")
+		})
+		for range pids {
+			recv(t, others)
+		}
+		if n.RunInline(pid, "second inline") {
+			t.Fatal("RunInline ran a process that is already running inline")
+		}
+		close(release)
+		if !recv(t, ran) {
+			t.Fatal("RunInline = false")
+		}
+		for _, want := range []string{"inline", "batch 1", "batch 2"} {
+			if m := recv(t, got); m != want {
+				t.Fatalf("resident=%v: handled %v, want %v", resident, m, want)
+			}
+		}
+	}
+}
+
+// TestBatchProcessesKilledBeforeFlush: processes a batch woke and that die
+// before its function returns are not handled, and the batch's goroutines
+// end (goleak checks at the end of the package).
+func TestBatchProcessesKilledBeforeFlush(t *testing.T) {
+	for _, procs := range []int{2, 100} {
+		n := newNode(t)
+		var handled atomic.Int64
+		pids := make([]gotp.PID, procs)
+		for i := range pids {
+			pids[i], _ = n.SpawnHandler(gotp.HandlerFunc(func(p *gotp.Process, msg any) (bool, error) {
+				handled.Add(1)
+				return false, nil
+			}), nil)
+		}
+		n.Batch(func(b *gotp.Batch) {
+			for _, pid := range pids {
+				b.Send(pid, "x")
+			}
+			for _, pid := range pids {
+				n.Exit(pid, gotp.ErrKill)
+			}
+		})
+		ctx, cancel := context.WithTimeout(context.Background(), waitLong)
+		if err := n.Stop(ctx); err != nil {
+			t.Fatal(err)
+		}
+		cancel()
+		if h := handled.Load(); h != 0 {
+			t.Fatalf("%d messages of killed processes handled", h)
+		}
+	}
 }

@@ -266,3 +266,52 @@ func TestStopWaitsForInlineHandler(t *testing.T) {
 		cancel()
 	}
 }
+
+// TestRunInlineResidentKilled: a resident process killed while its handler
+// runs inline is dead at once; the inline handler finishes, RunInline
+// returns true, later messages are dropped, and the resident goroutine
+// ends (goleak checks at the end of the package).
+func TestRunInlineResidentKilled(t *testing.T) {
+	n := newNode(t)
+	entered := make(chan struct{})
+	release := make(chan struct{})
+	got := make(chan any, 10)
+	pid, err := n.SpawnHandler(gotp.HandlerFunc(func(p *gotp.Process, msg any) (bool, error) {
+		if msg == "inline" {
+			close(entered)
+			<-release
+		}
+		got <- msg
+		return false, nil
+	}), nil, gotp.AllowInline(), gotp.Resident())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ran := make(chan bool, 1)
+	go func() { ran <- n.RunInline(pid, "inline") }()
+	recv(t, entered)
+	n.Send(pid, "queued") // waits for the inline run, then dropped by the kill
+	down := watch(n, pid)
+	n.Exit(pid, gotp.ErrKill)
+	if r := recv(t, down); !errors.Is(r, gotp.ErrKilled) {
+		t.Fatalf("killed with %v", r)
+	}
+	n.Send(pid, "after")
+	close(release)
+	if !recv(t, ran) {
+		t.Fatal("RunInline = false")
+	}
+	if m := recv(t, got); m != "inline" {
+		t.Fatalf("handled %v", m)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), waitLong)
+	defer cancel()
+	if err := n.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case m := <-got:
+		t.Fatalf("a killed process handled %v", m)
+	default:
+	}
+}
