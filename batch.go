@@ -32,6 +32,11 @@ type Batch struct {
 // batch's goroutines make no progress for a millisecond, another goroutine
 // is started to take the processes not yet begun. Batch is safe to call
 // from any goroutine; each Batch value is for the goroutine that runs fn.
+//
+// fn must not wait for a handler-mode process it has sent to: that process
+// is not handled before fn returns, so a server.Call to it from fn waits
+// until the call's timeout. For the same reason Node.Stop, once fn has
+// woken a handler-mode process, waits for fn to return.
 func (n *Node) Batch(fn func(b *Batch)) {
 	n.batch(PID{}, fn)
 }
