@@ -86,7 +86,7 @@ func (c *call) done() <-chan struct{} {
 	return c.wait
 }
 
-// died is what a call's channel receives when the server exits first.
+// died is a call's answer when the server exits before replying.
 type died struct{ reason error }
 
 // ReplyMessage is how a reply reaches a caller on another node: sent to
