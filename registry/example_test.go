@@ -101,9 +101,11 @@ func Example_dispatcher() {
 	// dispatch failed: panic: worse handler
 }
 
-// Publish/subscribe across partitions: subscribers register under a
-// topic; a publisher dispatches a message to every one of them, one
-// goroutine per partition holding subscribers.
+// Publish/subscribe across partitions: subscribers (handler-mode
+// processes, which hold no goroutine while idle) register under a topic;
+// a publisher dispatches a message to every one of them, one goroutine per
+// partition holding subscribers, each sending through a gotp.Batch so that
+// the subscribers it wakes are handled together.
 func Example_pubSub() {
 	ctx := context.Background()
 	node := gotp.NewNode(gotp.Options{})
@@ -117,24 +119,20 @@ func Example_pubSub() {
 
 	got := make(chan string)
 	for i := range 4 {
-		ready := make(chan struct{})
-		node.Spawn(func(p *gotp.Process) error {
-			reg.Register(p, "hello", struct{}{})
-			close(ready)
-			m, err := p.Receive(context.Background())
-			if err != nil {
-				return err
-			}
+		node.SpawnHandler(gotp.HandlerFunc(func(p *gotp.Process, m any) (bool, error) {
 			got <- fmt.Sprintf("subscriber %d got %q", i, m.(broadcast).text)
-			return nil
+			return false, nil
+		}), func(p *gotp.Process) error {
+			return reg.Register(p, "hello", struct{}{})
 		})
-		<-ready
 	}
 
 	reg.Dispatch("hello", func(entries []registry.Entry[struct{}]) {
-		for _, e := range entries {
-			node.Send(e.PID, broadcast{"world"})
-		}
+		node.Batch(func(b *gotp.Batch) {
+			for _, e := range entries {
+				b.Send(e.PID, broadcast{"world"})
+			}
+		})
 	})
 	var lines []string
 	for range 4 {

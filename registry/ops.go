@@ -520,7 +520,9 @@ func (r *Registry[K, V]) UpdateValue(p *gotp.Process, key K, fn func(old V) V) (
 // Each call gets its own snapshot of one partition, taken under its read
 // lock; fn runs outside every lock, so it may call the registry and may
 // keep the slice. Dispatch is how a publish/subscribe system sends to
-// every subscriber.
+// every subscriber; send through a gotp.Batch, as the package example does,
+// and idle handler-mode subscribers are woken together rather than each on
+// a goroutine of its own (several times faster for thousands of them).
 func (r *Registry[K, V]) Dispatch(key K, fn func(entries []Entry[V]), opts ...DispatchOption) {
 	if r.badKey(key) {
 		return
