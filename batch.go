@@ -208,9 +208,12 @@ func (r *wakeRun) stalled() {
 	if r.over {
 		return
 	}
+	if !r.unclaimed() {
+		return // every process has a goroutine: nothing left to rescue
+	}
 	if f := r.finished.Load(); f != r.lastSeen {
 		r.lastSeen = f
-	} else if r.unclaimed() {
+	} else {
 		r.n.goroutines.add() // while the run holds its own count: Stop waits for it
 		go r.work(true)
 	}
