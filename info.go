@@ -31,6 +31,20 @@ type ProcessInfo struct {
 	Handler     bool      // a handler-mode process that holds no goroutine while idle (not Resident)
 }
 
+// mailboxLenLocked returns the number of messages delivered and not yet
+// taken (zero once the process is dead: its mailbox is dropped). p.mu must
+// be held; the receiver may take a message meanwhile, so the figure is a
+// moment's.
+func (p *Process) mailboxLenLocked() int {
+	if p.dead.Load() {
+		return 0
+	}
+	if h := p.handled.Load(); h < p.delivered {
+		return int(p.delivered - h)
+	}
+	return 0
+}
+
 // ProcessInfo returns a snapshot of the process pid, or false if it is not
 // a live process of this node. It takes the process's lock briefly and
 // allocates only the returned slices.
@@ -51,7 +65,7 @@ func (p *Process) info() ProcessInfo {
 	in := ProcessInfo{
 		PID:        p.pid,
 		Name:       p.name,
-		MailboxLen: int(p.mlen.Load()),
+		MailboxLen: p.mailboxLenLocked(),
 		Handled:    p.handled.Load(),
 		TrapExit:   p.trap,
 		Started:    time.Unix(0, p.started),

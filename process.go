@@ -31,8 +31,6 @@ type Process struct {
 	label    string // the Behaviour spawn option's label
 	handler  Handler
 	started  int64 // unix nanoseconds
-	handled  atomic.Uint64
-	mlen     atomic.Int64 // mailbox length, for introspection
 	dead     atomic.Bool
 	mode     procMode
 	inline   bool                    // handler mode: RunInline may run the handler on the sender's goroutine
@@ -52,11 +50,14 @@ type Process struct {
 	monitors   map[Ref]watcher // monitors of this process
 	monitoring map[Ref]PID     // monitors this process holds
 	extra      *procExtra      // rarely needed state; nil until first needed
+	delivered  uint64          // messages put in the mailbox (or handled inline), for MailboxLen
 
 	// Owned by the goroutine that receives (function mode) or handles
-	// (handler mode); never touched by senders.
-	rbuf  []any
-	rhead int
+	// (handler mode); never touched by senders, so that a busy receiver
+	// and its senders do not write the same cache lines.
+	rbuf    []any
+	rhead   int
+	handled atomic.Uint64 // messages taken from the mailbox; written by the owner only
 }
 
 // procExtra holds the state of a process that most processes never need.
@@ -385,7 +386,6 @@ func (p *Process) drain() bool {
 		msg := p.rbuf[p.rhead]
 		p.rbuf[p.rhead] = nil
 		p.rhead++
-		p.mlen.Add(-1)
 		p.handled.Add(1)
 		if stop, reason := p.handle(msg); stop {
 			p.exit(reason)
@@ -454,6 +454,7 @@ func (n *Node) RunInline(to PID, msg any) bool {
 		return false
 	}
 	p.running = true
+	p.delivered++
 	n.goroutines.add() // this goroutine runs the process for now
 	p.mu.Unlock()
 	defer n.goroutines.done()
@@ -498,7 +499,7 @@ func (p *Process) deliverDeferred(msg any, held *bool) int {
 			p.deliverLocked(msg)
 			return deliveredWoke
 		}
-		p.mlen.Add(1)
+		p.delivered++
 		p.queue = append(p.queue, msg)
 		p.running = true
 		if !*held {
@@ -540,7 +541,7 @@ func (p *Process) deliverLocked(msg any) {
 		p.mu.Unlock()
 		return
 	}
-	p.mlen.Add(1)
+	p.delivered++
 	if p.mode == modeFunc && p.waiting {
 		p.waiting = false
 		wake := p.wake
@@ -720,7 +721,6 @@ func (p *Process) receive(ctx context.Context, match func(any) bool) (any, error
 		if match == nil {
 			// The buffer held nothing (takeLocal found nothing), so msg is
 			// the oldest message.
-			p.mlen.Add(-1)
 			p.handled.Add(1)
 			return msg, nil
 		}
@@ -747,7 +747,6 @@ func (p *Process) takeLocal(match func(any) bool, from int) (any, bool) {
 		if p.rhead == len(p.rbuf) {
 			p.rbuf, p.rhead = p.rbuf[:0], 0
 		}
-		p.mlen.Add(-1)
 		p.handled.Add(1)
 		return msg, true
 	}
@@ -755,7 +754,6 @@ func (p *Process) takeLocal(match func(any) bool, from int) (any, bool) {
 	for i := from; i < len(p.rbuf); i++ {
 		if msg := p.rbuf[i]; match(msg) {
 			p.removeLocal(i)
-			p.mlen.Add(-1)
 			p.handled.Add(1)
 			return msg, true
 		}

@@ -23,7 +23,6 @@ func (p *Process) exit(reason error) bool {
 	p.links, p.monitors, p.monitoring = linkSet{}, nil, nil
 	name := p.name
 	p.queue = nil
-	p.mlen.Store(0)
 	if p.mode == modeFunc && p.waiting {
 		p.waiting = false
 		p.wake <- wakeExit{} // never blocks: see deliverLocked
@@ -201,7 +200,7 @@ func (p *Process) Demonitor(ref Ref, flush bool) bool {
 		for i, m := range p.queue {
 			if d, isDown := m.(Down); isDown && d.Ref == ref {
 				p.queue = append(p.queue[:i], p.queue[i+1:]...)
-				p.mlen.Add(-1)
+				p.delivered-- // gone from the mailbox unreceived
 				break
 			}
 		}
@@ -211,7 +210,9 @@ func (p *Process) Demonitor(ref Ref, flush bool) bool {
 		for i := p.rhead; i < len(p.rbuf); i++ {
 			if d, isDown := p.rbuf[i].(Down); isDown && d.Ref == ref {
 				p.removeLocal(i)
-				p.mlen.Add(-1)
+				p.mu.Lock()
+				p.delivered-- // gone from the mailbox unreceived
+				p.mu.Unlock()
 				break
 			}
 		}
