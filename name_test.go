@@ -206,3 +206,36 @@ func TestFailedSpawnFiresMonitorsOfItsPID(t *testing.T) {
 		t.Fatalf("%d monitors of a failed spawn's PID never fired", lost)
 	}
 }
+
+// TestNameFreeWhenDeathIsSeen: whoever learns of a named process's death
+// (a monitor set while it is exiting fires at once) finds its name free,
+// so that a successor can take it at once, as a supervisor's restart does.
+func TestNameFreeWhenDeathIsSeen(t *testing.T) {
+	n := newNode(t)
+	for i := range 500 {
+		pid, err := n.SpawnHandler(gotp.HandlerFunc(func(*gotp.Process, any) (bool, error) { return false, nil }), nil, gotp.Named("x"))
+		if err != nil {
+			t.Fatalf("round %d: %v", i, err)
+		}
+		seen := make(chan bool, 1)
+		go func() {
+			for {
+				if got, ok := n.Whereis("x"); !ok || got != pid {
+					seen <- true // freed before we could watch: nothing to check
+					return
+				}
+				if !n.IsAlive(pid) || i%2 == 0 {
+					n.MonitorFunc(pid, func(gotp.Down) {
+						_, held := n.Whereis("x")
+						seen <- !held
+					})
+					return
+				}
+			}
+		}()
+		n.Exit(pid, gotp.ErrKill)
+		if !recv(t, seen) {
+			t.Fatalf("round %d: the name was still held when the death was seen", i)
+		}
+	}
+}

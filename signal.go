@@ -12,8 +12,21 @@ func (p *Process) exit(reason error) bool {
 	if errors.Is(reason, ErrKill) {
 		reason = ErrKilled
 	}
+	// The name goes first: whoever learns of the death (a monitor set
+	// now fires at once) must find the name free, ready for a successor
+	// (a supervisor's restart registers it again).
 	p.mu.Lock()
 	if p.dead.Load() {
+		p.mu.Unlock()
+		return false
+	}
+	early := p.name
+	p.mu.Unlock()
+	if early != "" {
+		p.n.unregisterProcName(early, p)
+	}
+	p.mu.Lock()
+	if p.dead.Load() { // another exit won meanwhile
 		p.mu.Unlock()
 		return false
 	}
@@ -58,7 +71,24 @@ func (p *Process) exit(reason error) bool {
 			n.fire(w, Down{Ref: ref, PID: p.pid, Reason: reason})
 		}
 	}
+	// Linked local processes that do not trap exits first: an abnormal
+	// reason ends them here and now, names freed, so that a process that
+	// traps (a supervisor) hears of this exit only once what died with it
+	// is gone, and a restart does not find its names still held.
+	var trapping []PID
 	for pid := range links.all {
+		if q := n.lookup(pid); q != nil {
+			q.mu.Lock()
+			trap := q.trap
+			q.mu.Unlock()
+			if trap {
+				trapping = append(trapping, pid)
+				continue
+			}
+		}
+		n.exitSignal(p.pid, pid, reason, true)
+	}
+	for _, pid := range trapping {
 		n.exitSignal(p.pid, pid, reason, true)
 	}
 	for ref, w := range mons {

@@ -258,16 +258,23 @@ func browserObserver(t *testing.T, token string) {
 	// chat.connections once the page refreshes itself.
 	carol := dialLine(t, p.tcp)
 	carol.expect("CONNECT carol", "OK")
-	s, err := p.snapshot(httpClient(t))
-	if err != nil {
-		t.Fatal(err)
-	}
+	// The supervisor records its child once the child's start has
+	// returned, which can be just after the child has answered carol.
 	var conn string
-	if sup := find(s.Supervisors, "chat.connections"); sup != nil && len(sup.Children) == 1 {
-		conn = sup.Children[0].PID
-	}
-	if conn == "" {
-		t.Fatalf("no connection process under chat.connections: %+v", s.Supervisors)
+	deadline := time.Now().Add(10 * time.Second)
+	for conn == "" {
+		s, err := p.snapshot(httpClient(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		sup := find(s.Supervisors, "chat.connections")
+		if sup != nil && len(sup.Children) == 1 {
+			conn = sup.Children[0].PID
+		} else if time.Now().After(deadline) {
+			t.Fatalf("no connection process under chat.connections: %+v (connections: %+v)", s.Supervisors, sup)
+		} else {
+			time.Sleep(5 * time.Millisecond) // nothing outside the program signals the record
+		}
 	}
 	row := fmt.Sprintf(`#processes tr[data-pid=%s]`, strconv.Quote(conn))
 	button := fmt.Sprintf(`button.kill[data-pid=%s]`, strconv.Quote(conn))
