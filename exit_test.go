@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 	"testing"
 
 	"github.com/gotp/gotp"
@@ -406,5 +407,54 @@ func TestSpawnLink(t *testing.T) {
 	})
 	if got := recv(t, res); got != true {
 		t.Fatalf("got %v", got)
+	}
+}
+
+// TestTrappingLinkHearsLast: when a process dies, the linked processes that
+// die with it (they do not trap exits) are dead, names freed, by the time a
+// linked process that traps exits (a supervisor) receives its Exit message.
+func TestTrappingLinkHearsLast(t *testing.T) {
+	n := newNode(t)
+	for i := range 50 {
+		heard := make(chan bool, 1)
+		ready := make(chan gotp.PID, 1)
+		n.Spawn(func(p *gotp.Process) error { // the trapping "supervisor"
+			a, err := p.SpawnLink(func(p *gotp.Process) error {
+				for range 5 {
+					if _, err := p.SpawnLink(func(p *gotp.Process) error {
+						<-p.Context().Done()
+						return nil
+					}, gotp.Named(fmt.Sprintf("child-%d-%d", i, len(p.Info().Links)))); err != nil {
+						return err
+					}
+				}
+				ready <- p.Self()
+				<-p.Context().Done()
+				return nil
+			})
+			if err != nil {
+				return err
+			}
+			for {
+				msg, err := p.Receive(p.Context())
+				if err != nil {
+					return nil
+				}
+				if e, ok := msg.(gotp.Exit); ok && e.From == a {
+					held := false
+					for _, name := range n.Registered() {
+						if strings.HasPrefix(name, fmt.Sprintf("child-%d-", i)) {
+							held = true
+						}
+					}
+					heard <- !held
+					return nil
+				}
+			}
+		}, gotp.TrapExit(true))
+		n.Exit(recv(t, ready), errBoom)
+		if !recv(t, heard) {
+			t.Fatalf("round %d: the trapping process heard of the exit before the linked children were gone", i)
+		}
 	}
 }
