@@ -28,6 +28,22 @@ func BenchmarkCallRoundTrip(b *testing.B) {
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "calls/s")
 }
 
+// BenchmarkCallRoundTripInline is BenchmarkCallRoundTrip to a server
+// started with InlineCalls: HandleCall runs on the caller's goroutine.
+func BenchmarkCallRoundTripInline(b *testing.B) {
+	ctx := context.Background()
+	n := gotp.NewNode(gotp.Options{})
+	defer n.Stop(ctx)
+	pid, _ := server.Start(ctx, n, echo{}, server.InlineCalls())
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := server.Call[int](ctx, n, pid, 1); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "calls/s")
+}
+
 // BenchmarkCallBaselineChannel is the same round trip over two bare
 // channels to a goroutine, the floor a call cannot beat.
 func BenchmarkCallBaselineChannel(b *testing.B) {
