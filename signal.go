@@ -20,15 +20,14 @@ func (p *Process) exit(reason error) bool {
 		p.mu.Unlock()
 		return false
 	}
-	early := p.name
-	p.mu.Unlock()
-	if early != "" {
-		p.n.unregisterProcName(early, p)
-	}
-	p.mu.Lock()
-	if p.dead.Load() { // another exit won meanwhile
+	if early := p.name; early != "" {
 		p.mu.Unlock()
-		return false
+		p.n.unregisterProcName(early, p)
+		p.mu.Lock()
+		if p.dead.Load() { // another exit won meanwhile
+			p.mu.Unlock()
+			return false
+		}
 	}
 	p.dead.Store(true)
 	p.reason = reason
