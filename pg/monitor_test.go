@@ -191,6 +191,9 @@ func TestOverflow(t *testing.T) {
 		event(t, fast)
 		fastGot++
 	}
+	if pg.DefaultBuffer != 64 { // the figure
+		t.Fatalf("DefaultBuffer = %d, want 64", pg.DefaultBuffer)
+	}
 	if cap(slow.C()) != pg.DefaultBuffer || len(slow.C()) != pg.DefaultBuffer {
 		t.Fatalf("slow channel cap %d len %d, want both %d", cap(slow.C()), len(slow.C()), pg.DefaultBuffer)
 	}

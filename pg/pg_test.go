@@ -594,3 +594,58 @@ func TestSupervised(t *testing.T) {
 	must(t, server.Stop(ctx, n, sup, nil))
 	recvDone(t, s2.Done())
 }
+
+// TestThunderingHerd ports pg_SUITE's thundering_herd: a thousand
+// members join one group and then all exit at the same moment; a watcher
+// that subscribed with a snapshot sees every one of them leave, exactly
+// once, and the group ends empty.
+func TestThunderingHerd(t *testing.T) {
+	n := newNode(t, "a")
+	s := newScope(t, n, "s", pg.Options{Buffer: 4096})
+	watcher := spawn(t, n)
+	w := watcher.open(t, s)
+	const herd = 1000
+	pids := make([]gotp.PID, herd)
+	release := make(chan struct{})
+	joined := make(chan error, herd)
+	for i := range pids {
+		pid, err := n.Spawn(func(p *gotp.Process) error {
+			inst, err := s.Open(p)
+			if err == nil {
+				err = inst.Join("herd")
+			}
+			joined <- err
+			<-release
+			return errors.New("stampede") // all exit together, abnormally
+		})
+		must(t, err)
+		pids[i] = pid
+	}
+	for range herd {
+		must(t, recv(t, joined))
+	}
+	sub, members, err := w.Monitor("herd")
+	must(t, err)
+	if !samePIDs(members, pids) {
+		t.Fatalf("snapshot has %d members, want the %d of the herd", len(members), herd)
+	}
+	close(release)
+	left := map[gotp.PID]int{}
+	for len(left) < herd {
+		ev := event(t, sub)
+		if ev.Kind != pg.MemberLeft || ev.Group != "herd" {
+			t.Fatalf("event %+v, want MemberLeft from herd", ev)
+		}
+		for _, pid := range ev.PIDs {
+			left[pid]++
+		}
+	}
+	for _, pid := range pids {
+		if left[pid] != 1 {
+			t.Fatalf("%v left %d times, want once", pid, left[pid])
+		}
+	}
+	noEvent(t, sub)
+	wantMembers(t, w, "herd")
+	wantGroups(t, w)
+}
