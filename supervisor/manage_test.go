@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"testing"
 
@@ -215,5 +216,68 @@ func TestRestartingGivesUp(t *testing.T) {
 	n.Exit(pids(mustWhich(t, n, sup))["f"], gotp.ErrKill)
 	if r := recvReason(t, down); !errors.Is(r, supervisor.ErrMaxIntensity) {
 		t.Fatalf("exit %v", r)
+	}
+}
+
+// TestDynamicRestarting: a dynamic child whose restart fails is listed as
+// restarting (no PID), counted as a spec but not as active, and retried
+// with its argument until a start succeeds; each failure is counted and
+// logged.
+func TestDynamicRestarting(t *testing.T) {
+	n, logs := newNodeLog(t)
+	ctx := tctx(t)
+	var failing atomic.Bool
+	var tries atomic.Int64
+	var args []string
+	var mu sync.Mutex
+	sup, err := supervisor.StartDynamic(ctx, n, supervisor.DynamicSpec[string]{
+		Intensity: 1 << 30,
+		Start: func(_ context.Context, sup *gotp.Process, arg string) (gotp.PID, error) {
+			mu.Lock()
+			args = append(args, arg)
+			mu.Unlock()
+			if failing.Load() {
+				tries.Add(1)
+				return gotp.PID{}, errBoom
+			}
+			return sup.SpawnLink(worker)
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := supervisor.StartDynamicChild(ctx, n, sup, "carol")
+	if err != nil {
+		t.Fatal(err)
+	}
+	failing.Store(true)
+	down := waitDown(n, w)
+	n.Exit(w, gotp.ErrKill)
+	recvReason(t, down)
+	which := mustWhich(t, n, sup)
+	if len(which) != 1 || which[0].State != supervisor.ChildRestarting || !which[0].PID.IsZero() {
+		t.Fatalf("which %+v, want one restarting child", which)
+	}
+	wantCounts(t, n, sup, supervisor.Counts{Specs: 1, Active: 0, Workers: 1})
+	for tries.Load() < 3 {
+		mustWhich(t, n, sup) // let retries run
+	}
+	failing.Store(false)
+	for mustWhich(t, n, sup)[0].State != supervisor.ChildRunning {
+	}
+	wantCounts(t, n, sup, supervisor.Counts{Specs: 1, Active: 1, Workers: 1})
+	mu.Lock()
+	for _, a := range args {
+		if a != "carol" {
+			t.Fatalf("started with %q, want every retry with the child's argument", a)
+		}
+	}
+	mu.Unlock()
+	in, _ := supervisor.Inspect(n, sup)
+	if f := uint64(tries.Load()); in.StartFailures != f {
+		t.Fatalf("start failures counted %d, want %d", in.StartFailures, f)
+	}
+	if len(logs.find("supervisor: child failed to start")) < 3 {
+		t.Fatal("failed restarts not logged")
 	}
 }
