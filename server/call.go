@@ -31,10 +31,7 @@ type From struct {
 func (f From) Ref() gotp.Ref { return f.ref }
 
 // call is one local call in flight. The pointer itself is the request
-// message, so a local call boxes nothing. The first answer (the reply, or
-// a died) is kept and later ones are dropped; a caller that waits is woken
-// by closing wait, which only a waiting caller makes: a call answered
-// inline (see InlineCalls) makes no channel at all.
+// message, so a local call boxes nothing.
 type call struct {
 	req  any
 	from From
@@ -44,46 +41,75 @@ type call struct {
 	// still learn the server's exit reason (see call1).
 	inline bool
 	proc   *gotp.Process
+	answer
+}
 
+// answer is where a call's answer (the reply, or a died) arrives. The
+// first one is kept and later ones are dropped; a caller that waits is
+// woken by closing wait, which only a waiting caller makes: a call
+// answered inline (see InlineCalls) makes no channel at all.
+type answer struct {
 	mu       sync.Mutex // guards the fields below
 	answered bool
-	answer   any
+	value    any
 	wait     chan struct{}
 }
 
-// set records the call's answer unless it has one, and wakes the caller.
-func (c *call) set(v any) {
-	c.mu.Lock()
-	if c.answered {
-		c.mu.Unlock()
+// set records the answer unless there is one, and wakes the caller.
+func (a *answer) set(v any) {
+	a.mu.Lock()
+	if a.answered {
+		a.mu.Unlock()
 		return
 	}
-	c.answered, c.answer = true, v
-	w := c.wait
-	c.mu.Unlock()
+	a.answered, a.value = true, v
+	w := a.wait
+	a.mu.Unlock()
 	if w != nil {
 		close(w)
 	}
 }
 
 // result returns the answer, if there is one yet.
-func (c *call) result() (any, bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.answer, c.answered
+func (a *answer) result() (any, bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.value, a.answered
 }
 
-// done returns a channel closed once the call has an answer.
-func (c *call) done() <-chan struct{} {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.wait == nil {
-		c.wait = make(chan struct{})
-		if c.answered {
-			close(c.wait)
+// done returns a channel closed once there is an answer.
+func (a *answer) done() <-chan struct{} {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.wait == nil {
+		a.wait = make(chan struct{})
+		if a.answered {
+			close(a.wait)
 		}
 	}
-	return c.wait
+	return a.wait
+}
+
+// await waits until there is an answer, ctx ends or timeout fires, and
+// returns the answer as Call returns it: a died is the server's end.
+func (a *answer) await(ctx context.Context, pid gotp.PID, timeout <-chan time.Time) (any, error) {
+	select {
+	case <-a.done():
+	case <-ctx.Done():
+		return nil, &CallError{Server: pid, Reason: ctx.Err()}
+	case <-timeout:
+		return nil, &CallError{Server: pid, Reason: context.DeadlineExceeded}
+	}
+	v, _ := a.result()
+	return outcome(pid, v)
+}
+
+// outcome is an answer as Call returns it: a died is the server's end.
+func outcome(pid gotp.PID, v any) (any, error) {
+	if d, ok := v.(died); ok {
+		return nil, &CallError{Server: pid, Reason: reasonOrNoProc(d.reason)}
+	}
+	return v, nil
 }
 
 // died is a call's answer when the server exits before replying.
@@ -182,10 +208,7 @@ func call1(ctx context.Context, n *gotp.Node, to gotp.Dest, req any) (any, error
 			// HandleCall ran here (see InlineCalls). Unless it deferred
 			// its reply, the reply (or the server's end) is waiting.
 			if v, ok := c.result(); ok {
-				if d, ok := v.(died); ok {
-					return nil, &CallError{Server: pid, Reason: reasonOrNoProc(d.reason)}
-				}
-				return v, nil
+				return outcome(pid, v)
 			}
 		}
 	}
@@ -214,19 +237,7 @@ func call1(ctx context.Context, n *gotp.Node, to gotp.Dest, req any) (any, error
 		c.inline = false
 		n.Send(pid, c)
 	}
-	var v any
-	var err error
-	select {
-	case <-c.done():
-		v, _ = c.result()
-		if d, ok := v.(died); ok {
-			v, err = nil, &CallError{Server: pid, Reason: reasonOrNoProc(d.reason)}
-		}
-	case <-ctx.Done():
-		err = &CallError{Server: pid, Reason: ctx.Err()}
-	case <-timeout:
-		err = &CallError{Server: pid, Reason: context.DeadlineExceeded}
-	}
+	v, err := c.await(ctx, pid, timeout)
 	n.Demonitor(mon, pid)
 	return v, err
 }
@@ -238,7 +249,7 @@ func call1(ctx context.Context, n *gotp.Node, to gotp.Dest, req any) (any, error
 // never mistaken for its death. The request travels as a Request, which a
 // cluster codec can encode.
 func callRemote(ctx context.Context, n *gotp.Node, pid gotp.PID, req any, timeout <-chan time.Time) (any, error) {
-	ch := make(chan any, 1)
+	var a answer
 	var mon gotp.Ref
 	proxy, err := n.SpawnHandler(gotp.HandlerFunc(func(_ *gotp.Process, msg any) (bool, error) {
 		var v any
@@ -256,10 +267,7 @@ func callRemote(ctx context.Context, n *gotp.Node, pid gotp.PID, req any, timeou
 		default:
 			return false, nil
 		}
-		select {
-		case ch <- v:
-		default:
-		}
+		a.set(v)
 		return true, nil
 	}), func(p *gotp.Process) error {
 		mon = p.Monitor(pid)
@@ -269,17 +277,7 @@ func callRemote(ctx context.Context, n *gotp.Node, pid gotp.PID, req any, timeou
 		return nil, &CallError{Server: pid, Reason: err}
 	}
 	n.Send(pid, Request{Caller: proxy, Ref: mon, Body: req})
-	var v any
-	select {
-	case v = <-ch:
-		if d, ok := v.(died); ok {
-			v, err = nil, &CallError{Server: pid, Reason: reasonOrNoProc(d.reason)}
-		}
-	case <-ctx.Done():
-		err = &CallError{Server: pid, Reason: ctx.Err()}
-	case <-timeout:
-		err = &CallError{Server: pid, Reason: context.DeadlineExceeded}
-	}
+	v, err := a.await(ctx, pid, timeout)
 	n.Exit(proxy, gotp.ErrKill) // its monitor of the server goes with it
 	return v, err
 }
