@@ -110,12 +110,9 @@ func checkGroups(groups []string) error {
 	return nil
 }
 
-// Join makes the process a member of each group (one or a batch). A
-// process may join a group several times; it stays a member until it has
-// left as many times. A batch is all or nothing: every group is checked
-// (name, PermJoin) before any is joined, and all are joined at once, with
-// one "member joined" event per group named.
-func (i *Instance) Join(groups ...string) error {
+// checkBatch checks a batch before any of it is done: the instance is
+// usable, every group name is valid, and the policy allows perm on each.
+func (i *Instance) checkBatch(perm Permission, groups []string) error {
 	if err := i.stateErr(); err != nil {
 		return err
 	}
@@ -123,9 +120,21 @@ func (i *Instance) Join(groups ...string) error {
 		return err
 	}
 	for _, g := range groups {
-		if err := i.allow(PermJoin, g); err != nil {
+		if err := i.allow(perm, g); err != nil {
 			return err
 		}
+	}
+	return nil
+}
+
+// Join makes the process a member of each group (one or a batch). A
+// process may join a group several times; it stays a member until it has
+// left as many times. A batch is all or nothing: every group is checked
+// (name, PermJoin) before any is joined, and all are joined at once, with
+// one "member joined" event per group named.
+func (i *Instance) Join(groups ...string) error {
+	if err := i.checkBatch(PermJoin, groups); err != nil {
+		return err
 	}
 	s := i.s
 	k := stripeOf(i.pid)
@@ -201,16 +210,8 @@ func (s *Scope) createGroups(names []string) {
 // *NotJoinedError only when it was a member of none of them. Every group is
 // checked (name, PermLeave) before any is left.
 func (i *Instance) Leave(groups ...string) error {
-	if err := i.stateErr(); err != nil {
+	if err := i.checkBatch(PermLeave, groups); err != nil {
 		return err
-	}
-	if err := checkGroups(groups); err != nil {
-		return err
-	}
-	for _, g := range groups {
-		if err := i.allow(PermLeave, g); err != nil {
-			return err
-		}
 	}
 	s := i.s
 	k := stripeOf(i.pid)
