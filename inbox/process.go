@@ -20,24 +20,7 @@ func ChildSpec[T any](id string, q *Queue[T], h Handler[T], o SubscribeOptions) 
 		ID:       id,
 		Shutdown: supervisor.DefaultShutdown,
 		Start: func(ctx context.Context, sup *gotp.Process) (gotp.PID, error) {
-			s, err := q.Subscribe(h, o)
-			if err != nil {
-				return gotp.PID{}, err
-			}
-			if err := s.begin(); err != nil {
-				return gotp.PID{}, err
-			}
-			if err := s.check(ctx); err != nil {
-				s.fail()
-				return gotp.PID{}, err
-			}
-			pid, err := sup.SpawnLink(func(p *gotp.Process) error {
-				return s.runProcess(p, supervisor.DefaultShutdown*4/5)
-			}, gotp.Behaviour("inbox"))
-			if err != nil {
-				s.fail()
-			}
-			return pid, err
+			return Spawn(ctx, sup.Node(), q, h, o, supervisor.DefaultShutdown*4/5, gotp.LinkTo(sup.Self()))
 		},
 	}
 }
