@@ -152,14 +152,9 @@ func (s *sup) HandleCall(p *gotp.Process, from server.From, req any) (any, error
 		s.stop(c)
 		return struct{}{}, nil
 	case restartChildReq:
-		c, ok := s.byID[r.id]
-		switch {
-		case !ok:
-			return ErrNotFound, nil
-		case !c.pid.IsZero():
-			return ErrRunning, nil
-		case c.restarting:
-			return ErrRestarting, nil
+		c, err := s.notRunning(r.id)
+		if err != nil {
+			return err, nil
 		}
 		if _, err := s.start(r.ctx, c); err != nil {
 			s.logStartFailure(c, err)
@@ -167,19 +162,30 @@ func (s *sup) HandleCall(p *gotp.Process, from server.From, req any) (any, error
 		}
 		return c.pid, nil
 	case deleteChildReq:
-		c, ok := s.byID[r.id]
-		switch {
-		case !ok:
-			return ErrNotFound, nil
-		case !c.pid.IsZero():
-			return ErrRunning, nil
-		case c.restarting:
-			return ErrRestarting, nil
+		c, err := s.notRunning(r.id)
+		if err != nil {
+			return err, nil
 		}
 		s.remove(c)
 		return struct{}{}, nil
 	}
 	return s.Defaults.HandleCall(p, from, req)
+}
+
+// notRunning returns the static child id if it is neither running nor
+// restarting, which RestartChild and DeleteChild require; otherwise the
+// error OTP returns.
+func (s *sup) notRunning(id string) (*child, error) {
+	c, ok := s.byID[id]
+	switch {
+	case !ok:
+		return nil, ErrNotFound
+	case !c.pid.IsZero():
+		return nil, ErrRunning
+	case c.restarting:
+		return nil, ErrRestarting
+	}
+	return c, nil
 }
 
 func (s *sup) startChild(ctx context.Context, spec ChildSpec) any {
