@@ -547,6 +547,12 @@ func (c *Cluster) SendNamed(node, name string, msg any) error {
 	defer c.putBuf(b)
 	*b = append(*b, kSendNamed)
 	*b = appendStr(*b, name)
+	return c.enqueueValue(p, b, msg)
+}
+
+// enqueueValue appends msg, encoded, to the pooled frame *b and queues it
+// for p.
+func (c *Cluster) enqueueValue(p *peer, b *[]byte, msg any) error {
 	var err error
 	*b, err = c.codec.AppendValue(*b, msg)
 	if err != nil {
@@ -567,13 +573,7 @@ func (c *Cluster) sendFrom(from, to gotp.PID, msg any) error {
 	*b = append(*b, kSend)
 	*b = appendShortPID(*b, from)
 	*b = appendShortPID(*b, to)
-	var err error
-	*b, err = c.codec.AppendValue(*b, msg)
-	if err != nil {
-		c.stats.encodeErrors.Add(1)
-		return err
-	}
-	return c.enqueue(p, *b)
+	return c.enqueueValue(p, b, msg)
 }
 
 // peerFor returns the peer that owns pid, if connected and of the right
