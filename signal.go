@@ -20,7 +20,8 @@ func (p *Process) exit(reason error) bool {
 		p.mu.Unlock()
 		return false
 	}
-	if early := p.name; early != "" {
+	early := p.name
+	if early != "" {
 		p.mu.Unlock()
 		p.n.unregisterProcName(early, p)
 		p.mu.Lock()
@@ -56,7 +57,7 @@ func (p *Process) exit(reason error) bool {
 	}
 	n.table.delete(p.pid.id)
 	n.count.Add(-1)
-	if name != "" {
+	if name != "" && name != early { // registered while the first name was freed
 		n.unregisterProcName(name, p)
 	}
 	for ref, target := range monitoring {
