@@ -77,16 +77,20 @@ func (s *uslot[K, V]) load() uint64    { return atomic.LoadUint64(&s.state) }
 func (s *uslot[K, V]) store(st uint64) { atomic.StoreUint64(&s.state, st) }
 
 // utable is one table of a partition's directory. slots, mask and depth
-// never change; the rest is guarded by mu.
+// never change; the rest is guarded by mu. The struct fits in one cache
+// line (64 bytes, the size class it is allocated from), so that a writer,
+// which locks the table and then reads where its slots are, takes one
+// cache miss for both; readers, which read slots and mask only, share that
+// line with the table's writers, which write it once per registration in
+// that table.
 type utable[K comparable, V any] struct {
+	mu    sync.Mutex
 	slots []uslot[K, V]
 	mask  uint64
-	depth uint     // local depth: the table holds the keys whose directory index starts with the same depth bits
-	_     [64]byte // readers read the fields above, writers write those below
-	mu    sync.Mutex
-	used  int  // slots not empty (live or dead)
-	live  int  // live slots
-	gone  bool // replaced in the directory: writers must start again
+	depth uint  // local depth: the table holds the keys whose directory index starts with the same depth bits
+	used  int32 // slots not empty (live or dead); at most 3/4 of len(slots)
+	live  int32 // live slots
+	gone  bool  // replaced in the directory: writers must start again
 }
 
 // udir is a partition's directory: 1<<depth table pointers, each table
@@ -178,7 +182,7 @@ func (x *uindex[K, V]) lock(h uint64) *utable[K, V] {
 func (x *uindex[K, V]) lockRoom(h uint64) *utable[K, V] {
 	for {
 		t := x.lock(h)
-		if (t.used+1)*4 <= len(t.slots)*3 {
+		if (int(t.used)+1)*4 <= len(t.slots)*3 {
 			return t
 		}
 		x.replaceLocked(t, h)
@@ -231,7 +235,7 @@ func (x *uindex[K, V]) replaceLocked(t *utable[K, V], h uint64) {
 	if x.table(h) != t {
 		return // cleared meanwhile
 	}
-	size := sizeFor(t.live + 1)
+	size := sizeFor(int(t.live) + 1)
 	d := x.dir.Load()
 	if size <= utableMaxSlots || t.depth >= dirMaxDepth {
 		nt := newUtable[K, V](size, t.depth)

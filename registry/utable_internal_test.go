@@ -6,6 +6,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"unsafe"
 
 	"pgregory.net/rapid"
 )
@@ -228,5 +229,13 @@ func TestUtableConcurrentReaders(t *testing.T) {
 		if d := ti.x.dir.Load(); d.depth == 0 {
 			t.Errorf("weak=%v: the table never split", weak)
 		}
+	}
+}
+
+// A table's header is one cache line: its size class is 64 bytes, so a
+// writer's lock and its read of the slots share one miss (see utable).
+func TestUtableHeaderIsOneCacheLine(t *testing.T) {
+	if s := unsafe.Sizeof(utable[string, any]{}); s > 64 {
+		t.Fatalf("utable is %d bytes, want at most 64", s)
 	}
 }
