@@ -368,6 +368,52 @@ func w3Dispatch(b *testing.B, handlers bool, parts int, parallel bool) {
 	b.ReportMetric(float64(w3Subs*w3Sends)*float64(b.N)/total.Seconds(), "deliveries/s")
 }
 
+// The W3 baseline: no registry and no gotp, only what a receive-loop
+// subscriber is underneath. 10,000 goroutines each wait on a channel of
+// its own; one goroutine sends 100 rounds, one value to each channel per
+// round, and each receiver drains its 100. It bounds what receive-loop
+// subscribers can reach: every delivery wakes a parked goroutine.
+func BenchmarkW3BaselineChannels(b *testing.B) {
+	chans := make([]chan any, w3Subs)
+	var drained, exited sync.WaitGroup
+	for i := range chans {
+		c := make(chan any, 1)
+		chans[i] = c
+		exited.Go(func() {
+			for {
+				for range w3Sends {
+					if _, ok := (<-c).(w4stop); ok {
+						return
+					}
+				}
+				drained.Done()
+			}
+		})
+	}
+	defer func() {
+		for _, c := range chans {
+			c <- w4stop{}
+		}
+		exited.Wait()
+	}()
+	runtime.GC()
+	b.ResetTimer()
+	var total time.Duration
+	for range b.N {
+		drained.Add(w3Subs)
+		t0 := time.Now()
+		for i := range w3Sends {
+			msg := any(w3msg{i})
+			for _, c := range chans {
+				c <- msg
+			}
+		}
+		drained.Wait()
+		total += time.Since(t0)
+	}
+	b.ReportMetric(float64(w3Subs*w3Sends)*float64(b.N)/total.Seconds(), "deliveries/s")
+}
+
 type w4stop struct{}
 
 // W4: 100,000 processes each register one key, then exit; time from
