@@ -26,31 +26,21 @@ const (
 // targets): state that few processes need lives in procExtra, made on first
 // use.
 type Process struct {
-	n        *Node
-	pid      PID
-	label    string // the Behaviour spawn option's label
-	handler  Handler
-	started  int64 // unix nanoseconds
-	dead     atomic.Bool
-	mode     procMode
-	inline   bool                    // handler mode: RunInline may run the handler on the sender's goroutine
-	resident bool                    // handler mode: one goroutine handles every burst (see Resident)
-	lastTo   atomic.Pointer[Process] // the local process this one last sent to
-
-	mu         sync.Mutex // guards the fields below
-	trap       bool
-	waiting    bool // function mode: the receiver waits on wake, and no hand-off to it has begun
-	running    bool // handler mode: a goroutine handles messages (or Init runs)
-	exited     bool // exit has finished: links signalled, monitors fired
-	reason     error
-	name       string
-	queue      []any    // messages not yet moved to the receiver's buffer
-	wake       chan any // function mode: hands a message (or wakeExit) to a waiting receiver; made by its first wait
-	links      linkSet
-	monitors   map[Ref]watcher // monitors of this process
-	monitoring map[Ref]PID     // monitors this process holds
-	extra      *procExtra      // rarely needed state; nil until first needed
-	delivered  uint64          // messages put in the mailbox (or handled inline), for MailboxLen
+	// What a sender touches, and the receiver after it: the first 64
+	// bytes, so that a delivery and the receive that takes it touch as
+	// few cache lines as the struct allows.
+	mu        sync.Mutex // guards the fields from here to extra
+	dead      atomic.Bool
+	mode      procMode
+	inline    bool // handler mode: RunInline may run the handler on the sender's goroutine
+	resident  bool // handler mode: one goroutine handles every burst (see Resident)
+	trap      bool
+	waiting   bool     // function mode: the receiver waits on wake, and no hand-off to it has begun
+	running   bool     // handler mode: a goroutine handles messages (or Init runs)
+	exited    bool     // exit has finished: links signalled, monitors fired
+	delivered uint64   // messages put in the mailbox (or handled inline), for MailboxLen
+	queue     []any    // messages not yet moved to the receiver's buffer
+	wake      chan any // function mode: hands a message (or wakeExit) to a waiting receiver; made by its first wait
 
 	// Owned by the goroutine that receives (function mode) or handles
 	// (handler mode); never touched by senders, so that a busy receiver
@@ -58,6 +48,21 @@ type Process struct {
 	rbuf    []any
 	rhead   int
 	handled atomic.Uint64 // messages taken from the mailbox; written by the owner only
+
+	n       *Node
+	pid     PID
+	label   string // the Behaviour spawn option's label
+	handler Handler
+	started int64                   // unix nanoseconds
+	lastTo  atomic.Pointer[Process] // the local process this one last sent to
+
+	// Also guarded by mu.
+	reason     error
+	name       string
+	links      linkSet
+	monitors   map[Ref]watcher // monitors of this process
+	monitoring map[Ref]PID     // monitors this process holds
+	extra      *procExtra      // rarely needed state; nil until first needed
 }
 
 // procExtra holds the state of a process that most processes never need.
