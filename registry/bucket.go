@@ -1,6 +1,10 @@
 package registry
 
-import "github.com/gotp/gotp"
+import (
+	"sync/atomic"
+
+	"github.com/gotp/gotp"
+)
 
 // bucket holds the entries of one key in one partition of a duplicate
 // registry, grouped by process so that dropping a process's entries is
@@ -9,6 +13,13 @@ type bucket[V any] struct {
 	gs  []dgroup[V]
 	idx map[uint64]int32 // pid.ID() → index in gs, once gs is large (pids are local: IDs are unique)
 	n   int              // entries
+
+	// snap is Dispatch's snapshot of the entries while they do not change:
+	// built under the partition's read lock by the first Dispatch that
+	// needs it (two may build equal ones at once: either is kept), shared
+	// by later ones, and dropped by every change (made under the write
+	// lock). A snapshot is never written once built.
+	snap atomic.Pointer[[]Entry[V]]
 }
 
 // dgroup is one process's entries under a key: first, then more.
@@ -37,6 +48,7 @@ func (b *bucket[V]) find(pid gotp.PID) int {
 }
 
 func (b *bucket[V]) add(pid gotp.PID, v V) {
+	b.snap.Store(nil)
 	b.n++
 	if i := b.find(pid); i >= 0 {
 		b.gs[i].more = append(b.gs[i].more, v)
@@ -60,6 +72,7 @@ func (b *bucket[V]) removePID(pid gotp.PID, match func(V) bool) int {
 	if i < 0 {
 		return 0
 	}
+	b.snap.Store(nil)
 	g := &b.gs[i]
 	if match == nil {
 		removed := 1 + len(g.more)
@@ -118,6 +131,18 @@ func (b *bucket[V]) appendEntries(dst []Entry[V], node string, creation uint32) 
 		}
 	}
 	return dst
+}
+
+// snapshot returns the entries, shared with other callers: they must not
+// be modified. The partition's read (or write) lock is held.
+func (b *bucket[V]) snapshot(node string, creation uint32) []Entry[V] {
+	if p := b.snap.Load(); p != nil {
+		return *p
+	}
+	es := b.appendEntries(make([]Entry[V], 0, b.n), node, creation)
+	es = es[:len(es):len(es)] // an append by a caller copies
+	b.snap.Store(&es)
+	return es
 }
 
 // appendValues appends the values of pid to dst.

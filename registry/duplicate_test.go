@@ -315,3 +315,51 @@ func TestDuplicateManyProcessesOneKey(t *testing.T) {
 	}
 	check("after most exited")
 }
+
+// While a key's entries do not change, Dispatch calls share one snapshot;
+// a change (register, unregister, exit) is seen by the next Dispatch, and
+// a callback that appends to its slice does not write into the snapshot.
+func TestDispatchSnapshotFollowsChanges(t *testing.T) {
+	n := newNode(t)
+	r := start[string, int](t, n, dupOpts(1))
+	var actors []*actor
+	for i := range 3 {
+		a := spawnActor(t, n)
+		actors = append(actors, a)
+		a.do(func(p *gotp.Process) { _ = r.Register(p, "k", i) })
+	}
+	dispatch := func() []registry.Entry[int] {
+		var got []registry.Entry[int]
+		r.Dispatch("k", func(es []registry.Entry[int]) {
+			got = es
+			_ = append(es, registry.Entry[int]{Value: 99}) // must not reach the snapshot
+		})
+		return got
+	}
+	first, second := dispatch(), dispatch()
+	mustEqual(t, "entries", len(second), 3)
+	if &first[0] != &second[0] {
+		t.Error("two dispatches to unchanged entries did not share a snapshot")
+	}
+	if cap(second) != len(second) {
+		t.Errorf("snapshot has spare capacity %d: a callback's append would write into it", cap(second)-len(second))
+	}
+
+	a := spawnActor(t, n)
+	a.do(func(p *gotp.Process) { _ = r.Register(p, "k", 3) })
+	mustEqual(t, "after register", entriesText(dispatch()), entriesText(r.Lookup("k")))
+	mustEqual(t, "after register, count", len(dispatch()), 4)
+
+	actors[0].do(func(p *gotp.Process) { r.Unregister(p, "k") })
+	mustEqual(t, "after unregister", len(dispatch()), 3)
+
+	actors[1].stop()
+	mustEqual(t, "count after exit", r.Count(), 2)
+	got := dispatch()
+	mustEqual(t, "after exit", entriesText(got), entriesText(r.Lookup("k")))
+	for _, e := range got {
+		if e.Value == 99 {
+			t.Fatal("a callback's append reached the snapshot")
+		}
+	}
+}

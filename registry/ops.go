@@ -304,6 +304,17 @@ func (r *Registry[K, V]) Lookup(key K) []Entry[V] {
 	return out
 }
 
+// dispatchEntries returns the entries under key in pt, shared with other
+// Dispatch calls while they do not change (see bucket.snap).
+func (pt *partition[K, V]) dispatchEntries(key K, node string, creation uint32) []Entry[V] {
+	pt.mu.RLock()
+	defer pt.mu.RUnlock()
+	if b := pt.dup[key]; b != nil {
+		return b.snapshot(node, creation)
+	}
+	return nil
+}
+
 func (pt *partition[K, V]) appendDup(dst []Entry[V], key K, node string, creation uint32) []Entry[V] {
 	pt.mu.RLock()
 	if b := pt.dup[key]; b != nil {
@@ -517,9 +528,11 @@ func (r *Registry[K, V]) UpdateValue(p *gotp.Process, key K, fn func(old V) V) (
 // that dispatches in a loop lets receivers wake for every message rather
 // than drain several at once (see BenchmarkW3RegistryDispatch).
 //
-// Each call gets its own snapshot of one partition, taken under its read
-// lock; fn runs outside every lock, so it may call the registry and may
-// keep the slice. Dispatch is how a publish/subscribe system sends to
+// Each call gets a snapshot of one partition's entries, taken under its
+// read lock; fn runs outside every lock, so it may call the registry, and
+// may keep the slice, but must not modify it: while a key's entries do not
+// change, every Dispatch to it shares one snapshot (a publisher that
+// dispatches in a loop thus copies its subscribers once, not every time). Dispatch is how a publish/subscribe system sends to
 // every subscriber; send through a gotp.Batch, as the package example does,
 // and idle handler-mode subscribers are woken together rather than each on
 // a goroutine of its own (several times faster for thousands of them).
@@ -538,7 +551,7 @@ func (r *Registry[K, V]) Dispatch(key K, fn func(entries []Entry[V]), opts ...Di
 		return
 	}
 	if len(t.parts) == 1 {
-		if es := t.parts[0].appendDup(nil, key, r.nodeName, r.creation); len(es) > 0 {
+		if es := t.parts[0].dispatchEntries(key, r.nodeName, r.creation); len(es) > 0 {
 			fn(es)
 		}
 		return
@@ -554,7 +567,7 @@ func (r *Registry[K, V]) Dispatch(key K, fn func(entries []Entry[V]), opts ...Di
 		}
 	}
 	run := func(i int) {
-		if es := t.parts[i].appendDup(nil, key, r.nodeName, r.creation); len(es) > 0 {
+		if es := t.parts[i].dispatchEntries(key, r.nodeName, r.creation); len(es) > 0 {
 			fn(es)
 		}
 	}

@@ -127,6 +127,20 @@ func TestPropertyAgainstModel(t *testing.T) {
 				if got, want := entriesText(r.Lookup(k)), m.lookup(k); !slices.Equal(got, want) {
 					rt.Fatalf("%s: Lookup(%s) = %v, model %v", step, k, got, want)
 				}
+				// Dispatch, twice: the second may reuse the first's
+				// snapshot, which must still be the key's entries.
+				for range 2 {
+					var mu sync.Mutex
+					var dispatched []registry.Entry[int]
+					r.Dispatch(k, func(es []registry.Entry[int]) {
+						mu.Lock()
+						dispatched = append(dispatched, es...)
+						mu.Unlock()
+					})
+					if got, want := entriesText(dispatched), m.lookup(k); !slices.Equal(got, want) {
+						rt.Fatalf("%s: Dispatch(%s) = %v, model %v", step, k, got, want)
+					}
+				}
 				for v := range 3 {
 					want := 0
 					for _, e := range m.entries {
