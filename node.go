@@ -6,7 +6,6 @@ import (
 	"encoding/binary"
 
 	"log/slog"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -253,70 +252,6 @@ func (n *Node) closeTransport() {
 	}
 }
 
-// procTable is the node's map of live processes, split into shards so that
-// sends to different processes rarely share a lock.
-type procTable struct {
-	shards [64]procShard
-}
-
-type procShard struct {
-	mu sync.RWMutex // guards m
-	m  map[uint64]*Process
-	_  [40]byte // keep shards on their own cache lines
-}
-
-func (t *procTable) init() {
-	for i := range t.shards {
-		t.shards[i].m = make(map[uint64]*Process)
-	}
-}
-
-func (t *procTable) shard(id uint64) *procShard { return &t.shards[id&63] }
-
-func (t *procTable) get(id uint64) *Process {
-	s := t.shard(id)
-	s.mu.RLock()
-	p := s.m[id]
-	s.mu.RUnlock()
-	return p
-}
-
-func (t *procTable) put(p *Process) {
-	s := t.shard(p.pid.id)
-	s.mu.Lock()
-	s.m[p.pid.id] = p
-	s.mu.Unlock()
-}
-
-func (t *procTable) delete(id uint64) {
-	s := t.shard(id)
-	s.mu.Lock()
-	delete(s.m, id)
-	s.mu.Unlock()
-}
-
-// all returns every process in the table, sorted by spawn order.
-func (t *procTable) all() []*Process {
-	var out []*Process
-	for i := range t.shards {
-		s := &t.shards[i]
-		s.mu.RLock()
-		for _, p := range s.m {
-			out = append(out, p)
-		}
-		s.mu.RUnlock()
-	}
-	slices.SortFunc(out, func(a, b *Process) int {
-		switch {
-		case a.pid.id < b.pid.id:
-			return -1
-		case a.pid.id > b.pid.id:
-			return 1
-		}
-		return 0
-	})
-	return out
-}
 
 // tracker counts the goroutines a node owns, so that Stop can wait for
 // them with a context (sync.WaitGroup cannot).
