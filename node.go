@@ -252,7 +252,6 @@ func (n *Node) closeTransport() {
 	}
 }
 
-
 // tracker counts the goroutines a node owns, so that Stop can wait for
 // them with a context (sync.WaitGroup cannot).
 type tracker struct {
