@@ -83,6 +83,7 @@ PAIRS = [
     ("W3 receive-loop, 2 partitions, parallel", "reg", "BenchmarkW3RegistryDispatch/receive-loop/partitions=2", "deliveries/s", "w3", "W3_registry_duplicate_dispatch_p2_parallel"),
     ("W3 receive-loop, 2 partitions, serial", "reg", "BenchmarkW3RegistryDispatch/receive-loop/partitions=2/serial", "deliveries/s", "w3", "W3_registry_duplicate_dispatch_p2"),
     ("W3 receive-loop, 1 partition", "reg", "BenchmarkW3RegistryDispatch/receive-loop/partitions=1", "deliveries/s", "w3", "W3_registry_duplicate_dispatch_p1"),
+    ("W3 baseline: bare channels, no gotp", "reg", "BenchmarkW3BaselineChannels", "deliveries/s", "w3", "W3_registry_duplicate_dispatch_p2_parallel"),
     ("W4 cleanups/s, 100,000", "w4", "BenchmarkW4RegistryCleanup/cleanup", "cleanups/s", "w4", "W4_registry_cleanup_p2"),
     ("W4 spawn-register-exit cycles/s", "w4", "BenchmarkW4RegistryCleanup/cycle", "cycles/s", "w4", "W4_registry_spawn_register_exit_cycle_p2"),
     ("W8 restarts/s, 10,000 kills", "sup", "BenchmarkW8Restart/genserver/kills=10000", "restarts/s", "w8", "W8_supervisor_restart_genserver"),
