@@ -44,7 +44,7 @@ func (n *Node) Batch(fn func(b *Batch)) {
 // Batch is Node.Batch with this process as the sender (for remote
 // processes, which learn the sender).
 func (p *Process) Batch(fn func(b *Batch)) {
-	p.n.batch(p.pid, fn)
+	p.n.batch(p.Self(), fn)
 }
 
 func (n *Node) batch(from PID, fn func(b *Batch)) {

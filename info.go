@@ -63,7 +63,7 @@ func (p *Process) info() ProcessInfo {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	in := ProcessInfo{
-		PID:        p.pid,
+		PID:        p.Self(),
 		Name:       p.name,
 		MailboxLen: p.mailboxLenLocked(),
 		Handled:    p.handled.Load(),

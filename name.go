@@ -28,7 +28,7 @@ func (n *Node) register(name string, p *Process) error {
 	n.namesMu.Lock()
 	defer n.namesMu.Unlock()
 	if q, ok := n.names[name]; ok {
-		return &AlreadyRegisteredError{Name: name, Owner: q.pid}
+		return &AlreadyRegisteredError{Name: name, Owner: q.Self()}
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -77,7 +77,7 @@ func (n *Node) Whereis(name string) (PID, bool) {
 	if !ok {
 		return PID{}, false
 	}
-	return p.pid, true
+	return p.Self(), true
 }
 
 // Registered returns every registered local name.

@@ -180,7 +180,7 @@ func (n *Node) Processes() []PID {
 	ps := n.table.all()
 	out := make([]PID, len(ps))
 	for i, p := range ps {
-		out[i] = p.pid
+		out[i] = p.Self()
 	}
 	return out
 }

@@ -38,6 +38,7 @@ type Process struct {
 	waiting   bool     // function mode: the receiver waits on wake, and no hand-off to it has begun
 	running   bool     // handler mode: a goroutine handles messages (or Init runs)
 	exited    bool     // exit has finished: links signalled, monitors fired
+	rhead     int32    // owned by the receiver (see rbuf); here, where it costs no space
 	delivered uint64   // messages put in the mailbox (or handled inline), for MailboxLen
 	queue     []any    // messages not yet moved to the receiver's buffer
 	wake      chan any // function mode: hands a message (or wakeExit) to a waiting receiver; made by its first wait
@@ -46,11 +47,10 @@ type Process struct {
 	// (handler mode); never touched by senders, so that a busy receiver
 	// and its senders do not write the same cache lines.
 	rbuf    []any
-	rhead   int
 	handled atomic.Uint64 // messages taken from the mailbox; written by the owner only
 
 	n       *Node
-	pid     PID
+	id      uint64 // PID.ID(); the node's name and creation are the rest of the PID
 	label   string // the Behaviour spawn option's label
 	handler Handler
 	started int64                   // unix nanoseconds
@@ -207,7 +207,7 @@ func (n *Node) Spawn(fn func(p *Process) error, opts ...SpawnOption) (PID, error
 		return PID{}, err
 	}
 	go p.runFunc(fn)
-	return p.pid, nil
+	return p.Self(), nil
 }
 
 // SpawnHandler starts a handler-mode process that runs h for each message,
@@ -252,7 +252,7 @@ func (n *Node) SpawnHandler(h Handler, init func(p *Process) error, opts ...Spaw
 	} else {
 		p.startHandlingLocked()
 	}
-	return p.pid, nil
+	return p.Self(), nil
 }
 
 // startHandlingLocked gets a goroutine to handle the mailbox of a
@@ -290,7 +290,7 @@ func (n *Node) newProcess(mode procMode, h Handler, c *spawnConfig) (*Process, e
 	}
 	p := &Process{
 		n:        n,
-		pid:      PID{node: n.name, creation: n.creation, id: n.nextID.Add(1)},
+		id:       n.nextID.Add(1),
 		mode:     mode,
 		handler:  h,
 		started:  time.Now().UnixNano(),
@@ -378,7 +378,7 @@ func (p *Process) runResident() {
 // the process is still alive.
 func (p *Process) drain() bool {
 	for {
-		if p.rhead == len(p.rbuf) && !p.refill() {
+		if int(p.rhead) == len(p.rbuf) && !p.refill() {
 			return !p.dead.Load()
 		}
 		if p.dead.Load() {
@@ -566,7 +566,7 @@ func (p *Process) deliverLocked(msg any) {
 }
 
 // Self returns the process's PID.
-func (p *Process) Self() PID { return p.pid }
+func (p *Process) Self() PID { return PID{node: p.n.name, creation: p.n.creation, id: p.id} }
 
 // Alive reports whether the process has not exited. It is safe from any
 // goroutine and never blocks; a process killed by an exit signal is not
@@ -662,7 +662,7 @@ func (p *Process) receive(ctx context.Context, match func(any) bool) (any, error
 	if p.mode != modeFunc {
 		return nil, ErrNotProcess
 	}
-	scanned := p.rhead
+	scanned := int(p.rhead)
 	for {
 		// A killed process must not go on taking messages it had already
 		// moved out of its (now discarded) mailbox.
@@ -680,7 +680,7 @@ func (p *Process) receive(ctx context.Context, match func(any) bool) (any, error
 			return nil, &ExitedError{Reason: reason}
 		}
 		if len(p.queue) > 0 {
-			if p.rhead == len(p.rbuf) {
+			if int(p.rhead) == len(p.rbuf) {
 				p.rbuf, p.queue = p.queue, p.rbuf[:0]
 				p.rhead, scanned = 0, 0
 			} else {
@@ -743,19 +743,19 @@ func (p *Process) exitedError() error {
 // with match the first that matches at or after index from.
 func (p *Process) takeLocal(match func(any) bool, from int) (any, bool) {
 	if match == nil {
-		if p.rhead == len(p.rbuf) {
+		if int(p.rhead) == len(p.rbuf) {
 			return nil, false
 		}
 		msg := p.rbuf[p.rhead]
 		p.rbuf[p.rhead] = nil
 		p.rhead++
-		if p.rhead == len(p.rbuf) {
+		if int(p.rhead) == len(p.rbuf) {
 			p.rbuf, p.rhead = p.rbuf[:0], 0
 		}
 		p.handled.Add(1)
 		return msg, true
 	}
-	from = max(from, p.rhead)
+	from = max(from, int(p.rhead))
 	for i := from; i < len(p.rbuf); i++ {
 		if msg := p.rbuf[i]; match(msg) {
 			p.removeLocal(i)
@@ -770,7 +770,7 @@ func (p *Process) removeLocal(i int) {
 	copy(p.rbuf[i:], p.rbuf[i+1:])
 	p.rbuf[len(p.rbuf)-1] = nil
 	p.rbuf = p.rbuf[:len(p.rbuf)-1]
-	if p.rhead == len(p.rbuf) {
+	if int(p.rhead) == len(p.rbuf) {
 		p.rbuf, p.rhead = p.rbuf[:0], 0
 	}
 }
@@ -781,9 +781,8 @@ func (p *Process) Send(to PID, msg any) {
 	// reply, a stream, a fan-in), so it remembers the last local process
 	// it found. A PID never names another process, and a dead process
 	// stays dead (deliver drops the message), so a remembered process is
-	// always the right one; the table lookup and its shared lock are
-	// skipped.
-	if q := p.lastTo.Load(); q != nil && q.pid == to {
+	// always the right one; the table lookup is skipped.
+	if q := p.lastTo.Load(); q != nil && q.id == to.id && q.Self() == to {
 		if q.dead.Load() {
 			p.lastTo.Store(nil) // do not keep a dead process reachable
 			return
@@ -796,7 +795,7 @@ func (p *Process) Send(to PID, msg any) {
 		q.deliver(msg)
 		return
 	}
-	p.n.send(p.pid, to, msg)
+	p.n.send(p.Self(), to, msg)
 }
 
 // Spawn starts a process, as Node.Spawn.
@@ -806,7 +805,7 @@ func (p *Process) Spawn(fn func(p *Process) error, opts ...SpawnOption) (PID, er
 
 // SpawnLink starts a process linked to this one (Erlang's spawn_link).
 func (p *Process) SpawnLink(fn func(p *Process) error, opts ...SpawnOption) (PID, error) {
-	return p.n.Spawn(fn, append(opts, LinkTo(p.pid))...)
+	return p.n.Spawn(fn, append(opts, LinkTo(p.Self()))...)
 }
 
 // TrapExit sets whether exit signals reach this process as Exit messages
@@ -822,7 +821,7 @@ func (p *Process) TrapExit(on bool) (was bool) {
 // Exit sends an exit signal with reason from this process to pid; see
 // Node.Exit for its effect. Sent to Self with a non-nil reason, it ends this
 // process (unless it traps exits, when an Exit message arrives instead).
-func (p *Process) Exit(pid PID, reason error) { p.n.exitSignal(p.pid, pid, reason, false) }
+func (p *Process) Exit(pid PID, reason error) { p.n.exitSignal(p.Self(), pid, reason, false) }
 
 // Register registers this process under a local name. See Node.Register.
 func (p *Process) Register(name string) error { return p.n.register(name, p) }

@@ -80,17 +80,17 @@ func (t *procTable) get(id uint64) *Process {
 }
 
 func (t *procTable) put(p *Process) {
-	sh := t.shard(p.pid.id)
+	sh := t.shard(p.id)
 	sh.mu.Lock()
 	s := sh.tab.Load()
 	if (sh.used+1)*4 > len(s.slots)*3 {
 		s = sh.rebuild(s)
 	}
-	i := s.home(p.pid.id)
+	i := s.home(p.id)
 	for s.slots[i].id.Load() != 0 {
 		i = (i + 1) & s.mask
 	}
-	s.slots[i].id.Store(p.pid.id)
+	s.slots[i].id.Store(p.id)
 	s.slots[i].p.Store(p)
 	sh.used++
 	sh.live++
@@ -130,11 +130,11 @@ func (sh *procShard) rebuild(old *procSlots) *procSlots {
 		if p == nil {
 			continue
 		}
-		j := s.home(p.pid.id)
+		j := s.home(p.id)
 		for s.slots[j].id.Load() != 0 {
 			j = (j + 1) & s.mask
 		}
-		s.slots[j].id.Store(p.pid.id)
+		s.slots[j].id.Store(p.id)
 		s.slots[j].p.Store(p)
 	}
 	sh.used = sh.live
@@ -158,9 +158,9 @@ func (t *procTable) all() []*Process {
 	}
 	slices.SortFunc(out, func(a, b *Process) int {
 		switch {
-		case a.pid.id < b.pid.id:
+		case a.id < b.id:
 			return -1
-		case a.pid.id > b.pid.id:
+		case a.id > b.id:
 			return 1
 		}
 		return 0

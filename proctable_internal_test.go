@@ -5,6 +5,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"unsafe"
 
 	"pgregory.net/rapid"
 )
@@ -22,7 +23,7 @@ func TestProcTableAgainstMap(t *testing.T) {
 			"put": func(rt *rapid.T) {
 				// Skip some IDs: other nodes' or exited processes' gaps.
 				next += rapid.Uint64Range(1, 200).Draw(rt, "gap")
-				p := &Process{pid: PID{id: next}}
+				p := &Process{id: next}
 				tab.put(p)
 				model[next] = p
 				ids = append(ids, next)
@@ -49,7 +50,7 @@ func TestProcTableAgainstMap(t *testing.T) {
 				slices.Sort(want)
 				var got []uint64
 				for _, p := range tab.all() {
-					got = append(got, p.pid.id)
+					got = append(got, p.id)
 				}
 				if !slices.Equal(got, want) {
 					rt.Fatalf("all() = %v, want %v", got, want)
@@ -68,7 +69,7 @@ func TestProcTableConcurrentReaders(t *testing.T) {
 	tab.init()
 	const stable = 500
 	for id := uint64(1); id <= stable; id++ {
-		tab.put(&Process{pid: PID{id: id}})
+		tab.put(&Process{id: id})
 	}
 	var next atomic.Uint64
 	next.Store(stable)
@@ -78,7 +79,7 @@ func TestProcTableConcurrentReaders(t *testing.T) {
 		writers.Go(func() {
 			for i := 0; i < 20000; i++ {
 				id := next.Add(1)
-				tab.put(&Process{pid: PID{id: id}})
+				tab.put(&Process{id: id})
 				tab.delete(id)
 			}
 		})
@@ -93,7 +94,7 @@ func TestProcTableConcurrentReaders(t *testing.T) {
 				default:
 				}
 				id := 1 + (i*7+uint64(r))%stable
-				if p := tab.get(id); p == nil || p.pid.id != id {
+				if p := tab.get(id); p == nil || p.id != id {
 					bad.Add(1)
 				}
 				if p := tab.get(1 << 62); p != nil {
@@ -110,5 +111,17 @@ func TestProcTableConcurrentReaders(t *testing.T) {
 	}
 	if got := len(tab.all()); got != stable {
 		t.Fatalf("all() has %d processes, want %d", got, stable)
+	}
+}
+
+// A Process is 256 bytes, a size class of its own size: every Process then
+// starts on a cache line, and the fields a send and a receive touch (the
+// first 64 bytes) are one line.
+func TestProcessIsFourCacheLines(t *testing.T) {
+	if s := unsafe.Sizeof(Process{}); s != 256 {
+		t.Fatalf("Process is %d bytes, want 256", s)
+	}
+	if o := unsafe.Offsetof(Process{}.wake); o >= 64 {
+		t.Fatalf("wake at offset %d, want it in the first 64 bytes", o)
 	}
 }

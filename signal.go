@@ -55,7 +55,7 @@ func (p *Process) exit(reason error) bool {
 	if cancel != nil {
 		cancel()
 	}
-	n.table.delete(p.pid.id)
+	n.table.delete(p.id)
 	n.count.Add(-1)
 	if name != "" && name != early { // registered while the first name was freed
 		n.unregisterProcName(name, p)
@@ -68,7 +68,7 @@ func (p *Process) exit(reason error) bool {
 	// process can learn of the exit from a link's exit signal or a Down.
 	for ref, w := range mons {
 		if w.fn != nil {
-			n.fire(w, Down{Ref: ref, PID: p.pid, Reason: reason})
+			n.fire(w, Down{Ref: ref, PID: p.Self(), Reason: reason})
 		}
 	}
 	// Linked local processes that do not trap exits first: an abnormal
@@ -86,14 +86,14 @@ func (p *Process) exit(reason error) bool {
 				continue
 			}
 		}
-		n.exitSignal(p.pid, pid, reason, true)
+		n.exitSignal(p.Self(), pid, reason, true)
 	}
 	for _, pid := range trapping {
-		n.exitSignal(p.pid, pid, reason, true)
+		n.exitSignal(p.Self(), pid, reason, true)
 	}
 	for ref, w := range mons {
 		if w.fn == nil {
-			n.fire(w, Down{Ref: ref, PID: p.pid, Reason: reason})
+			n.fire(w, Down{Ref: ref, PID: p.Self(), Reason: reason})
 		}
 	}
 	p.mu.Lock()
@@ -133,7 +133,7 @@ func (p *Process) exitSignal(from PID, reason error, viaLink bool) {
 		return
 	}
 	p.mu.Unlock()
-	if reason == nil && from != p.pid {
+	if reason == nil && from != p.Self() {
 		return // a normal exit signal does not end a process that does not trap
 	}
 	p.exit(reason)
@@ -146,7 +146,7 @@ func (p *Process) exitSignal(from PID, reason error, viaLink bool) {
 func (p *Process) Link(pid PID) error { return p.link(pid) }
 
 func (p *Process) link(pid PID) error {
-	if pid == p.pid {
+	if pid == p.Self() {
 		return nil
 	}
 	n := p.n
@@ -157,14 +157,14 @@ func (p *Process) link(pid PID) error {
 				p.mu.Lock()
 				p.links.add(pid)
 				p.mu.Unlock()
-				r.t.Link(p.pid, pid)
+				r.t.Link(p.Self(), pid)
 				return nil
 			}
 		}
 		return ErrNoProc
 	}
 	a, b := p, q
-	if a.pid.id > b.pid.id {
+	if a.id > b.id {
 		a, b = b, a
 	}
 	a.mu.Lock()
@@ -175,7 +175,7 @@ func (p *Process) link(pid PID) error {
 		return ErrNoProc
 	}
 	p.links.add(pid)
-	q.links.add(p.pid)
+	q.links.add(p.Self())
 	return nil
 }
 
@@ -188,13 +188,13 @@ func (p *Process) Unlink(pid PID) {
 	n := p.n
 	if q := n.lookup(pid); q != nil {
 		q.mu.Lock()
-		q.links.del(p.pid)
+		q.links.del(p.Self())
 		q.mu.Unlock()
 		return
 	}
 	if pid.node != n.name && !pid.IsZero() {
 		if r := n.remote.Load(); r != nil {
-			r.t.Unlink(p.pid, pid)
+			r.t.Unlink(p.Self(), pid)
 		}
 	}
 }
@@ -214,7 +214,7 @@ func (p *Process) Monitor(pid PID) Ref {
 	}
 	p.monitoring[ref] = pid
 	p.mu.Unlock()
-	p.n.monitor(ref, pid, watcher{pid: p.pid})
+	p.n.monitor(ref, pid, watcher{pid: p.Self()})
 	return ref
 }
 
@@ -237,7 +237,7 @@ func (p *Process) Demonitor(ref Ref, flush bool) bool {
 	}
 	p.mu.Unlock()
 	if flush {
-		for i := p.rhead; i < len(p.rbuf); i++ {
+		for i := int(p.rhead); i < len(p.rbuf); i++ {
 			if d, isDown := p.rbuf[i].(Down); isDown && d.Ref == ref {
 				p.removeLocal(i)
 				p.mu.Lock()
