@@ -35,6 +35,13 @@ func TestDuplicateRegistrations(t *testing.T) {
 			mustEqual(t, "keys", sortedKeys(r.Keys(self)), []string{"hello", "hello", "world"})
 			mustEqual(t, "values", r.Values("hello", self), []string{"value", "value"})
 			mustEqual(t, "count", r.Count(), 3)
+			// Values come in registration order, also after a removal.
+			for _, v := range []string{"c", "a", "b", "a"} {
+				_ = r.Register(p, "order", v)
+			}
+			mustEqual(t, "values in registration order", r.Values("order", self), []string{"c", "a", "b", "a"})
+			r.UnregisterMatch(p, "order", registry.Eq("a"))
+			mustEqual(t, "values in order after unregister_match", r.Values("order", self), []string{"c", "b"})
 		})
 	})
 }
@@ -56,6 +63,13 @@ func TestDuplicateRegistrationsAcrossProcesses(t *testing.T) {
 			want = append(want, registry.Entry[int]{PID: a.pid, Value: i})
 		}
 		mustEqual(t, "lookup", sortEntries(r.Lookup("hello")), sortEntries(want))
+		// Find on a duplicate registry returns one of the key's entries.
+		if e, ok := r.Find("hello"); !ok || !slices.Contains(want, e) {
+			t.Fatalf("Find = %v, %v; want one of %v", e, ok, want)
+		}
+		if e, ok := r.Find("world"); ok {
+			t.Fatalf("Find of a key without entries = %v", e)
+		}
 		for i, a := range actors {
 			mustEqual(t, "keys", r.Keys(a.pid), []string{"hello"})
 			mustEqual(t, "values", r.Values("hello", a.pid), []int{i})
@@ -221,9 +235,11 @@ func TestDuplicateDispatchPerPartition(t *testing.T) {
 func TestDispatchPanicReachesCaller(t *testing.T) {
 	n := newNode(t)
 	r := start[string, int](t, n, dupOpts(4))
+	withEntries := map[uint64]bool{} // partitions holding entries under k
 	for range 8 {
 		a := spawnActor(t, n)
 		a.do(func(p *gotp.Process) { _ = r.Register(p, "k", 1) })
+		withEntries[a.pid.ID()%4] = true
 	}
 	var returned atomic.Int32
 	func() {
@@ -237,8 +253,9 @@ func TestDispatchPanicReachesCaller(t *testing.T) {
 			panic("boom")
 		})
 	}()
-	if returned.Load() == 0 {
-		t.Fatal("no call ran")
+	// Dispatch panics only once every call has returned.
+	if got := int(returned.Load()); got != len(withEntries) {
+		t.Fatalf("%d calls had returned when Dispatch panicked, want all %d", got, len(withEntries))
 	}
 	// In a process, the panic ends the process with a *gotp.PanicError.
 	done := make(chan error, 1)

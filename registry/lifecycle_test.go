@@ -9,6 +9,7 @@ import (
 	"github.com/gotp/gotp"
 	"github.com/gotp/gotp/registry"
 	"github.com/gotp/gotp/server"
+	"github.com/gotp/gotp/supervisor"
 )
 
 func kinds(t *testing.T, f func(t *testing.T, opts registry.Options)) {
@@ -66,6 +67,15 @@ func TestOneMonitorPerProcess(t *testing.T) {
 		})
 		info, _ := n.ProcessInfo(a.pid)
 		mustEqual(t, "monitors of a registered process", len(info.MonitoredBy), 1)
+		// Still one after it gave up every key and registered again.
+		a.do(func(p *gotp.Process) {
+			for k := range 50 {
+				r.Unregister(p, k)
+			}
+			_ = r.Register(p, 7, 7)
+		})
+		info, _ = n.ProcessInfo(a.pid)
+		mustEqual(t, "monitors after unregistering all and registering again", len(info.MonitoredBy), 1)
 		if err := r.Stop(testCtx(t)); err != nil {
 			t.Fatal(err)
 		}
@@ -120,7 +130,13 @@ func TestNoStaleEntryAfterDownOrLinkExit(t *testing.T) {
 					default:
 						continue
 					}
-					if len(r.Lookup("k")) != 0 || r.Count() != 0 || len(r.Keys(subject)) != 0 {
+					_, found := r.Find("k")
+					dispatched := false
+					r.Dispatch("k", func([]registry.Entry[int]) { dispatched = true })
+					_, resolved := r.Via("k").Resolve(n)
+					if len(r.Lookup("k")) != 0 || r.Count() != 0 || len(r.Keys(subject)) != 0 ||
+						found || dispatched || resolved || len(r.Values("k", subject)) != 0 ||
+						len(r.Match("k", registry.Any())) != 0 || len(r.Select(nil)) != 0 {
 						checked <- "stale entry after " + what
 					} else {
 						checked <- ""
@@ -493,4 +509,114 @@ func TestViaRegisterNameErrors(t *testing.T) {
 	if pid, ok := r.Via(1).Resolve(n); !ok || pid != a.pid {
 		t.Fatalf("Resolve = %v, %v", pid, ok)
 	}
+}
+
+// Listeners are told of UnregisterMatch that removed something (not of one
+// that removed nothing), of via names taken and freed, and not of
+// UpdateValue; a listener that has exited simply misses events.
+func TestListenersOtherEvents(t *testing.T) {
+	kinds(t, func(t *testing.T, opts registry.Options) {
+		n := newNode(t)
+		events := make(chan any, 16)
+		lpid, err := n.Spawn(func(p *gotp.Process) error {
+			for {
+				m, err := p.Receive(context.Background())
+				if err != nil {
+					return nil
+				}
+				events <- m
+			}
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		gone := spawnActor(t, n)
+		gone.stop()
+		opts.Listeners = []gotp.Dest{gone.pid, lpid}
+		r := start[string, int](t, n, opts)
+		next := func() any {
+			select {
+			case e := <-events:
+				return e
+			case <-time.After(10 * time.Second):
+				t.Fatal("no event")
+				return nil
+			}
+		}
+		a := spawnActor(t, n)
+		a.do(func(p *gotp.Process) {
+			if err := r.Register(p, "hello", 1); err != nil {
+				t.Fatalf("register with an exited listener: %v", err)
+			}
+		})
+		mustEqual(t, "register event", next(), any(registry.RegisterEvent[string, int]{Registry: r.PID(), Key: "hello", PID: a.pid, Value: 1}))
+		a.do(func(p *gotp.Process) {
+			mustEqual(t, "unregister_match of nothing", r.UnregisterMatch(p, "hello", registry.Eq(2)), 0)
+			if opts.Kind == registry.Unique {
+				if _, _, err := r.UpdateValue(p, "hello", func(v int) int { return v + 1 }); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if got := r.UnregisterMatch(p, "hello", registry.Any()); got != 1 {
+				t.Fatalf("unregister_match removed %d", got)
+			}
+		})
+		mustEqual(t, "unregister_match event", next(), any(registry.UnregisterEvent[string]{Registry: r.PID(), Key: "hello", PID: a.pid}))
+		if opts.Kind == registry.Unique {
+			if err := r.Via("name").RegisterName(n, a.pid); err != nil {
+				t.Fatal(err)
+			}
+			mustEqual(t, "via register event", next(), any(registry.RegisterEvent[string, int]{Registry: r.PID(), Key: "name", PID: a.pid}))
+			r.Via("name").UnregisterName(n)
+			mustEqual(t, "via unregister event", next(), any(registry.UnregisterEvent[string]{Registry: r.PID(), Key: "name", PID: a.pid}))
+			r.Via("name").UnregisterName(n) // frees nothing: no event
+		}
+		a.do(func(p *gotp.Process) { _ = r.Register(p, "marker", 3) })
+		if e, ok := next().(registry.RegisterEvent[string, int]); !ok || e.Key != "marker" {
+			t.Fatalf("got %#v, want the marker's register event (no other event before it)", e)
+		}
+	})
+}
+
+// The registry runs under a real supervisor: when its process crashes the
+// supervisor starts it again (the same *Registry), empty and usable.
+func TestSupervisedRestart(t *testing.T) {
+	n := newNode(t)
+	r, err := registry.New[string, int](n, registry.Options{Kind: registry.Duplicate, Partitions: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sup, err := supervisor.Start(testCtx(t), n, supervisor.Spec{
+		Strategy: supervisor.OneForOne,
+		Children: []supervisor.ChildSpec{{
+			ID: "registry",
+			Start: func(ctx context.Context, sup *gotp.Process) (gotp.PID, error) {
+				return r.Start(ctx, gotp.LinkTo(sup.Self()), gotp.Named("supervised_registry"))
+			},
+		}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := r.PID()
+	if w, _ := n.Whereis("supervised_registry"); w != first || !r.Running() {
+		t.Fatalf("registry not started by its supervisor: %v, %v", w, first)
+	}
+	a := spawnActor(t, n)
+	a.do(func(p *gotp.Process) { _ = r.Register(p, "k", 1) })
+	n.Exit(first, errors.New("crash"))
+	which, err := supervisor.WhichChildren(testCtx(t), n, sup)
+	if err != nil || len(which) != 1 || which[0].Restarts != 1 || which[0].PID == first {
+		t.Fatalf("children after the registry crashed: %+v, %v", which, err)
+	}
+	if r.PID() != which[0].PID || !r.Running() {
+		t.Fatalf("registry's PID %v, running %v; supervisor's child %v", r.PID(), r.Running(), which[0].PID)
+	}
+	mustEqual(t, "entries after restart", r.Count(), 0)
+	a.do(func(p *gotp.Process) {
+		if err := r.Register(p, "k", 2); err != nil {
+			t.Fatal(err)
+		}
+	})
+	mustEqual(t, "lookup after restart", r.Lookup("k"), []registry.Entry[int]{{PID: a.pid, Value: 2}})
 }

@@ -141,6 +141,11 @@ func TestPropertyAgainstModel(t *testing.T) {
 						rt.Fatalf("%s: Dispatch(%s) = %v, model %v", step, k, got, want)
 					}
 				}
+				// Find returns one of the key's entries, if it has any.
+				e, found := r.Find(k)
+				if want := m.lookup(k); found != (len(want) > 0) || found && !slices.Contains(want, fmt.Sprint(e.PID, e.Value)) {
+					rt.Fatalf("%s: Find(%s) = %v, %v, model %v", step, k, e, found, want)
+				}
 				for v := range 3 {
 					want := 0
 					for _, e := range m.entries {
@@ -166,8 +171,17 @@ func TestPropertyAgainstModel(t *testing.T) {
 			if got := r.Count(); got != len(m.entries) {
 				rt.Fatalf("%s: Count = %d, model %d", step, got, len(m.entries))
 			}
-			if got := len(r.Select(nil)); got != len(m.entries) {
-				rt.Fatalf("%s: Select = %d entries, model %d", step, got, len(m.entries))
+			var selected, modelled []string
+			for _, it := range r.Select(nil) {
+				selected = append(selected, fmt.Sprint(it.Key, " ", it.PID, it.Value))
+			}
+			for _, e := range m.entries {
+				modelled = append(modelled, fmt.Sprint(e.key, " ", e.pid, e.val))
+			}
+			slices.Sort(selected)
+			slices.Sort(modelled)
+			if !slices.Equal(selected, modelled) {
+				rt.Fatalf("%s: Select = %v, model %v", step, selected, modelled)
 			}
 		}
 		steps := rapid.IntRange(1, 40).Draw(rt, "steps")

@@ -370,3 +370,74 @@ func TestReadAllocations(t *testing.T) {
 		})
 	}
 }
+
+// User code (Dispatch and UpdateValue callbacks, MatchFunc predicates, All
+// loop bodies, Select filters) runs outside the registry's locks: it may
+// write to the registry, here the very key and table it is reading. Were a
+// lock held, the actor would deadlock and a.do would fail the test.
+func TestCallbacksMayCallRegistry(t *testing.T) {
+	kinds(t, func(t *testing.T, opts registry.Options) {
+		n := newNode(t)
+		r := start[string, int](t, n, opts)
+		a := spawnActor(t, n)
+		a.do(func(p *gotp.Process) {
+			if err := r.Register(p, "k", 1); err != nil {
+				t.Fatal(err)
+			}
+			write := func(key string) {
+				if err := r.Register(p, key, 2); err != nil {
+					t.Errorf("register %q from a callback: %v", key, err)
+				}
+				r.Unregister(p, key)
+			}
+			calls := 0
+			r.Dispatch("k", func([]registry.Entry[int]) { calls++; write("k2"); write("k3") })
+			mustEqual(t, "dispatch calls", calls, 1)
+			mustEqual(t, "match func", len(r.MatchFunc("k", func(int) bool { write("k2"); return true })), 1)
+			for range r.All() {
+				write("k2")
+			}
+			mustEqual(t, "select", len(r.Select(func(registry.Item[string, int]) bool { write("k2"); return true })), 1)
+			if opts.Kind == registry.Unique {
+				nv, ov, err := r.UpdateValue(p, "k", func(v int) int { write("k2"); return v + 1 })
+				if err != nil || nv != 2 || ov != 1 {
+					t.Fatalf("UpdateValue = %v, %v, %v", nv, ov, err)
+				}
+			}
+			mustEqual(t, "keys", r.Keys(p.Self()), []string{"k"})
+		})
+	})
+}
+
+// UpdateValue fails with ErrNotRegistered when the caller no longer holds
+// the key once fn returns, and then leaves the key as it is: here fn
+// unregisters it and another process takes it meanwhile.
+func TestUniqueUpdateValueKeyLostMeanwhile(t *testing.T) {
+	eachPartitions(t, func(t *testing.T, parts int) {
+		n := newNode(t)
+		r := start[string, int](t, n, registry.Options{Partitions: parts})
+		a, b := spawnActor(t, n), spawnActor(t, n)
+		a.do(func(p *gotp.Process) {
+			if err := r.Register(p, "hello", 1); err != nil {
+				t.Fatal(err)
+			}
+			_, _, err := r.UpdateValue(p, "hello", func(v int) int {
+				r.Unregister(p, "hello")
+				j := job{done: make(chan struct{}), f: func(bp *gotp.Process) {
+					if err := r.Register(bp, "hello", 7); err != nil {
+						t.Errorf("b's register: %v", err)
+					}
+				}}
+				n.Send(b.pid, j)
+				<-j.done
+				return v + 100
+			})
+			if !errors.Is(err, registry.ErrNotRegistered) {
+				t.Fatalf("UpdateValue after losing the key: %v", err)
+			}
+			mustEqual(t, "keys of a", len(r.Keys(p.Self())), 0)
+		})
+		mustEqual(t, "lookup", r.Lookup("hello"), []registry.Entry[int]{{PID: b.pid, Value: 7}})
+		mustEqual(t, "count", r.Count(), 1)
+	})
+}
