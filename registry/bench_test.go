@@ -370,10 +370,23 @@ func w3Dispatch(b *testing.B, handlers bool, parts int, parallel bool) {
 
 // The W3 baseline: no registry and no gotp, only what a receive-loop
 // subscriber is underneath. 10,000 goroutines each wait on a channel of
-// its own; one goroutine sends 100 rounds, one value to each channel per
-// round, and each receiver drains its 100. It bounds what receive-loop
-// subscribers can reach: every delivery wakes a parked goroutine.
+// its own; 100 rounds send one value to each channel, and each receiver
+// drains its 100. "serial": one goroutine sends every round; "parallel":
+// two goroutines each send to half of the channels, and the round ends
+// when both have, as a parallel Dispatch over 2 partitions does. It bounds
+// what receive-loop subscribers can reach: every delivery wakes a parked
+// goroutine.
 func BenchmarkW3BaselineChannels(b *testing.B) {
+	for _, parallel := range []bool{false, true} {
+		name := "serial"
+		if parallel {
+			name = "parallel"
+		}
+		b.Run(name, func(b *testing.B) { w3BaselineChannels(b, parallel) })
+	}
+}
+
+func w3BaselineChannels(b *testing.B, parallel bool) {
 	chans := make([]chan any, w3Subs)
 	var drained, exited sync.WaitGroup
 	for i := range chans {
@@ -396,6 +409,11 @@ func BenchmarkW3BaselineChannels(b *testing.B) {
 		}
 		exited.Wait()
 	}()
+	send := func(cs []chan any, msg any) {
+		for _, c := range cs {
+			c <- msg
+		}
+	}
 	runtime.GC()
 	b.ResetTimer()
 	var total time.Duration
@@ -404,9 +422,14 @@ func BenchmarkW3BaselineChannels(b *testing.B) {
 		t0 := time.Now()
 		for i := range w3Sends {
 			msg := any(w3msg{i})
-			for _, c := range chans {
-				c <- msg
+			if !parallel {
+				send(chans, msg)
+				continue
 			}
+			var wg sync.WaitGroup
+			wg.Go(func() { send(chans[w3Subs/2:], msg) })
+			send(chans[:w3Subs/2], msg)
+			wg.Wait()
 		}
 		drained.Wait()
 		total += time.Since(t0)
