@@ -67,7 +67,8 @@
 //
 //   - once a process has received the Down of a monitor of P, or an exit
 //     signal from a link to P, or seen P's Done channel closed, no read of
-//     the registry returns an entry of P;
+//     the registry returns an entry of P, with the one exception of the
+//     last point;
 //   - a read running concurrently with P's exit may return P's entries:
 //     between the moment P is dead (Node.IsAlive reports false, messages to
 //     it are dropped) and the end of the registry's callback; such a
