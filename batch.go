@@ -165,6 +165,16 @@ func (r *wakeRun) runChunk(c int) {
 	end := int64(min((c+1)*batchChunk, len(r.procs)))
 	pos := &r.pos[c].next
 	done := int64(0)
+	draining := false
+	defer func() {
+		if draining {
+			// A handler called runtime.Goexit: its process has exited
+			// (see handle) and counts as handled; this goroutine ends,
+			// and the stall check starts another for what is left.
+			done++
+		}
+		r.progress(done)
+	}()
 	for {
 		i := pos.Load()
 		if i >= end {
@@ -173,14 +183,15 @@ func (r *wakeRun) runChunk(c int) {
 		if !pos.CompareAndSwap(i, i+1) {
 			continue
 		}
+		draining = true
 		r.procs[i].drain()
+		draining = false
 		done++
 		if done == 8 { // report progress now and then, not per process
 			r.progress(done)
 			done = 0
 		}
 	}
-	r.progress(done)
 }
 
 func (r *wakeRun) progress(done int64) {

@@ -335,6 +335,13 @@ func (p *Process) runFunc(fn func(p *Process) error) {
 		return
 	}
 	var reason error
+	returned := false
+	defer func() {
+		if !returned { // runtime.Goexit: the goroutine ends, and the process with it
+			p.exit(ErrGoexit)
+			p.dropBuffer()
+		}
+	}()
 	func() {
 		defer func() {
 			if v := recover(); v != nil {
@@ -343,6 +350,7 @@ func (p *Process) runFunc(fn func(p *Process) error) {
 		}()
 		reason = fn(p)
 	}()
+	returned = true
 	p.exit(reason)
 	p.dropBuffer()
 }
@@ -425,13 +433,22 @@ func (p *Process) refill() bool {
 	return true
 }
 
+// handle runs the handler on msg; a panic becomes a stop with a
+// *PanicError. A handler that calls runtime.Goexit ends the goroutine that runs it,
+// whatever handle does; the process is then ended here, with ErrGoexit,
+// before the goroutine goes.
 func (p *Process) handle(msg any) (stop bool, reason error) {
+	returned := false
 	defer func() {
 		if v := recover(); v != nil {
 			stop, reason = true, &PanicError{Value: v, Stack: debug.Stack()}
+		} else if !returned {
+			p.exit(ErrGoexit)
 		}
 	}()
-	return p.handler.HandleMessage(p, msg)
+	stop, reason = p.handler.HandleMessage(p, msg)
+	returned = true
+	return stop, reason
 }
 
 // RunInline handles msg as the process to, on the calling goroutine, when

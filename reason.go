@@ -31,6 +31,12 @@ var (
 	// process whose node was lost.
 	ErrNoConnection = errors.New("noconnection")
 
+	// ErrGoexit is the reason of a process whose goroutine called
+	// runtime.Goexit (directly, or through testing.T.FailNow) in its
+	// function or handler. The goroutine ends whatever gotp does; the
+	// process ends with it, as after a panic: an abnormal exit.
+	ErrGoexit = errors.New("gotp: runtime.Goexit called in the process")
+
 	// ErrNodeStopped is returned by operations on a stopped Node.
 	ErrNodeStopped = errors.New("gotp: node stopped")
 
