@@ -34,7 +34,8 @@
 // # Failure
 //
 // A process ends with a reason: nil is normal, anything else is an error,
-// and a panic becomes a [*PanicError]. [ErrShutdown], [ErrKill],
+// a panic becomes a [*PanicError], and a runtime.Goexit (t.FailNow in a
+// test) in the process's code becomes [ErrGoexit]. [ErrShutdown], [ErrKill],
 // [ErrKilled], [ErrNoProc] and [ErrNoConnection] are Erlang's special
 // reasons. When a process ends, every linked process receives an exit
 // signal with its reason and dies too if the reason is abnormal, unless it
