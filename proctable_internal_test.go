@@ -118,6 +118,9 @@ func TestProcTableConcurrentReaders(t *testing.T) {
 // starts on a cache line, and the fields a send and a receive touch (the
 // first 64 bytes) are one line.
 func TestProcessIsFourCacheLines(t *testing.T) {
+	if s := unsafe.Sizeof(procShard{}); s != 64 {
+		t.Fatalf("a process table shard is %d bytes, want 64 (one cache line)", s)
+	}
 	if s := unsafe.Sizeof(Process{}); s != 256 {
 		t.Fatalf("Process is %d bytes, want 256", s)
 	}
