@@ -1,6 +1,7 @@
 package gotp
 
 import (
+	"cmp"
 	"slices"
 	"time"
 )
@@ -89,15 +90,7 @@ func (p *Process) info() ProcessInfo {
 	for _, w := range p.monitors {
 		in.MonitoredBy = append(in.MonitoredBy, w.pid)
 	}
-	byID := func(a, b PID) int {
-		switch {
-		case a.id < b.id:
-			return -1
-		case a.id > b.id:
-			return 1
-		}
-		return 0
-	}
+	byID := func(a, b PID) int { return cmp.Compare(a.id, b.id) }
 	slices.SortFunc(in.Links, byID)
 	slices.SortFunc(in.Monitors, byID)
 	slices.SortFunc(in.MonitoredBy, byID)

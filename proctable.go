@@ -1,6 +1,7 @@
 package gotp
 
 import (
+	"cmp"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -79,6 +80,18 @@ func (t *procTable) get(id uint64) *Process {
 	}
 }
 
+// insert puts p in the empty slot that ends its probe sequence: its ID,
+// then the process, so that a reader that finds the ID finds the process
+// or nil (not yet there). The shard's mu is held, or s is not published.
+func (s *procSlots) insert(p *Process) {
+	i := s.home(p.id)
+	for s.slots[i].id.Load() != 0 {
+		i = (i + 1) & s.mask
+	}
+	s.slots[i].id.Store(p.id)
+	s.slots[i].p.Store(p)
+}
+
 func (t *procTable) put(p *Process) {
 	sh := t.shard(p.id)
 	sh.mu.Lock()
@@ -86,12 +99,7 @@ func (t *procTable) put(p *Process) {
 	if (sh.used+1)*4 > len(s.slots)*3 {
 		s = sh.rebuild(s)
 	}
-	i := s.home(p.id)
-	for s.slots[i].id.Load() != 0 {
-		i = (i + 1) & s.mask
-	}
-	s.slots[i].id.Store(p.id)
-	s.slots[i].p.Store(p)
+	s.insert(p)
 	sh.used++
 	sh.live++
 	sh.mu.Unlock()
@@ -130,12 +138,7 @@ func (sh *procShard) rebuild(old *procSlots) *procSlots {
 		if p == nil {
 			continue
 		}
-		j := s.home(p.id)
-		for s.slots[j].id.Load() != 0 {
-			j = (j + 1) & s.mask
-		}
-		s.slots[j].id.Store(p.id)
-		s.slots[j].p.Store(p)
+		s.insert(p)
 	}
 	sh.used = sh.live
 	sh.tab.Store(s)
@@ -156,14 +159,6 @@ func (t *procTable) all() []*Process {
 		}
 		sh.mu.Unlock()
 	}
-	slices.SortFunc(out, func(a, b *Process) int {
-		switch {
-		case a.id < b.id:
-			return -1
-		case a.id > b.id:
-			return 1
-		}
-		return 0
-	})
+	slices.SortFunc(out, func(a, b *Process) int { return cmp.Compare(a.id, b.id) })
 	return out
 }

@@ -1,6 +1,7 @@
 package pg
 
 import (
+	"cmp"
 	"slices"
 
 	"github.com/gotp/gotp"
@@ -38,14 +39,6 @@ func (s *Scope) Groups() []GroupInfo {
 	}
 	s.unlockStripes()
 	s.mu.RUnlock()
-	slices.SortFunc(out, func(a, b GroupInfo) int {
-		switch {
-		case a.Name < b.Name:
-			return -1
-		case a.Name > b.Name:
-			return 1
-		}
-		return 0
-	})
+	slices.SortFunc(out, func(a, b GroupInfo) int { return cmp.Compare(a.Name, b.Name) })
 	return out
 }

@@ -346,6 +346,22 @@ func w3Dispatch(b *testing.B, handlers bool, parts int, parallel bool) {
 			b.Fatal(err)
 		}
 	}
+	w3Rounds(b, &drained, func(msg any) {
+		r.Dispatch("topic", func(es []registry.Entry[struct{}]) {
+			n.Batch(func(bt *gotp.Batch) {
+				for _, e := range es {
+					bt.Send(e.PID, msg)
+				}
+			})
+		}, registry.Parallel(parallel))
+	})
+}
+
+// w3Rounds times b.N runs of w3Sends rounds, each sending one message
+// value to every subscriber with send (one value per round, as in the
+// anchor), until the subscribers have drained them, and reports
+// deliveries/s.
+func w3Rounds(b *testing.B, drained *sync.WaitGroup, send func(msg any)) {
 	runtime.GC()
 	b.ResetTimer()
 	var total time.Duration
@@ -353,14 +369,7 @@ func w3Dispatch(b *testing.B, handlers bool, parts int, parallel bool) {
 		drained.Add(w3Subs)
 		t0 := time.Now()
 		for i := range w3Sends {
-			msg := any(w3msg{i}) // one message value per dispatch, as in the anchor
-			r.Dispatch("topic", func(es []registry.Entry[struct{}]) {
-				n.Batch(func(bt *gotp.Batch) {
-					for _, e := range es {
-						bt.Send(e.PID, msg)
-					}
-				})
-			}, registry.Parallel(parallel))
+			send(any(w3msg{i}))
 		}
 		drained.Wait()
 		total += time.Since(t0)
@@ -414,27 +423,16 @@ func w3BaselineChannels(b *testing.B, parallel bool) {
 			c <- msg
 		}
 	}
-	runtime.GC()
-	b.ResetTimer()
-	var total time.Duration
-	for range b.N {
-		drained.Add(w3Subs)
-		t0 := time.Now()
-		for i := range w3Sends {
-			msg := any(w3msg{i})
-			if !parallel {
-				send(chans, msg)
-				continue
-			}
-			var wg sync.WaitGroup
-			wg.Go(func() { send(chans[w3Subs/2:], msg) })
-			send(chans[:w3Subs/2], msg)
-			wg.Wait()
+	w3Rounds(b, &drained, func(msg any) {
+		if !parallel {
+			send(chans, msg)
+			return
 		}
-		drained.Wait()
-		total += time.Since(t0)
-	}
-	b.ReportMetric(float64(w3Subs*w3Sends)*float64(b.N)/total.Seconds(), "deliveries/s")
+		var wg sync.WaitGroup
+		wg.Go(func() { send(chans[w3Subs/2:], msg) })
+		send(chans[:w3Subs/2], msg)
+		wg.Wait()
+	})
 }
 
 type w4stop struct{}
