@@ -85,6 +85,26 @@ func spawnActor(t testing.TB, n *gotp.Node) *actor {
 	return &actor{t: t, n: n, pid: pid, done: <-ready}
 }
 
+// spawnListener spawns a process that forwards every message it receives
+// (a listener's events) to the returned channel.
+func spawnListener(t testing.TB, n *gotp.Node, opts ...gotp.SpawnOption) (gotp.PID, <-chan any) {
+	t.Helper()
+	events := make(chan any, 16)
+	pid, err := n.Spawn(func(p *gotp.Process) error {
+		for {
+			m, err := p.Receive(context.Background())
+			if err != nil {
+				return nil
+			}
+			events <- m
+		}
+	}, opts...)
+	if err != nil {
+		t.Fatalf("Spawn listener: %v", err)
+	}
+	return pid, events
+}
+
 // do runs f as the actor and waits for it.
 func (a *actor) do(f func(p *gotp.Process)) {
 	a.t.Helper()

@@ -366,19 +366,7 @@ func TestRegisterDeadProcess(t *testing.T) {
 func TestListeners(t *testing.T) {
 	kinds(t, func(t *testing.T, opts registry.Options) {
 		n := newNode(t)
-		events := make(chan any, 16)
-		lpid, err := n.Spawn(func(p *gotp.Process) error {
-			for {
-				m, err := p.Receive(context.Background())
-				if err != nil {
-					return nil
-				}
-				events <- m
-			}
-		}, gotp.Named("listener"))
-		if err != nil {
-			t.Fatal(err)
-		}
+		lpid, events := spawnListener(t, n, gotp.Named("listener"))
 		opts.Listeners = []gotp.Dest{gotp.Name("listener"), lpid}
 		r := start[string, int](t, n, opts)
 		a := spawnActor(t, n)
@@ -517,19 +505,7 @@ func TestViaRegisterNameErrors(t *testing.T) {
 func TestListenersOtherEvents(t *testing.T) {
 	kinds(t, func(t *testing.T, opts registry.Options) {
 		n := newNode(t)
-		events := make(chan any, 16)
-		lpid, err := n.Spawn(func(p *gotp.Process) error {
-			for {
-				m, err := p.Receive(context.Background())
-				if err != nil {
-					return nil
-				}
-				events <- m
-			}
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
+		lpid, events := spawnListener(t, n)
 		gone := spawnActor(t, n)
 		gone.stop()
 		opts.Listeners = []gotp.Dest{gone.pid, lpid}
