@@ -6,9 +6,11 @@ import (
 	"fmt"
 	"hash/maphash"
 	"math/bits"
+	"math/rand/v2"
 	"reflect"
 	"sync"
 	"sync/atomic"
+	"unsafe"
 
 	"github.com/gotp/gotp"
 )
@@ -148,7 +150,9 @@ type Registry[K comparable, V any] struct {
 	seed      maphash.Seed
 	nodeName  string // with creation, rebuilds the PIDs of entries
 	creation  uint32
-	checkKeys bool // K may hold an interface: check keys before hashing
+	checkKeys bool   // K may hold an interface: check keys before hashing
+	intSize   uint8  // K's size if K is an integer type (see hash), or 0
+	intSeed   uint64 // random key of hash for integer keys
 
 	startMu sync.Mutex // serialises Start and Stop
 	t       atomic.Pointer[table[K, V]]
@@ -189,6 +193,8 @@ func New[K comparable, V any](n *gotp.Node, opts Options) (*Registry[K, V], erro
 		nodeName:  n.Name(),
 		creation:  n.Creation(),
 		checkKeys: mayHoldInterface(reflect.TypeFor[K]()),
+		intSize:   intKeySize(reflect.TypeFor[K]()),
+		intSeed:   rand.Uint64(),
 	}
 	for k, v := range opts.Meta {
 		r.meta0[k] = v
@@ -336,22 +342,65 @@ func mayHoldInterface(t reflect.Type) bool {
 	return false
 }
 
-// badKey reports whether key cannot be hashed or compared. It must not
-// take key's address: that would move every key to the heap, in every
+// badKey reports whether key cannot be hashed or compared. It is small
+// enough to be inlined, so that keys that cannot hold an interface cost one
+// test.
+func (r *Registry[K, V]) badKey(key K) bool { return r.checkKeys && uncomparable(key) }
+
+// uncomparable reports whether key holds an uncomparable value. It must
+// not take key's address: that would move every key to the heap, in every
 // operation, and the garbage collector would then rescan a large registry
 // again and again.
-func (r *Registry[K, V]) badKey(key K) bool {
-	if !r.checkKeys {
-		return false
-	}
+func uncomparable[K comparable](key K) bool {
 	x := any(key)
 	return x != nil && !reflect.ValueOf(x).Comparable()
 }
 
 // hash returns the hash of key: a unique registry's partition comes from
 // its high bits (uniquePart), the key's table and slot in the partition
-// from the others (see utable.go).
-func (r *Registry[K, V]) hash(key K) uint64 { return maphash.Comparable(r.seed, key) }
+// from the others (see utable.go). Integer keys are hashed by mixInt, a few
+// instructions with no call, where hash/maphash takes two calls and an
+// indirect one: a lookup in a large registry waits on one cache miss, and
+// the fewer instructions stand between two lookups, the more of those
+// misses the processor overlaps. Other keys go through hash/maphash.
+func (r *Registry[K, V]) hash(key K) uint64 {
+	switch r.intSize {
+	case 8:
+		return mixInt(*(*uint64)(unsafe.Pointer(&key)) ^ r.intSeed)
+	case 4:
+		return mixInt(uint64(*(*uint32)(unsafe.Pointer(&key))) ^ r.intSeed)
+	case 2:
+		return mixInt(uint64(*(*uint16)(unsafe.Pointer(&key))) ^ r.intSeed)
+	case 1:
+		return mixInt(uint64(*(*uint8)(unsafe.Pointer(&key))) ^ r.intSeed)
+	}
+	return maphash.Comparable(r.seed, key)
+}
+
+// mixInt is MurmurHash3's 64-bit finalizer: a bijection in which every
+// input bit flips each output bit with probability close to 1/2. Keyed by
+// xoring a random seed into its input, it spreads any set of integers
+// (sequential ones included) over the high bits, which pick a key's
+// partition and table, and the low bits, which pick its slot.
+func mixInt(x uint64) uint64 {
+	x ^= x >> 33
+	x *= 0xff51afd7ed558ccd
+	x ^= x >> 33
+	x *= 0xc4ceb9fe1a85ec53
+	x ^= x >> 33
+	return x
+}
+
+// intKeySize returns the size of K if its values are plain integers, whose
+// equality is that of their bits, and 0 otherwise.
+func intKeySize(t reflect.Type) uint8 {
+	switch t.Kind() {
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64, reflect.Uintptr:
+		return uint8(t.Size())
+	}
+	return 0
+}
 
 // hashPart returns the partition of a key with hash h in a unique
 // registry.

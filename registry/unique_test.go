@@ -441,3 +441,60 @@ func TestUniqueUpdateValueKeyLostMeanwhile(t *testing.T) {
 		mustEqual(t, "count", r.Count(), 1)
 	})
 }
+
+// Integer keys are hashed by their bits (see Registry.hash), for every size
+// of integer; each key, negative ones included, must be found, and found
+// only under itself, also once enough keys make the tables split.
+func TestUniqueIntegerKeysOfEverySize(t *testing.T) {
+	type userID int64
+	t.Run("int8", func(t *testing.T) { testIntegerKeys[int8](t, -128, 127) })
+	t.Run("uint8", func(t *testing.T) { testIntegerKeys[uint8](t, 0, 255) })
+	t.Run("int16", func(t *testing.T) { testIntegerKeys[int16](t, -1500, 1500) })
+	t.Run("uint16", func(t *testing.T) { testIntegerKeys[uint16](t, 65535-3000, 65535) })
+	t.Run("int32", func(t *testing.T) { testIntegerKeys[int32](t, -1500, 1500) })
+	t.Run("uint32", func(t *testing.T) { testIntegerKeys[uint32](t, 1<<32-3000, 1<<32-1) })
+	t.Run("int", func(t *testing.T) { testIntegerKeys[int](t, -1500, 1500) })
+	t.Run("uint64", func(t *testing.T) { testIntegerKeys[uint64](t, 1<<64-3000, 1<<64-1) })
+	t.Run("uintptr", func(t *testing.T) { testIntegerKeys[uintptr](t, 0, 3000) })
+	t.Run("named", func(t *testing.T) { testIntegerKeys[userID](t, -1500, 1500) })
+}
+
+func testIntegerKeys[K interface {
+	~int8 | ~uint8 | ~int16 | ~uint16 | ~int32 | ~uint32 | ~int | ~int64 | ~uint64 | ~uintptr
+}](t *testing.T, lo, hi K) {
+	n := newNode(t)
+	r := start[K, K](t, n, registry.Options{Partitions: 3})
+	a := spawnActor(t, n)
+	a.do(func(p *gotp.Process) {
+		keys := 0
+		for k := lo; ; k++ {
+			if err := r.Register(p, k, k); err != nil {
+				t.Fatalf("register %v: %v", k, err)
+			}
+			keys++
+			if k == hi {
+				break
+			}
+		}
+		mustEqual(t, "count", r.Count(), keys)
+		for k := lo; ; k++ {
+			if e, ok := r.Find(k); !ok || e.Value != k || e.PID != p.Self() {
+				t.Fatalf("find %v: %v, %v", k, e, ok)
+			}
+			if k%2 == 0 {
+				r.Unregister(p, k)
+			}
+			if k == hi {
+				break
+			}
+		}
+		for k := lo; ; k++ {
+			if _, ok := r.Find(k); ok != (k%2 != 0) {
+				t.Fatalf("find %v after unregistering the even keys: %v", k, ok)
+			}
+			if k == hi {
+				break
+			}
+		}
+	})
+}

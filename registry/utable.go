@@ -1,8 +1,10 @@
 package registry
 
 import (
+	"math/bits"
 	"sync"
 	"sync/atomic"
+	"unsafe"
 )
 
 // The entries of a unique partition live in a uindex: a directory of
@@ -39,8 +41,9 @@ import (
 //     it find it retired and start again. Growth thus copies one small
 //     table at a time, and holds up only the writers of that table.
 //
-// A reader loads the directory, then the key's table, and probes it until
-// it finds the key live or an empty slot. Every table keeps a quarter of
+// A reader loads the directory, then the slot reference of the key's table
+// (its slots and their number, in one word: see slotRef), and probes the
+// slots until it finds the key live or an empty slot. Every table keeps a quarter of
 // its slots empty, so probes end. A key's directory index is the
 // directory's depth bits of its hash after the top 16 (which choose the
 // partition); its probe starts at slot (h>>2)&mask, from the low bits.
@@ -65,9 +68,9 @@ const (
 type uslot[K comparable, V any] struct {
 	_     [0]atomic.Uint64 // state must be 64-bit aligned, also on 32-bit platforms
 	state uint64           // atomic once the table is published (see load and store)
-	id    uint64           // PID.ID() of the holder
 	key   K
 	val   V
+	id    uint64 // PID.ID() of the holder; last, so that an empty V (a set of names) adds no padding
 }
 
 // load and store access a slot's state in a published table. A table
@@ -94,10 +97,37 @@ type utable[K comparable, V any] struct {
 }
 
 // udir is a partition's directory: 1<<depth table pointers, each table
-// appearing 1<<(depth - table depth) times in a row.
+// appearing 1<<(depth - table depth) times in a row, for writers, and as
+// many slot references (see slotRef), for readers. A reader thus goes from
+// the directory straight to the key's slot: the tables' headers, scattered
+// over the heap and written by writers, stay off its path, which on a
+// large registry saves it a cache miss and a TLB miss per lookup.
 type udir[K comparable, V any] struct {
 	depth  uint
 	tables []atomic.Pointer[utable[K, V]]
+	refs   []atomic.Pointer[byte]
+}
+
+// Slot references. A table's slot reference points into its first slot,
+// offset by the table's size code: log2(len(slots)/utableMinSlots) for the
+// sizes up to utableMaxSlots, or refBig for a larger table (which only a
+// hash that puts hundreds of keys on the same 40 bits makes), whose reader
+// reads its size from the table. Slots are 8-byte aligned (they start with
+// a 64-bit word), so the code fits in the pointer's low 3 bits, and the
+// pointer still points into the slots (a slot is at least 16 bytes), which
+// keeps them alive.
+const (
+	refCodeMask = 7
+	refBig      = 7
+)
+
+// slotRef returns t's slot reference.
+func (t *utable[K, V]) slotRef() *byte {
+	code := uintptr(refBig)
+	if n := len(t.slots); n <= utableMaxSlots {
+		code = uintptr(bits.TrailingZeros(uint(n / utableMinSlots)))
+	}
+	return (*byte)(unsafe.Add(unsafe.Pointer(unsafe.SliceData(t.slots)), code))
 }
 
 // uindex is a unique partition's entries. dir is read by anyone; it and
@@ -109,8 +139,8 @@ type uindex[K comparable, V any] struct {
 }
 
 const (
-	utableMinSlots = 8
-	utableMaxSlots = 1024 // a table this large splits rather than grows
+	utableMinSlots = 16
+	utableMaxSlots = 1024 // a table this large splits rather than grows (a size code of at most 6, see slotRef)
 	dirShift       = 16   // the hash's top bits choose the partition (MaxPartitions = 1<<16)
 	dirMaxDepth    = 24   // past this depth, tables grow instead (never with a sound hash: 1<<24 tables)
 )
@@ -124,8 +154,10 @@ func newUindex[K comparable, V any]() *uindex[K, V] {
 // clear drops every entry. Writers still in the old tables write to
 // tables no one reads any more (see replaceLocked).
 func (x *uindex[K, V]) clear() {
-	d := &udir[K, V]{tables: make([]atomic.Pointer[utable[K, V]], 1)}
-	d.tables[0].Store(newUtable[K, V](utableMinSlots, 0))
+	d := &udir[K, V]{tables: make([]atomic.Pointer[utable[K, V]], 1), refs: make([]atomic.Pointer[byte], 1)}
+	t := newUtable[K, V](utableMinSlots, 0)
+	d.refs[0].Store(t.slotRef())
+	d.tables[0].Store(t)
 	x.dirMu.Lock()
 	x.dir.Store(d)
 	x.dirMu.Unlock()
@@ -141,7 +173,7 @@ func liveState(h uint64) uint64 { return h&^3 | slotLive }
 // of the given depth.
 func dirIndex(h uint64, depth uint) uint64 { return (h << dirShift) >> (64 - depth) }
 
-// table returns the table of hash h.
+// table returns the table of hash h (for writers: readers use find).
 func (x *uindex[K, V]) table(h uint64) *utable[K, V] {
 	d := x.dir.Load()
 	return d.tables[dirIndex(h, d.depth)].Load()
@@ -149,12 +181,20 @@ func (x *uindex[K, V]) table(h uint64) *utable[K, V] {
 
 // find returns the live slot of key (whose hash is h), or nil. It takes no
 // lock and is safe at any time; the slot's id and val may be read without
-// one.
+// one. It reaches the slots through the directory's slot references, not
+// through the table (see slotRef).
 func (x *uindex[K, V]) find(h uint64, key K) *uslot[K, V] {
-	t := x.table(h)
+	d := x.dir.Load()
+	i := dirIndex(h, d.depth)
+	base, mask := decodeRef(d.refs[i].Load())
+	if base == nil {
+		t := d.tables[i].Load()
+		base, mask = unsafe.Pointer(unsafe.SliceData(t.slots)), t.mask
+	}
 	want := liveState(h)
-	for i := (h >> 2) & t.mask; ; i = (i + 1) & t.mask {
-		s := &t.slots[i]
+	size := unsafe.Sizeof(uslot[K, V]{})
+	for j := (h >> 2) & mask; ; j = (j + 1) & mask {
+		s := (*uslot[K, V])(unsafe.Add(base, uintptr(j)*size))
 		st := s.load()
 		if st == 0 {
 			return nil
@@ -163,6 +203,16 @@ func (x *uindex[K, V]) find(h uint64, key K) *uslot[K, V] {
 			return s
 		}
 	}
+}
+
+// decodeRef returns the first slot and the mask of the table whose slot
+// reference is ref, or nil if its reader must read them from the table.
+func decodeRef(ref *byte) (base unsafe.Pointer, mask uint64) {
+	code := uintptr(unsafe.Pointer(ref)) & refCodeMask
+	if code == refBig {
+		return nil, 0
+	}
+	return unsafe.Add(unsafe.Pointer(ref), -int(code)), utableMinSlots<<code - 1
 }
 
 // lock returns the table of hash h, locked.
@@ -244,11 +294,14 @@ func (x *uindex[K, V]) replaceLocked(t *utable[K, V], h uint64) {
 		return
 	}
 	if t.depth == d.depth {
-		nd := &udir[K, V]{depth: d.depth + 1, tables: make([]atomic.Pointer[utable[K, V]], 2*len(d.tables))}
+		n := 2 * len(d.tables)
+		nd := &udir[K, V]{depth: d.depth + 1, tables: make([]atomic.Pointer[utable[K, V]], n), refs: make([]atomic.Pointer[byte], n)}
 		for i := range d.tables {
-			tt := d.tables[i].Load()
+			tt, ref := d.tables[i].Load(), d.refs[i].Load()
 			nd.tables[2*i].Store(tt)
 			nd.tables[2*i+1].Store(tt)
+			nd.refs[2*i].Store(ref)
+			nd.refs[2*i+1].Store(ref)
 		}
 		x.dir.Store(nd)
 		d = nd
@@ -280,10 +333,17 @@ func sizeFor(n int) int {
 }
 
 // publish stores t in the entries of directory d for the hashes whose
-// first t.depth directory bits are those of h.
+// first t.depth directory bits are those of h: its slot references first,
+// so that when a writer finds t in the directory, and its registration
+// there returns, every reader finds t's slots too.
 func publish[K comparable, V any](d *udir[K, V], h uint64, t *utable[K, V]) {
 	lo := dirIndex(h, t.depth) << (d.depth - t.depth)
-	for i := range uint64(1) << (d.depth - t.depth) {
+	n := uint64(1) << (d.depth - t.depth)
+	ref := t.slotRef()
+	for i := range n {
+		d.refs[lo+i].Store(ref)
+	}
+	for i := range n {
 		d.tables[lo+i].Store(t)
 	}
 }

@@ -239,3 +239,41 @@ func TestUtableHeaderIsOneCacheLine(t *testing.T) {
 		t.Fatalf("utable is %d bytes, want at most 64", s)
 	}
 }
+
+// A slot reference gives a reader the first slot and the mask of every
+// table size up to utableMaxSlots, and sends it to the table for larger
+// ones.
+func TestSlotRefEncodesTableSize(t *testing.T) {
+	for n := utableMinSlots; n <= utableMaxSlots; n *= 2 {
+		tb := newUtable[string, struct{}](n, 0)
+		base, mask := decodeRef(tb.slotRef())
+		if base != unsafe.Pointer(&tb.slots[0]) || mask != uint64(n-1) {
+			t.Fatalf("%d slots: decoded %p and mask %d, want %p and %d", n, base, mask, &tb.slots[0], n-1)
+		}
+	}
+	if base, _ := decodeRef(newUtable[int, int](2*utableMaxSlots, 0).slotRef()); base != nil {
+		t.Fatalf("a table of %d slots decoded to %p, want nil (read the table)", 2*utableMaxSlots, base)
+	}
+}
+
+// A table larger than utableMaxSlots, which only a hash that puts hundreds
+// of keys on the same directory bits makes, is read through its header.
+func TestUtableFindsInTableTooLargeForRef(t *testing.T) {
+	ti := newTindex(false)
+	big := newUtable[tkey, int](4*utableMaxSlots, 0)
+	for k := range 2 * utableMaxSlots {
+		h := ti.hash(k)
+		_, free := big.probe(h, k)
+		big.put(free, h, k, uint64(k+1), -k)
+	}
+	d := ti.x.dir.Load()
+	publish(d, 0, big)
+	for k := range 2 * utableMaxSlots {
+		if id, v, ok := ti.get(k); !ok || id != uint64(k+1) || v != -k {
+			t.Fatalf("key %d: (%d, %d, %v)", k, id, v, ok)
+		}
+	}
+	if _, _, ok := ti.get(-1); ok {
+		t.Fatal("found a key never put")
+	}
+}
