@@ -274,6 +274,39 @@ func BenchmarkW2Baseline(b *testing.B) {
 	}
 }
 
+// The W2 floor: the same lookups in one plain Go map, read with no lock at
+// all (it is never written while read). No concurrent registry can be
+// faster than this by much: what it measures is one hash and one cache
+// miss per lookup, which is what a lookup in a large table costs on the
+// machine at hand.
+func BenchmarkW2BaselinePlainMap(b *testing.B) {
+	m := make(map[int]gotp.PID, w1Keys)
+	for k := range w1Keys {
+		m[k] = gotp.NewPID("bench", 1, uint64(k%w1Writers+1))
+	}
+	runtime.GC()
+	b.ResetTimer()
+	var total time.Duration
+	for range b.N {
+		var wg sync.WaitGroup
+		t0 := time.Now()
+		for i := range w2Readers {
+			wg.Go(func() {
+				x := uint32(12345 + i*7919)
+				for range w2Lookups {
+					x = lcg(x)
+					if _, ok := m[int(x>>8)%w1Keys]; !ok {
+						panic("missing key")
+					}
+				}
+			})
+		}
+		wg.Wait()
+		total += time.Since(t0)
+	}
+	b.ReportMetric(float64(w2Readers*w2Lookups)*float64(b.N)/total.Seconds(), "lookups/s")
+}
+
 type w3msg struct{ n int }
 
 // W3: duplicate registry, 10,000 processes under "topic"; 100 dispatches

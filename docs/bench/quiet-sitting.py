@@ -77,6 +77,7 @@ PAIRS = [
     ("W2 Lookup, 2 partitions", "reg", "BenchmarkW2RegistryLookup/partitions=2/lookup", "lookups/s", "w12", "W2_registry_unique_lookup_p2"),
     ("W2 Find, 1 partition", "reg", "BenchmarkW2RegistryLookup/partitions=1/find", "lookups/s", "w12", "W2_registry_unique_lookup_p1"),
     ("W2 baseline map, 2 partitions", "reg", "BenchmarkW2Baseline/partitions=2", "lookups/s", "w12", "W2_registry_unique_lookup_p2"),
+    ("W2 baseline: one plain map, no lock", "reg", "BenchmarkW2BaselinePlainMap", "lookups/s", "w12", "W2_registry_unique_lookup_p2"),
     ("W3 handler, 2 partitions, parallel", "reg", "BenchmarkW3RegistryDispatch/handler/partitions=2", "deliveries/s", "w3", "W3_registry_duplicate_dispatch_p2_parallel"),
     ("W3 handler, 2 partitions, serial", "reg", "BenchmarkW3RegistryDispatch/handler/partitions=2/serial", "deliveries/s", "w3", "W3_registry_duplicate_dispatch_p2"),
     ("W3 handler, 1 partition", "reg", "BenchmarkW3RegistryDispatch/handler/partitions=1", "deliveries/s", "w3", "W3_registry_duplicate_dispatch_p1"),
