@@ -1,6 +1,7 @@
 package registry
 
 import (
+	"fmt"
 	"hash/maphash"
 	"math/rand/v2"
 	"sync"
@@ -275,5 +276,60 @@ func TestUtableFindsInTableTooLargeForRef(t *testing.T) {
 	}
 	if _, _, ok := ti.get(-1); ok {
 		t.Fatal("found a key never put")
+	}
+}
+
+// A key a writer has set is found by every read that starts after the
+// writer said so, while other writers split and replace tables. It fails
+// at once if a new table's slot references are not published; the narrow
+// window that publishing them after the table pointers would open (see
+// publish) is too short for it to catch reliably.
+func TestUtableSetVisibleAfterReturn(t *testing.T) {
+	const writers, perWriter = 4, 30_000
+	ti := newTindex(false)
+	var done [writers]atomic.Int64 // keys set by writer w: w, w+writers, ... below done[w]*writers
+	var stop atomic.Bool
+	var wg sync.WaitGroup
+	errs := make(chan string, 2)
+	for w := range writers {
+		wg.Go(func() {
+			for i := range perWriter {
+				k := i*writers + w
+				ti.set(k, uint64(w+1), k)
+				done[w].Store(int64(i + 1))
+			}
+		})
+	}
+	var readers sync.WaitGroup
+	for r := range 2 {
+		readers.Go(func() {
+			rng := rand.New(rand.NewPCG(uint64(r), 3))
+			for !stop.Load() {
+				w := rng.IntN(writers)
+				n := int(done[w].Load())
+				if n == 0 {
+					continue
+				}
+				// The newest key of writer w, and one before it.
+				for _, i := range []int{n - 1, rng.IntN(n)} {
+					k := i*writers + w
+					if _, v, ok := ti.get(k); !ok || v != k {
+						select {
+						case errs <- fmt.Sprintf("key %d, set before the read began, not found", k):
+						default:
+						}
+						stop.Store(true)
+						return
+					}
+				}
+			}
+		})
+	}
+	wg.Wait()
+	stop.Store(true)
+	readers.Wait()
+	close(errs)
+	for e := range errs {
+		t.Error(e)
 	}
 }
