@@ -105,6 +105,18 @@ func spawnListener(t testing.TB, n *gotp.Node, opts ...gotp.SpawnOption) (gotp.P
 	return pid, events
 }
 
+// nextEvent returns the next event a listener of spawnListener forwarded.
+func nextEvent(t testing.TB, events <-chan any) any {
+	t.Helper()
+	select {
+	case e := <-events:
+		return e
+	case <-time.After(10 * time.Second):
+		t.Fatal("no event")
+		return nil
+	}
+}
+
 // do runs f as the actor and waits for it.
 func (a *actor) do(f func(p *gotp.Process)) {
 	a.t.Helper()

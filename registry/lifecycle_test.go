@@ -370,15 +370,7 @@ func TestListeners(t *testing.T) {
 		opts.Listeners = []gotp.Dest{gotp.Name("listener"), lpid}
 		r := start[string, int](t, n, opts)
 		a := spawnActor(t, n)
-		next := func() any {
-			select {
-			case e := <-events:
-				return e
-			case <-time.After(10 * time.Second):
-				t.Fatal("no event")
-				return nil
-			}
-		}
+		next := func() any { return nextEvent(t, events) }
 		a.do(func(p *gotp.Process) {
 			_ = r.Register(p, "hello", 1)
 		})
@@ -510,15 +502,7 @@ func TestListenersOtherEvents(t *testing.T) {
 		gone.stop()
 		opts.Listeners = []gotp.Dest{gone.pid, lpid}
 		r := start[string, int](t, n, opts)
-		next := func() any {
-			select {
-			case e := <-events:
-				return e
-			case <-time.After(10 * time.Second):
-				t.Fatal("no event")
-				return nil
-			}
-		}
+		next := func() any { return nextEvent(t, events) }
 		a := spawnActor(t, n)
 		a.do(func(p *gotp.Process) {
 			if err := r.Register(p, "hello", 1); err != nil {

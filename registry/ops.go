@@ -532,10 +532,11 @@ func (r *Registry[K, V]) UpdateValue(p *gotp.Process, key K, fn func(old V) V) (
 // read lock; fn runs outside every lock, so it may call the registry, and
 // may keep the slice, but must not modify it: while a key's entries do not
 // change, every Dispatch to it shares one snapshot (a publisher that
-// dispatches in a loop thus copies its subscribers once, not every time). Dispatch is how a publish/subscribe system sends to
-// every subscriber; send through a gotp.Batch, as the package example does,
-// and idle handler-mode subscribers are woken together rather than each on
-// a goroutine of its own (several times faster for thousands of them).
+// dispatches in a loop thus copies its subscribers once, not every time).
+// Dispatch is how a publish/subscribe system sends to every subscriber;
+// send through a gotp.Batch, as the package example does, and idle
+// handler-mode subscribers are woken together rather than each on a
+// goroutine of its own (several times faster for thousands of them).
 func (r *Registry[K, V]) Dispatch(key K, fn func(entries []Entry[V]), opts ...DispatchOption) {
 	if r.badKey(key) {
 		return

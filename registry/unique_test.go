@@ -423,13 +423,11 @@ func TestUniqueUpdateValueKeyLostMeanwhile(t *testing.T) {
 			}
 			_, _, err := r.UpdateValue(p, "hello", func(v int) int {
 				r.Unregister(p, "hello")
-				j := job{done: make(chan struct{}), f: func(bp *gotp.Process) {
+				b.do(func(bp *gotp.Process) {
 					if err := r.Register(bp, "hello", 7); err != nil {
 						t.Errorf("b's register: %v", err)
 					}
-				}}
-				n.Send(b.pid, j)
-				<-j.done
+				})
 				return v + 100
 			})
 			if !errors.Is(err, registry.ErrNotRegistered) {

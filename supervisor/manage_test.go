@@ -12,6 +12,19 @@ import (
 	"github.com/gotp/gotp/supervisor"
 )
 
+// recoverAfterRetries lets the supervisor retry a failing start at least 3
+// times (tries counts the starts), then lets starts succeed and waits until
+// the supervisor's first child runs.
+func recoverAfterRetries(t *testing.T, n *gotp.Node, sup gotp.PID, tries *atomic.Int64, failing *atomic.Bool) {
+	t.Helper()
+	for tries.Load() < 3 {
+		mustWhich(t, n, sup) // let retries run
+	}
+	failing.Store(false)
+	for mustWhich(t, n, sup)[0].State != supervisor.ChildRunning {
+	}
+}
+
 func wantCounts(t *testing.T, n *gotp.Node, sup gotp.PID, want supervisor.Counts) {
 	t.Helper()
 	k, err := supervisor.CountChildren(tctx(t), n, sup)
@@ -178,12 +191,7 @@ func TestRestarting(t *testing.T) {
 		t.Fatalf("DeleteChild restarting: %v", err)
 	}
 	wantCounts(t, n, sup, supervisor.Counts{Specs: 1, Active: 0, Workers: 1})
-	for tries.Load() < 3 {
-		mustWhich(t, n, sup) // let retries run
-	}
-	failing.Store(false)
-	for mustWhich(t, n, sup)[0].State != supervisor.ChildRunning {
-	}
+	recoverAfterRetries(t, n, sup, &tries, &failing)
 	in, _ := supervisor.Inspect(n, sup)
 	if in.Restarts < 3 {
 		t.Fatalf("retries not counted as restarts: %d", in.Restarts)
@@ -259,12 +267,7 @@ func TestDynamicRestarting(t *testing.T) {
 		t.Fatalf("which %+v, want one restarting child", which)
 	}
 	wantCounts(t, n, sup, supervisor.Counts{Specs: 1, Active: 0, Workers: 1})
-	for tries.Load() < 3 {
-		mustWhich(t, n, sup) // let retries run
-	}
-	failing.Store(false)
-	for mustWhich(t, n, sup)[0].State != supervisor.ChildRunning {
-	}
+	recoverAfterRetries(t, n, sup, &tries, &failing)
 	wantCounts(t, n, sup, supervisor.Counts{Specs: 1, Active: 1, Workers: 1})
 	mu.Lock()
 	for _, a := range args {
