@@ -169,6 +169,22 @@ func TestIdleChild(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
+	case "handler-monitored", "handler-was-monitored":
+		// Idle handler-mode processes each watched by a MonitorFunc, as a
+		// registry watches the processes that hold its keys; or watched
+		// once and no longer, as a server is after a call.
+		h := gotp.HandlerFunc(func(*gotp.Process, any) (bool, error) { return false, nil })
+		down := func(gotp.Down) {}
+		for range idleProcs {
+			pid, err := n.SpawnHandler(h, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ref := n.MonitorFunc(pid, down)
+			if kind == "handler-was-monitored" && !n.Demonitor(ref, pid) {
+				t.Fatal("the monitor was not active")
+			}
+		}
 	case "goroutine": // bare goroutines parked on a channel receive
 		base := runtime.NumGoroutine()
 		for range idleProcs {
@@ -202,6 +218,17 @@ func BenchmarkW6IdleProcessCtxBytes(b *testing.B) { idleBytes(b, "process-ctx") 
 
 // BenchmarkW6IdleHandlerBytes: 100,000 idle handler-mode processes.
 func BenchmarkW6IdleHandlerBytes(b *testing.B) { idleBytes(b, "handler") }
+
+// BenchmarkW6IdleMonitoredHandlerBytes: 100,000 idle handler-mode
+// processes, each watched by one MonitorFunc (a registered process).
+func BenchmarkW6IdleMonitoredHandlerBytes(b *testing.B) { idleBytes(b, "handler-monitored") }
+
+// BenchmarkW6IdleWasMonitoredHandlerBytes: 100,000 idle handler-mode
+// processes, each watched by one MonitorFunc that has since been removed
+// (a server after a call).
+func BenchmarkW6IdleWasMonitoredHandlerBytes(b *testing.B) {
+	idleBytes(b, "handler-was-monitored")
+}
 
 // BenchmarkBaselineIdleGoroutineBytes: 100,000 bare goroutines parked on
 // a channel receive.

@@ -84,10 +84,10 @@ func (p *Process) info() ProcessInfo {
 	for l := range p.links.all {
 		in.Links = append(in.Links, l)
 	}
-	for _, t := range p.monitoring {
+	for _, t := range p.monitoring.all {
 		in.Monitors = append(in.Monitors, t)
 	}
-	for _, w := range p.monitors {
+	for _, w := range p.monitors.all {
 		in.MonitoredBy = append(in.MonitoredBy, w.pid)
 	}
 	byID := func(a, b PID) int { return cmp.Compare(a.id, b.id) }

@@ -60,9 +60,9 @@ type Process struct {
 	reason     error
 	name       string
 	links      linkSet
-	monitors   map[Ref]watcher // monitors of this process
-	monitoring map[Ref]PID     // monitors this process holds
-	extra      *procExtra      // rarely needed state; nil until first needed
+	monitors   *refSet[watcher] // monitors of this process; nil until the first
+	monitoring *refSet[PID]     // monitors this process holds; nil until the first
+	extra      *procExtra       // rarely needed state; nil until first needed
 }
 
 // procExtra holds the state of a process that most processes never need.

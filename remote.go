@@ -172,9 +172,9 @@ func (g *Gateway) NodeDown(node string) {
 				lost = append(lost, l)
 			}
 		}
-		for ref, w := range p.monitors {
+		for ref, w := range p.monitors.all {
 			if w.remote && ref.node == node {
-				delete(p.monitors, ref)
+				p.monitors.take(ref)
 			}
 		}
 		p.mu.Unlock()

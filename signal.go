@@ -60,13 +60,13 @@ func (p *Process) exit(reason error) bool {
 	if name != "" && name != early { // registered while the first name was freed
 		n.unregisterProcName(name, p)
 	}
-	for ref, target := range monitoring {
+	for ref, target := range monitoring.all {
 		n.dropMonitor(ref, target)
 	}
 	// MonitorFunc callbacks run first, so that the cleanup they do (a
 	// registry dropping the process's entries) is complete before any
 	// process can learn of the exit from a link's exit signal or a Down.
-	for ref, w := range mons {
+	for ref, w := range mons.all {
 		if w.fn != nil {
 			n.fire(w, Down{Ref: ref, PID: p.Self(), Reason: reason})
 		}
@@ -91,7 +91,7 @@ func (p *Process) exit(reason error) bool {
 	for _, pid := range trapping {
 		n.exitSignal(p.Self(), pid, reason, true)
 	}
-	for ref, w := range mons {
+	for ref, w := range mons.all {
 		if w.fn == nil {
 			n.fire(w, Down{Ref: ref, PID: p.Self(), Reason: reason})
 		}
@@ -210,9 +210,9 @@ func (p *Process) Monitor(pid PID) Ref {
 		return ref
 	}
 	if p.monitoring == nil {
-		p.monitoring = make(map[Ref]PID)
+		p.monitoring = new(refSet[PID])
 	}
-	p.monitoring[ref] = pid
+	p.monitoring.add(ref, pid)
 	p.mu.Unlock()
 	p.n.monitor(ref, pid, watcher{pid: p.Self()})
 	return ref
@@ -224,8 +224,7 @@ func (p *Process) Monitor(pid PID) Ref {
 // mailbox is removed too, so none is received after Demonitor returns.
 func (p *Process) Demonitor(ref Ref, flush bool) bool {
 	p.mu.Lock()
-	target, ok := p.monitoring[ref]
-	delete(p.monitoring, ref)
+	target, ok := p.monitoring.take(ref)
 	if flush {
 		for i, m := range p.queue {
 			if d, isDown := m.(Down); isDown && d.Ref == ref {
@@ -295,9 +294,9 @@ func (n *Node) monitor(ref Ref, pid PID, w watcher) {
 		return
 	}
 	if q.monitors == nil {
-		q.monitors = make(map[Ref]watcher)
+		q.monitors = new(refSet[watcher])
 	}
-	q.monitors[ref] = w
+	q.monitors.add(ref, w)
 	q.mu.Unlock()
 }
 
@@ -306,8 +305,7 @@ func (n *Node) monitor(ref Ref, pid PID, w watcher) {
 func (n *Node) dropMonitor(ref Ref, target PID) bool {
 	if q := n.lookup(target); q != nil {
 		q.mu.Lock()
-		_, ok := q.monitors[ref]
-		delete(q.monitors, ref)
+		_, ok := q.monitors.take(ref)
 		q.mu.Unlock()
 		return ok
 	}
@@ -333,14 +331,13 @@ func (n *Node) fire(w watcher, d Down) {
 	}
 	if q := n.lookup(w.pid); q != nil {
 		q.mu.Lock()
-		if _, ok := q.monitoring[d.Ref]; !ok {
+		if _, ok := q.monitoring.take(d.Ref); !ok {
 			// The watcher demonitored after the target took the monitor
 			// off its list but before this Down was delivered: after
 			// Demonitor returns, no Down of the monitor may arrive.
 			q.mu.Unlock()
 			return
 		}
-		delete(q.monitoring, d.Ref)
 		q.deliverLocked(d)
 	}
 }

@@ -102,25 +102,26 @@ func TestUniqueRegistrationsAcrossProcesses(t *testing.T) {
 
 // The equivalent of Elixir's "has unique registrations even if partition
 // is delayed": a holder that is dead but not yet cleaned up is replaced.
-// The test holds the holder's exit path inside a MonitorFunc of its own;
-// callbacks run in no fixed order, so it repeats until it has caught the
-// registry's cleanup not yet run at least once.
+// The test holds the holder's exit path inside a MonitorFunc of its own,
+// set before the registry's (a process's first monitor is told first, the
+// others in no fixed order), so that the registry's cleanup has not run
+// when the second process registers.
 func TestUniqueTakesOverFromDeadHolder(t *testing.T) {
 	n := newNode(t)
 	r := start[string, int](t, n, registry.Options{Partitions: 4})
 	b := spawnActor(t, n)
 	caught := 0
-	for i := 0; i < 200 && caught < 3; i++ {
+	for range 3 {
 		a := spawnActor(t, n)
-		a.do(func(p *gotp.Process) {
-			if err := r.Register(p, "hello", 1); err != nil {
-				t.Fatal(err)
-			}
-		})
 		proceed, released := make(chan struct{}), make(chan struct{})
 		n.MonitorFunc(a.pid, func(gotp.Down) {
 			close(proceed)
 			<-released
+		})
+		a.do(func(p *gotp.Process) {
+			if err := r.Register(p, "hello", 1); err != nil {
+				t.Fatal(err)
+			}
 		})
 		go n.Exit(a.pid, gotp.ErrKill)
 		<-proceed
@@ -140,8 +141,8 @@ func TestUniqueTakesOverFromDeadHolder(t *testing.T) {
 		mustEqual(t, "keys of b", r.Keys(b.pid), []string{"hello"})
 		b.do(func(p *gotp.Process) { r.Unregister(p, "hello") })
 	}
-	if caught == 0 {
-		t.Fatal("never caught a dead holder before its cleanup")
+	if caught != 3 {
+		t.Fatalf("caught a dead holder before its cleanup %d times of 3", caught)
 	}
 }
 
