@@ -216,10 +216,18 @@ func decodeRef(ref *byte) (base unsafe.Pointer, mask uint64) {
 	return unsafe.Add(unsafe.Pointer(ref), -int(code)), utableMinSlots<<code - 1
 }
 
-// lock returns the table of hash h, locked.
+// lock returns the table of hash h, locked. Before it takes the table's
+// lock (a cache miss on the table's header), it prefetches the key's first
+// slot through the directory's slot reference, so that the slot's miss,
+// which the writer's probe takes next, overlaps the lock's.
 func (x *uindex[K, V]) lock(h uint64) *utable[K, V] {
 	for {
-		t := x.table(h)
+		d := x.dir.Load()
+		i := dirIndex(h, d.depth)
+		if base, mask := decodeRef(d.refs[i].Load()); base != nil {
+			prefetch(unsafe.Add(base, uintptr((h>>2)&mask)*unsafe.Sizeof(uslot[K, V]{})))
+		}
+		t := d.tables[i].Load()
 		t.mu.Lock()
 		if !t.gone {
 			return t
