@@ -41,6 +41,9 @@ func (s *linkSet) del(pid PID) bool {
 	return false
 }
 
+// empty reports whether the set holds no link.
+func (s *linkSet) empty() bool { return s.one.IsZero() && len(s.more) == 0 }
+
 // all yields every link, in no particular order; for use with range.
 func (s *linkSet) all(yield func(PID) bool) {
 	if !s.one.IsZero() && !yield(s.one) {

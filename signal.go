@@ -8,7 +8,68 @@ import (
 
 // exit ends the process with reason: it is dead for everyone from here
 // on. It reports whether this call ended it (false if it was already dead).
+//
+// The frames on the path from exit to a MonitorFunc callback are kept
+// small: the callback (a registry's cleanup, for every process that holds
+// a key) usually runs on a handler goroutine's first stack, 2 KB, and a
+// stack that outgrows it is copied to one twice the size, which cost about
+// a third of the CPU of a registered process's exit. So the work before
+// the signals is die's, whose frame is gone when they are sent, and what
+// the signals need is in one exitState.
 func (p *Process) exit(reason error) bool {
+	var st exitState
+	if !p.die(reason, &st) {
+		return false
+	}
+	n := p.n
+	if st.monitoring != nil {
+		n.dropMonitors(st.monitoring)
+	}
+	// MonitorFunc callbacks run first, so that the cleanup they do (a
+	// registry dropping the process's entries) is complete before any
+	// process can learn of the exit from a link's exit signal or a Down.
+	if st.mons != nil {
+		n.fireFuncs(&st)
+	}
+	// Linked local processes that do not trap exits first: an abnormal
+	// reason ends them here and now, names freed, so that a process that
+	// traps (a supervisor) hears of this exit only once what died with it
+	// is gone, and a restart does not find its names still held.
+	if !st.links.empty() {
+		n.signalLinks(&st)
+	}
+	if st.mons != nil {
+		n.fireDowns(&st)
+	}
+	p.mu.Lock()
+	p.exited = true
+	var done chan struct{}
+	if p.extra != nil {
+		done = p.extra.done
+	}
+	p.mu.Unlock()
+	if done != nil {
+		close(done)
+	}
+	return true
+}
+
+// exitState is what an exiting process's links and monitors are told, and
+// who they are.
+type exitState struct {
+	self       PID
+	reason     error
+	links      linkSet
+	mons       *refSet[watcher] // monitors of the process
+	monitoring *refSet[PID]     // monitors it held
+}
+
+// die makes p dead with reason, unless it already is (it then returns
+// false), and fills st for exit: it takes the process's links and
+// monitors, frees its names and takes it out of the node's table.
+//
+//go:noinline
+func (p *Process) die(reason error, st *exitState) bool {
 	if errors.Is(reason, ErrKill) {
 		reason = ErrKilled
 	}
@@ -32,7 +93,8 @@ func (p *Process) exit(reason error) bool {
 	}
 	p.dead.Store(true)
 	p.reason = reason
-	links, mons, monitoring := p.links, p.monitors, p.monitoring
+	st.self, st.reason = p.Self(), reason
+	st.links, st.mons, st.monitoring = p.links, p.monitors, p.monitoring
 	p.links, p.monitors, p.monitoring = linkSet{}, nil, nil
 	name := p.name
 	p.queue = nil
@@ -60,23 +122,61 @@ func (p *Process) exit(reason error) bool {
 	if name != "" && name != early { // registered while the first name was freed
 		n.unregisterProcName(name, p)
 	}
+	return true
+}
+
+// dropMonitors ends the monitors an exiting process held.
+//
+//go:noinline
+func (n *Node) dropMonitors(monitoring *refSet[PID]) {
 	for ref, target := range monitoring.all {
 		n.dropMonitor(ref, target)
 	}
-	// MonitorFunc callbacks run first, so that the cleanup they do (a
-	// registry dropping the process's entries) is complete before any
-	// process can learn of the exit from a link's exit signal or a Down.
-	for ref, w := range mons.all {
+}
+
+// fireFuncs runs the MonitorFunc callbacks of an exiting process. The
+// first is called from here, with a panic in it caught by fireOtherFuncs,
+// which then runs the others; this frame holds only the callback's Down.
+//
+//go:noinline
+func (n *Node) fireFuncs(st *exitState) {
+	defer n.fireOtherFuncs(st)
+	if fn := st.mons.one.v.fn; fn != nil {
+		fn(Down{Ref: st.mons.one.ref, PID: st.self, Reason: st.reason})
+	}
+}
+
+// fireOtherFuncs, deferred by fireFuncs, logs a panic in the first
+// callback and runs the MonitorFunc callbacks beyond the first.
+func (n *Node) fireOtherFuncs(st *exitState) {
+	if v := recover(); v != nil {
+		n.watcherPanicked(st.mons.one.ref, st.self, v)
+	}
+	for ref, w := range st.mons.more {
 		if w.fn != nil {
-			n.fire(w, Down{Ref: ref, PID: p.Self(), Reason: reason})
+			n.callWatcher(w.fn, Down{Ref: ref, PID: st.self, Reason: st.reason})
 		}
 	}
-	// Linked local processes that do not trap exits first: an abnormal
-	// reason ends them here and now, names freed, so that a process that
-	// traps (a supervisor) hears of this exit only once what died with it
-	// is gone, and a restart does not find its names still held.
+}
+
+// fireDowns sends the Down messages of an exiting process.
+//
+//go:noinline
+func (n *Node) fireDowns(st *exitState) {
+	for ref, w := range st.mons.all {
+		if w.fn == nil {
+			n.fire(w, Down{Ref: ref, PID: st.self, Reason: st.reason})
+		}
+	}
+}
+
+// signalLinks sends the exit signals of an exiting process to the
+// processes linked to it, those that do not trap exits first (see exit).
+//
+//go:noinline
+func (n *Node) signalLinks(st *exitState) {
 	var trapping []PID
-	for pid := range links.all {
+	for pid := range st.links.all {
 		if q := n.lookup(pid); q != nil {
 			q.mu.Lock()
 			trap := q.trap
@@ -86,27 +186,11 @@ func (p *Process) exit(reason error) bool {
 				continue
 			}
 		}
-		n.exitSignal(p.Self(), pid, reason, true)
+		n.exitSignal(st.self, pid, st.reason, true)
 	}
 	for _, pid := range trapping {
-		n.exitSignal(p.Self(), pid, reason, true)
+		n.exitSignal(st.self, pid, st.reason, true)
 	}
-	for ref, w := range mons.all {
-		if w.fn == nil {
-			n.fire(w, Down{Ref: ref, PID: p.Self(), Reason: reason})
-		}
-	}
-	p.mu.Lock()
-	p.exited = true
-	var done chan struct{}
-	if p.extra != nil {
-		done = p.extra.done
-	}
-	p.mu.Unlock()
-	if done != nil {
-		close(done)
-	}
-	return true
 }
 
 // exitSignal applies an exit signal from the process from. viaLink marks a
@@ -348,8 +432,14 @@ func (n *Node) fire(w watcher, d Down) {
 func (n *Node) callWatcher(fn func(Down), d Down) {
 	defer func() {
 		if v := recover(); v != nil {
-			n.log.Error("gotp: a MonitorFunc callback panicked", "pid", d.PID, "ref", d.Ref, "panic", v, "stack", string(debug.Stack()))
+			n.watcherPanicked(d.Ref, d.PID, v)
 		}
 	}()
 	fn(d)
+}
+
+// watcherPanicked logs a panic in the MonitorFunc callback of the monitor
+// ref of pid.
+func (n *Node) watcherPanicked(ref Ref, pid PID, v any) {
+	n.log.Error("gotp: a MonitorFunc callback panicked", "pid", pid, "ref", ref, "panic", v, "stack", string(debug.Stack()))
 }
