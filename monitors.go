@@ -7,7 +7,8 @@ package gotp
 // and hold at most one (a call they make), so one entry lives inline and a
 // map is made only for more. A Go map of one monitor takes 752 bytes, and
 // keeps them after the monitor ends; a refSet of watchers takes 96. It is
-// guarded by the process's mu; its methods accept a nil set as empty.
+// guarded by the process's mu; its methods other than add accept a nil set
+// as empty.
 //
 // A Ref is in at most one of one and more.
 type refSet[V any] struct {
@@ -20,8 +21,17 @@ type refEntry[V any] struct {
 	v   V
 }
 
-// add adds ref (not the zero Ref, and not in the set) with v.
+// add sets the value of ref (not the zero Ref) to v, adding ref if it is
+// not in the set. (A peer node may ask for the same monitor twice.)
 func (s *refSet[V]) add(ref Ref, v V) {
+	if s.one.ref == ref {
+		s.one.v = v
+		return
+	}
+	if _, ok := s.more[ref]; ok {
+		s.more[ref] = v
+		return
+	}
 	if s.one.ref.IsZero() {
 		s.one = refEntry[V]{ref, v}
 		return

@@ -7,8 +7,9 @@ import (
 	"pgregory.net/rapid"
 )
 
-// The set agrees with a plain map through any sequence of adds and takes,
-// and every monitor is in one place only.
+// The set agrees with a plain map through any sequence of adds (of new
+// Refs and of Refs already there), gets and takes, and every monitor is in
+// one place only.
 func TestRefSetMatchesMap(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		var s *refSet[watcher] // nil until the first add, as in a Process
@@ -20,10 +21,8 @@ func TestRefSetMatchesMap(t *testing.T) {
 				if ref.IsZero() {
 					continue // never added: a monitor's Ref is never zero
 				}
-				if _, there := model[ref]; there {
-					continue // each monitor is added once
-				}
-				w := watcher{pid: PID{node: "w", id: uint64(len(model) + 1)}}
+				// Adding a Ref that is there already sets its value.
+				w := watcher{pid: PID{node: "w", id: rapid.Uint64().Draw(t, "watcher")}}
 				if s == nil {
 					s = new(refSet[watcher])
 				}

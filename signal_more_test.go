@@ -9,8 +9,9 @@ import (
 )
 
 // A panicking MonitorFunc callback is logged, and the exit goes on: the
-// other callbacks run (after a panic in the first one, the one a process
-// keeps inline, and after a panic in a later one), and a Down is delivered.
+// other callbacks run, after a panic in the first one (the one a process
+// keeps inline) and whatever the order of the others, one of which panics
+// too; and a Down is delivered.
 func TestMonitorFuncPanicIsContained(t *testing.T) {
 	n := newNode(t)
 	pid, _ := n.Spawn(func(p *gotp.Process) error { _, err := p.Receive(p.Context()); return err })

@@ -103,9 +103,9 @@ func TestUniqueRegistrationsAcrossProcesses(t *testing.T) {
 // The equivalent of Elixir's "has unique registrations even if partition
 // is delayed": a holder that is dead but not yet cleaned up is replaced.
 // The test holds the holder's exit path inside a MonitorFunc of its own,
-// set before the registry's (a process's first monitor is told first, the
-// others in no fixed order), so that the registry's cleanup has not run
-// when the second process registers.
+// set before the registry's: it takes the one monitor a process keeps
+// inline, which is told first (the others in no fixed order), so the
+// registry's cleanup has not run when the second process registers.
 func TestUniqueTakesOverFromDeadHolder(t *testing.T) {
 	n := newNode(t)
 	r := start[string, int](t, n, registry.Options{Partitions: 4})
