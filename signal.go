@@ -31,15 +31,24 @@ func (p *Process) exit(reason error) bool {
 	if st.mons != nil {
 		n.fireFuncs(&st)
 	}
+	p.signalExit(&st)
+	return true
+}
+
+// signalExit sends the signals of an exit whose MonitorFunc callbacks have
+// run, and marks it finished. exit calls it, or fireOtherFuncs if a
+// callback ended the goroutine with runtime.Goexit.
+func (p *Process) signalExit(st *exitState) {
+	n := p.n
 	// Linked local processes that do not trap exits first: an abnormal
 	// reason ends them here and now, names freed, so that a process that
 	// traps (a supervisor) hears of this exit only once what died with it
 	// is gone, and a restart does not find its names still held.
 	if !st.links.empty() {
-		n.signalLinks(&st)
+		n.signalLinks(st)
 	}
 	if st.mons != nil {
-		n.fireDowns(&st)
+		n.fireDowns(st)
 	}
 	p.mu.Lock()
 	p.exited = true
@@ -51,17 +60,17 @@ func (p *Process) exit(reason error) bool {
 	if done != nil {
 		close(done)
 	}
-	return true
 }
 
 // exitState is what an exiting process's links and monitors are told, and
 // who they are.
 type exitState struct {
-	self       PID
+	p          *Process
 	reason     error
 	links      linkSet
 	mons       *refSet[watcher] // monitors of the process
 	monitoring *refSet[PID]     // monitors it held
+	firstDone  bool             // fireFuncs's callback returned
 }
 
 // die makes p dead with reason, unless it already is (it then returns
@@ -93,7 +102,7 @@ func (p *Process) die(reason error, st *exitState) bool {
 	}
 	p.dead.Store(true)
 	p.reason = reason
-	st.self, st.reason = p.Self(), reason
+	st.p, st.reason = p, reason
 	st.links, st.mons, st.monitoring = p.links, p.monitors, p.monitoring
 	p.links, p.monitors, p.monitoring = linkSet{}, nil, nil
 	name := p.name
@@ -142,21 +151,34 @@ func (n *Node) dropMonitors(monitoring *refSet[PID]) {
 func (n *Node) fireFuncs(st *exitState) {
 	defer n.fireOtherFuncs(st)
 	if fn := st.mons.one.v.fn; fn != nil {
-		fn(Down{Ref: st.mons.one.ref, PID: st.self, Reason: st.reason})
+		fn(Down{Ref: st.mons.one.ref, PID: st.p.Self(), Reason: st.reason})
 	}
+	st.firstDone = true
 }
 
 // fireOtherFuncs, deferred by fireFuncs, logs a panic in the first
-// callback and runs the MonitorFunc callbacks beyond the first.
+// callback and runs the MonitorFunc callbacks beyond the first. If a
+// callback ends the goroutine with runtime.Goexit (t.FailNow in a test,
+// say), exit does not go on: the signals are then sent from here, as the
+// goroutine ends, so that links and monitors still learn of the exit.
 func (n *Node) fireOtherFuncs(st *exitState) {
+	panicked := false
 	if v := recover(); v != nil {
-		n.watcherPanicked(st.mons.one.ref, st.self, v)
+		panicked = true
+		n.watcherPanicked(st.mons.one.ref, st.p.Self(), v)
 	}
+	finished := false
+	defer func() {
+		if !finished {
+			st.p.signalExit(st)
+		}
+	}()
 	for ref, w := range st.mons.more {
 		if w.fn != nil {
-			n.callWatcher(w.fn, Down{Ref: ref, PID: st.self, Reason: st.reason})
+			n.callWatcher(w.fn, Down{Ref: ref, PID: st.p.Self(), Reason: st.reason})
 		}
 	}
+	finished = st.firstDone || panicked // else exit is ending with the goroutine
 }
 
 // fireDowns sends the Down messages of an exiting process.
@@ -165,7 +187,7 @@ func (n *Node) fireOtherFuncs(st *exitState) {
 func (n *Node) fireDowns(st *exitState) {
 	for ref, w := range st.mons.all {
 		if w.fn == nil {
-			n.fire(w, Down{Ref: ref, PID: st.self, Reason: st.reason})
+			n.fire(w, Down{Ref: ref, PID: st.p.Self(), Reason: st.reason})
 		}
 	}
 }
@@ -175,6 +197,7 @@ func (n *Node) fireDowns(st *exitState) {
 //
 //go:noinline
 func (n *Node) signalLinks(st *exitState) {
+	self := st.p.Self()
 	var trapping []PID
 	for pid := range st.links.all {
 		if q := n.lookup(pid); q != nil {
@@ -186,10 +209,10 @@ func (n *Node) signalLinks(st *exitState) {
 				continue
 			}
 		}
-		n.exitSignal(st.self, pid, st.reason, true)
+		n.exitSignal(self, pid, st.reason, true)
 	}
 	for _, pid := range trapping {
-		n.exitSignal(st.self, pid, st.reason, true)
+		n.exitSignal(self, pid, st.reason, true)
 	}
 }
 

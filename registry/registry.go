@@ -659,7 +659,7 @@ func (t *table[K, V]) track(pid gotp.PID, pi int) {
 	}
 	// If pid is already dead the callback runs here, at once, and drops
 	// what was just registered.
-	ref := t.r.n.MonitorFunc(pid, func(gotp.Down) { t.cleanup(pid, o) })
+	ref := t.r.n.MonitorFunc(pid, func(gotp.Down) { t.cleanup(o) })
 	// close stores closed before it reads refID; this stores refID before
 	// it reads closed: one of the two demonitors (both is harmless).
 	o.refID.Store(ref.ID())
@@ -670,26 +670,39 @@ func (t *table[K, V]) track(pid gotp.PID, pi int) {
 
 // cleanup drops every entry of a process that exited. It runs on the
 // goroutine that ends the process, right after it is dead.
-func (t *table[K, V]) cleanup(pid gotp.PID, o *owner) {
-	pp := &t.parts[t.r.pidPart(pid)]
-	pp.mu.Lock()
-	if pp.owners[pid.ID()] != o {
-		pp.mu.Unlock()
+func (t *table[K, V]) cleanup(o *owner) {
+	if !t.dropOwner(o) {
 		return
 	}
-	delete(pp.owners, pid.ID())
-	parts := o.parts
-	pp.mu.Unlock()
 	if t.us != nil {
-		t.dropUniquePID(pid)
+		t.dropUniquePID(o.pid)
 		return
 	}
-	for _, pi := range parts {
+	for _, pi := range o.parts {
 		pt := &t.parts[pi]
 		pt.mu.Lock()
-		pt.dropPIDLocked(pid)
+		pt.dropPIDLocked(o.pid)
 		pt.mu.Unlock()
 	}
+}
+
+// dropOwner removes the owner record o of an exited process, and reports
+// whether it was still the process's record. cleanup's frames are kept
+// small (see gotp's exit): it runs as a MonitorFunc callback, often on a
+// handler goroutine's first stack, and the map delete here is its deepest
+// call.
+//
+//go:noinline
+func (t *table[K, V]) dropOwner(o *owner) bool {
+	id := o.pid.ID()
+	pp := &t.parts[t.r.pidPart(o.pid)]
+	pp.mu.Lock()
+	mine := pp.owners[id] == o
+	if mine {
+		delete(pp.owners, id)
+	}
+	pp.mu.Unlock()
+	return mine
 }
 
 // dropPIDLocked removes every entry of pid in a duplicate partition.
