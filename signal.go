@@ -41,9 +41,14 @@ func (p *Process) exit(reason error) bool {
 }
 
 // signalExit sends the signals of an exit whose MonitorFunc callbacks have
-// run, and marks it finished. exit calls it, or fireOtherFuncs if a
-// callback ended the goroutine with runtime.Goexit.
+// run, and marks it finished. exit calls it, or, if a callback ended the
+// goroutine with runtime.Goexit, a deferred call does; only the first call
+// does anything.
 func (p *Process) signalExit(st *exitState) {
+	if st.signalled {
+		return
+	}
+	st.signalled = true
 	n := p.n
 	// Linked local processes that do not trap exits first: an abnormal
 	// reason ends them here and now, names freed, so that a process that
@@ -75,7 +80,8 @@ type exitState struct {
 	links      linkSet
 	mons       *refSet[watcher] // monitors of the process
 	monitoring *refSet[PID]     // monitors it held
-	firstDone  bool             // fireFuncs's callback returned
+	firstDone  bool             // fireFuncs's callback returned, or its panic was recovered
+	signalled  bool             // signalExit has run
 }
 
 // die makes p dead with reason, unless it already is (it then returns
@@ -162,28 +168,51 @@ func (n *Node) fireFuncs(st *exitState) {
 }
 
 // fireOtherFuncs, deferred by fireFuncs, logs a panic in the first
-// callback and runs the MonitorFunc callbacks beyond the first. If a
-// callback ends the goroutine with runtime.Goexit (t.FailNow in a test,
-// say), exit does not go on: the signals are then sent from here, as the
-// goroutine ends, so that links and monitors still learn of the exit.
+// callback and runs the MonitorFunc callbacks beyond the first. If the
+// first ended the goroutine with runtime.Goexit (t.FailNow in a test,
+// say), exit does not go on: the exit's signals are then sent from here,
+// as the goroutine ends, once the other callbacks have run.
 func (n *Node) fireOtherFuncs(st *exitState) {
-	panicked := false
 	if v := recover(); v != nil {
-		panicked = true
+		st.firstDone = true // recovered: exit goes on
 		n.watcherPanicked(st.mons.one.ref, st.p.Self(), v)
 	}
-	finished := false
-	defer func() {
-		if !finished {
-			st.p.signalExit(st)
-		}
-	}()
+	if !st.firstDone {
+		// runtime.Goexit; or a panic(nil) that recover reports as nil
+		// (GODEBUG=panicnil=1), after which exit does go on: signalExit
+		// sends the signals once however often it is called.
+		defer st.p.signalExit(st)
+	}
+	n.fireMoreFuncs(st)
+}
+
+// fireMoreFuncs runs the MonitorFunc callbacks of st.mons.more, taking each
+// out of the set before it is called, so that what is left when one ends
+// the goroutine with runtime.Goexit is what callMore must still run.
+func (n *Node) fireMoreFuncs(st *exitState) {
 	for ref, w := range st.mons.more {
 		if w.fn != nil {
-			n.callWatcher(w.fn, Down{Ref: ref, PID: st.p.Self(), Reason: st.reason})
+			delete(st.mons.more, ref)
+			n.callMore(st, w.fn, ref)
 		}
 	}
-	finished = st.firstDone || panicked // else exit is ending with the goroutine
+}
+
+// callMore runs one MonitorFunc callback beyond the first: a panic in it
+// is logged; if it calls runtime.Goexit, the callbacks not yet run are run
+// and the exit's signals sent, as the goroutine ends.
+func (n *Node) callMore(st *exitState, fn func(Down), ref Ref) {
+	returned := false
+	defer func() {
+		if v := recover(); v != nil {
+			n.watcherPanicked(ref, st.p.Self(), v)
+		} else if !returned {
+			defer st.p.signalExit(st)
+			n.fireMoreFuncs(st)
+		}
+	}()
+	fn(Down{Ref: ref, PID: st.p.Self(), Reason: st.reason})
+	returned = true
 }
 
 // fireDowns sends the Down messages of an exiting process.

@@ -3,6 +3,8 @@ package gotp_test
 import (
 	"errors"
 	"fmt"
+	"os"
+	"os/exec"
 	"runtime"
 	"testing"
 
@@ -44,42 +46,105 @@ func TestWrappedKillIsUntrappable(t *testing.T) {
 	}
 }
 
-// A MonitorFunc callback that calls runtime.Goexit (as t.FailNow does)
-// ends the goroutine running the exit, but not the exit: the other
-// callbacks run, a linked process gets the exit signal, a Down is
-// delivered and the process's Done is closed. Whichever callback Goexits,
-// the first (kept inline) or a later one.
+// A MonitorFunc callback that calls runtime.Goexit (as t.FailNow does) or
+// panics ends, at most, the goroutine running the exit, never the exit:
+// every other callback runs once, a linked process gets one exit signal, a
+// monitoring process one Down, and the process's Done is closed. The first
+// callback (the one a process keeps inline) and the later ones (in no
+// fixed order) each return, panic or Goexit.
 func TestMonitorFuncGoexitFinishesTheExit(t *testing.T) {
-	for _, first := range []bool{true, false} {
-		n := newNode(t)
-		procc := make(chan *gotp.Process, 1)
-		pid, _ := n.Spawn(func(p *gotp.Process) error {
-			procc <- p
-			_, err := p.Receive(p.Context())
-			return err
-		})
-		proc := recv(t, procc)
-		goexit := func(gotp.Down) { runtime.Goexit() }
-		after := make(chan gotp.Down, 1)
-		if first {
-			n.MonitorFunc(pid, goexit)
-			n.MonitorFunc(pid, func(d gotp.Down) { after <- d })
-		} else {
-			n.MonitorFunc(pid, func(d gotp.Down) { after <- d })
-			n.MonitorFunc(pid, goexit)
+	kinds := []string{"return", "panic", "goexit"}
+	for _, first := range kinds {
+		for _, later := range kinds {
+			t.Run(first+"/"+later, func(t *testing.T) { exitWithCallbacks(t, first, later) })
 		}
-		_, ref, msgs := monitorer(t, n, pid)
-		_, linkedMsgs := sink(t, n, gotp.TrapExit(true), gotp.LinkTo(pid))
-		go n.Exit(pid, errors.New("bye")) // this goroutine ends in the callback
-		if d := recv(t, after); d.PID != pid {
-			t.Fatalf("first=%v: the other callback got %+v", first, d)
+	}
+}
+
+// exitWithCallbacks ends a process watched by a first callback of kind
+// first, then by three returning callbacks and two of kind later, and
+// checks that the exit finished once (see TestMonitorFuncGoexitFinishesTheExit).
+func exitWithCallbacks(t *testing.T, first, later string) {
+	n := newNode(t)
+	procc := make(chan *gotp.Process, 1)
+	pid, _ := n.Spawn(func(p *gotp.Process) error {
+		procc <- p
+		_, err := p.Receive(p.Context())
+		return err
+	})
+	proc := recv(t, procc)
+	returned := make(chan gotp.Down, 8)
+	callback := func(kind string) func(gotp.Down) {
+		return func(d gotp.Down) {
+			switch kind {
+			case "panic":
+				panic("watcher bug")
+			case "panicnil": // recover reports it as nil under GODEBUG=panicnil=1
+				panic(nil)
+			case "goexit":
+				runtime.Goexit()
+			default:
+				returned <- d
+			}
 		}
-		if d, ok := recv(t, msgs).(gotp.Down); !ok || d.Ref != ref {
-			t.Fatalf("first=%v: the monitoring process got %+v", first, d)
+	}
+	n.MonitorFunc(pid, callback(first))
+	for _, kind := range []string{"return", later, "return", later, "return"} {
+		n.MonitorFunc(pid, callback(kind))
+	}
+	watcher, ref, msgs := monitorer(t, n, pid)
+	linked, linkedMsgs := sink(t, n, gotp.TrapExit(true), gotp.LinkTo(pid))
+	done := proc.Done()               // made now, so that the exit closes it (twice would panic)
+	go n.Exit(pid, errors.New("bye")) // this goroutine may end in a callback
+	want := 3
+	if first == "return" {
+		want++
+	}
+	if later == "return" {
+		want += 2
+	}
+	for range want {
+		if d := recv(t, returned); d.PID != pid {
+			t.Fatalf("a callback got %+v", d)
 		}
-		if e, ok := recv(t, linkedMsgs).(gotp.Exit); !ok || e.From != pid {
-			t.Fatalf("first=%v: the linked process got %+v", first, e)
-		}
-		recv(t, proc.Done())
+	}
+	if d, ok := recv(t, msgs).(gotp.Down); !ok || d.Ref != ref {
+		t.Fatalf("the monitoring process got %+v", d)
+	}
+	if e, ok := recv(t, linkedMsgs).(gotp.Exit); !ok || e.From != pid {
+		t.Fatalf("the linked process got %+v", e)
+	}
+	recv(t, done)
+	// Nothing was sent twice: a local send is in the mailbox when it
+	// returns, so a second Down or exit signal, sent before Done closed,
+	// would come before these.
+	n.Send(watcher, "probe")
+	n.Send(linked, "probe")
+	if m := recv(t, msgs); m != "probe" {
+		t.Fatalf("a second message to the monitoring process: %+v", m)
+	}
+	if m := recv(t, linkedMsgs); m != "probe" {
+		t.Fatalf("a second message to the linked process: %+v", m)
+	}
+	select {
+	case d := <-returned:
+		t.Fatalf("a callback ran twice: %+v", d)
+	default:
+	}
+}
+
+// Under GODEBUG=panicnil=1, recover reports a panic(nil) as nil, as if
+// the callback had called runtime.Goexit; the exit must still finish
+// once. The check runs in a child test process with that setting.
+func TestMonitorFuncPanicNilFinishesTheExit(t *testing.T) {
+	if os.Getenv("GOTP_PANICNIL_CHILD") == "1" {
+		exitWithCallbacks(t, "panicnil", "return")
+		exitWithCallbacks(t, "return", "panicnil")
+		return
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^TestMonitorFuncPanicNilFinishesTheExit$", "-test.count=1")
+	cmd.Env = append(os.Environ(), "GOTP_PANICNIL_CHILD=1", "GODEBUG=panicnil=1")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("child: %v\n%s", err, out)
 	}
 }
