@@ -405,7 +405,10 @@ func (p *Process) Demonitor(ref Ref, flush bool) bool {
 // process of their own. Every fn of a process runs before the exit signals
 // of its links are sent and before any Down message of Monitor is
 // delivered, so whatever fn does is visible to a process that learns of the
-// exit from them. Cancel with Node.Demonitor.
+// exit from them. The callbacks of one exit run in no fixed order. A panic
+// in fn is logged, and a runtime.Goexit in fn (t.FailNow in a test) ends
+// the goroutine running it; either way the other callbacks still run and
+// the exit still finishes. Cancel with Node.Demonitor.
 func (n *Node) MonitorFunc(pid PID, fn func(Down)) Ref {
 	ref := n.MakeRef()
 	n.monitor(ref, pid, watcher{fn: fn})
