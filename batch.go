@@ -15,7 +15,6 @@ type Batch struct {
 	from  PID
 	woken []*Process
 	held  bool // a goroutine is counted for woken (see deliverDeferred)
-	wakes int  // goroutines woken by Send
 	done  bool
 }
 
@@ -53,33 +52,24 @@ func (n *Node) batch(from PID, fn func(b *Batch)) {
 	fn(b)
 }
 
-// Send delivers msg to the process to, as Node.Send does. It never blocks,
-// but after waking many goroutines (function processes waiting in Receive)
-// it yields the processor now and then, so that they run before the
-// scheduler's local queue overflows.
+// Send delivers msg to the process to, as Node.Send does. It never blocks
+// and never yields the processor: goroutines it wakes (function processes
+// waiting in Receive) are run by the other processors meanwhile, and by
+// this one once the caller blocks. Not yielding lets a caller that
+// broadcasts in a loop run ahead of its receivers, which then find
+// several messages each time they wake, instead of one.
 func (b *Batch) Send(to PID, msg any) {
 	if b.done {
 		panic("gotp: Batch used after its function returned")
 	}
 	if p := b.n.lookup(to); p != nil {
-		switch p.deliverDeferred(msg, &b.held) {
-		case deliveredIdle:
+		if p.deliverDeferred(msg, &b.held) {
 			b.woken = append(b.woken, p)
-		case deliveredWoke:
-			// Each goroutine woken goes to this CPU's run queue; past its
-			// 256 slots they spill to the scheduler's global queue, under
-			// its lock. Yielding now and then lets them run from here.
-			if b.wakes++; b.wakes%batchYield == 0 {
-				runtime.Gosched()
-			}
 		}
 		return
 	}
 	b.n.send(b.from, to, msg)
 }
-
-// batchYield is how many goroutines a Batch wakes between yields.
-const batchYield = 128
 
 // batchChunk is how many processes a batch worker takes at a time.
 const batchChunk = 32

@@ -386,3 +386,55 @@ func TestBatchProcessesKilledBeforeFlush(t *testing.T) {
 		}
 	}
 }
+
+// TestBatchSendDoesNotYield: a Batch's Send never yields the processor, so
+// a broadcast runs ahead of the receivers it wakes. With one processor, no
+// function process woken by the batch runs before its function returns;
+// then every one gets its message.
+func TestBatchSendDoesNotYield(t *testing.T) {
+	n := newNode(t)
+	const procs = 600 // several times what the old yield interval woke
+	var got atomic.Int64
+	pids := make([]gotp.PID, procs)
+	for i := range pids {
+		pid, err := n.Spawn(func(p *gotp.Process) error {
+			for {
+				if _, err := p.Receive(context.Background()); err != nil {
+					return nil
+				}
+				got.Add(1)
+			}
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		pids[i] = pid
+	}
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	for _, pid := range pids { // every receiver parked in Receive
+		for {
+			if in, _ := n.ProcessInfo(pid); in.Status == gotp.StatusWaiting {
+				break
+			}
+			runtime.Gosched()
+		}
+	}
+	var early int64
+	n.Batch(func(b *gotp.Batch) {
+		for _, pid := range pids {
+			b.Send(pid, "hello")
+		}
+		early = got.Load()
+	})
+	if early != 0 {
+		t.Fatalf("%d receivers ran before the batch's function returned: Send yielded", early)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for got.Load() != procs {
+			runtime.Gosched()
+		}
+	}()
+	recv(t, done)
+}

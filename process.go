@@ -495,48 +495,29 @@ func (n *Node) RunInline(to PID, msg any) bool {
 	return true
 }
 
-// What deliverDeferred did.
-const (
-	deliveredQueued = iota // queued for a process that runs, or dropped
-	deliveredIdle          // queued for an idle handler process, now marked running
-	deliveredWoke          // handed to a goroutine parked in Receive, or a resident one
-)
-
 // deliverDeferred appends msg to the mailbox like deliver, except that an
 // idle handler-mode process without a goroutine of its own is not given
-// one: it is marked as running (deliveredIdle), and the caller must then
-// get it handled (runHandler, or a Batch's workers). The first time it
-// does so for a caller (*held is false) it counts a goroutine on the
-// node's tracker before unlocking, so that Stop waits for the caller to
-// start what handles the process, and sets *held: the caller then owns
-// that count.
-func (p *Process) deliverDeferred(msg any, held *bool) int {
+// one: it is marked as running, deliverDeferred returns true, and the
+// caller must then get it handled (runHandler, or a Batch's workers). The
+// first time it does so for a caller (*held is false) it counts a
+// goroutine on the node's tracker before unlocking, so that Stop waits for
+// the caller to start what handles the process, and sets *held: the caller
+// then owns that count.
+func (p *Process) deliverDeferred(msg any, held *bool) (idle bool) {
 	p.mu.Lock()
-	if p.dead.Load() {
-		p.mu.Unlock()
-		return deliveredQueued
+	if p.mode != modeHandler || p.running || p.resident || p.dead.Load() {
+		p.deliverLocked(msg)
+		return false
 	}
-	if p.mode == modeHandler && !p.running {
-		if p.resident {
-			p.deliverLocked(msg)
-			return deliveredWoke
-		}
-		p.delivered++
-		p.queue = append(p.queue, msg)
-		p.running = true
-		if !*held {
-			p.n.goroutines.add()
-			*held = true
-		}
-		p.mu.Unlock()
-		return deliveredIdle
+	p.delivered++
+	p.queue = append(p.queue, msg)
+	p.running = true
+	if !*held {
+		p.n.goroutines.add()
+		*held = true
 	}
-	woke := p.mode == modeFunc && p.waiting
-	p.deliverLocked(msg)
-	if woke {
-		return deliveredWoke
-	}
-	return deliveredQueued
+	p.mu.Unlock()
+	return true
 }
 
 // deliver appends msg to the mailbox and wakes the process.
