@@ -1,8 +1,11 @@
 package registry_test
 
 import (
+	"bytes"
 	"errors"
+	"runtime"
 	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -271,6 +274,49 @@ func TestDispatchPanicReachesCaller(t *testing.T) {
 	if err := <-done; !errors.As(err, &pe) || pe.Value != "boom" {
 		t.Fatalf("process ended with %v", err)
 	}
+}
+
+// TestDispatchTakesCallsOfLateHelpers: a parallel Dispatch does not wait
+// for a helper goroutine to be scheduled. With one processor and calls
+// that never block, no helper can start before the caller is done, so the
+// caller makes every call itself, and Dispatch returns with every
+// partition's call made; the helpers, started late, find nothing to do.
+func TestDispatchTakesCallsOfLateHelpers(t *testing.T) {
+	const parts = 4
+	n := newNode(t)
+	r := start[string, int](t, n, dupOpts(parts))
+	withEntries := map[uint64]bool{}
+	for len(withEntries) < parts {
+		a := spawnActor(t, n)
+		a.do(func(p *gotp.Process) { _ = r.Register(p, "k", 1) })
+		withEntries[a.pid.ID()%parts] = true
+	}
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	caller := goroutineID()
+	var on []uint64 // the goroutine of each call; no lock: see below
+	r.Dispatch("k", func([]registry.Entry[int]) {
+		// Calls on other goroutines than the caller's would race here
+		// (-race reports it) and fail the check below.
+		on = append(on, goroutineID())
+	})
+	if len(on) != parts {
+		t.Fatalf("%d calls, want %d", len(on), parts)
+	}
+	for i, g := range on {
+		if g != caller {
+			t.Fatalf("call %d ran on goroutine %d, not the caller's %d: Dispatch waited for a helper", i, g, caller)
+		}
+	}
+}
+
+// goroutineID returns the ID of the calling goroutine, read from the
+// first line of its stack trace ("goroutine 42 [running]:").
+func goroutineID() uint64 {
+	var buf [64]byte
+	line := buf[:runtime.Stack(buf[:], false)]
+	line = bytes.TrimPrefix(line, []byte("goroutine "))
+	id, _ := strconv.ParseUint(string(line[:bytes.IndexByte(line, ' ')]), 10, 64)
+	return id
 }
 
 // Many processes under one key in one partition: the bucket's index

@@ -3,6 +3,7 @@ package registry
 import (
 	"iter"
 	"sync"
+	"sync/atomic"
 
 	"github.com/gotp/gotp"
 )
@@ -515,18 +516,20 @@ func (r *Registry[K, V]) UpdateValue(p *gotp.Process, key K, fn func(old V) V) (
 // On a duplicate registry with several partitions, fn runs once for each
 // partition holding entries under key, with that partition's entries, in
 // parallel: Dispatch starts a goroutine for every such partition but one,
-// runs that one itself, and returns only when every call has returned. If
-// a call panics, Dispatch panics with the same value on the caller's
-// goroutine once every call has returned (inside a process, this ends the
-// process, as a linked task's crash ends the caller in Elixir).
+// and each of them, the caller's goroutine included, makes calls not yet
+// made until none is left, so that every call can be inside fn at once.
+// A goroutine the scheduler starts late (a broadcast queues thousands of
+// woken receivers ahead of it) finds its call already made by the caller
+// and ends at once: Dispatch waits for every call to return, not for
+// helpers that found nothing to do. If a call panics, Dispatch panics with
+// the first call's panic value on the caller's goroutine once every call
+// has returned (inside a process, this ends the process, as a linked
+// task's crash ends the caller in Elixir).
 //
 // With Parallel(false) the calls run one after the other on the caller's
 // goroutine instead (current Elixir's default, parallel: false; the seed
-// documents the parallel form, which is this package's default): cheaper
-// when fn is short, as sending is. Parallel calls make the caller
-// wait for the slowest partition at every Dispatch, which in a publisher
-// that dispatches in a loop lets receivers wake for every message rather
-// than drain several at once (see BenchmarkW3RegistryDispatch).
+// documents the parallel form, which is this package's default). That is
+// as fast when fn is short, as sending is, and starts no goroutine.
 //
 // Each call gets a snapshot of one partition's entries, taken under its
 // read lock; fn runs outside every lock, so it may call the registry, and
@@ -587,30 +590,58 @@ func (r *Registry[K, V]) Dispatch(key K, fn func(entries []Entry[V]), opts ...Di
 		}
 		return
 	}
+	runParallel(with, run)
+}
+
+// runParallel makes the calls run(i), i in parts, in parallel: it
+// starts a helper goroutine for every call but one, and every goroutine,
+// the caller's included, takes calls not yet taken until none is left.
+// It returns when every call has returned, panicking with the first
+// panic's value if a call panicked.
+//
+// A helper that the scheduler starts late finds its call taken by the
+// caller, which does not wait for it, and ends at once. This matters
+// when the calls wake goroutines, as a broadcast does: each goroutine
+// woken is queued ahead of a helper not yet running, so a helper often
+// starts only after the caller could have done its call, and waiting for
+// it then would make every Dispatch wait for thousands of receivers.
+func runParallel(parts []int, run func(i int)) {
 	var (
-		wg       sync.WaitGroup
+		next     atomic.Int32
+		calls    sync.WaitGroup // calls not yet returned
 		mu       sync.Mutex
 		panicked bool
 		pval     any
 	)
-	for _, i := range with[1:] {
-		wg.Go(func() {
-			defer func() {
-				if v := recover(); v != nil {
-					mu.Lock()
-					if !panicked {
-						panicked, pval = true, v
-					}
-					mu.Unlock()
+	calls.Add(len(parts))
+	// take runs one call not yet taken, and reports whether there was one.
+	take := func() bool {
+		k := int(next.Add(1)) - 1
+		if k >= len(parts) {
+			return false
+		}
+		defer calls.Done()
+		defer func() {
+			if v := recover(); v != nil {
+				mu.Lock()
+				if !panicked {
+					panicked, pval = true, v
 				}
-			}()
-			run(i)
-		})
+				mu.Unlock()
+			}
+		}()
+		run(parts[k])
+		return true
 	}
-	func() {
-		defer wg.Wait() // also when run panics: no call outlives Dispatch
-		run(with[0])
-	}()
+	for range len(parts) - 1 {
+		go func() {
+			for take() {
+			}
+		}()
+	}
+	for take() {
+	}
+	calls.Wait()
 	if panicked {
 		panic(pval)
 	}
