@@ -41,11 +41,22 @@
 // own partition is in progress or queued (sync.RWMutex lets a waiting
 // writer in before new readers).
 //
-// Every write holds its locks for a few table or map operations, never
-// for user code. User code (Dispatch and UpdateValue callbacks, Match
-// predicates, All loop bodies) never runs under a registry lock, except
-// the predicate of UnregisterMatchFunc and Where patterns given to
-// UnregisterMatch.
+// Keys of a unique registry and All, Select and Info on one take short
+// exclusive locks: Keys the bookkeeping stripe of the process it asks
+// about (which that stripe's writers also take), and All, Select and Info
+// a unique partition's directory lock while they copy that partition,
+// which makes them wait for each other and for a table of that partition
+// that is being replaced; a writer whose table is full waits for the copy
+// to finish, holding that table's lock, so that the writers of that one
+// table wait too.
+//
+// Every other write holds its locks for a few table or map operations,
+// never for user code. User code (Dispatch and UpdateValue callbacks,
+// Match predicates, All loop bodies) never runs under a registry lock,
+// except the predicate of UnregisterMatchFunc and Where patterns given to
+// UnregisterMatch on a duplicate registry: they run under the lock of the
+// process's partition, must not call the registry, and if they panic the
+// lock is released and the entries are left as they were.
 //
 // Entries record the process's number only (every holder is a live local
 // process, so its PID is rebuilt from the node's name and creation): a
@@ -71,8 +82,12 @@
 //     last point;
 //   - a read running concurrently with P's exit may return P's entries:
 //     between the moment P is dead (Node.IsAlive reports false, messages to
-//     it are dropped) and the end of the registry's callback; such a
-//     window lasts as long as the callback, a few table writes per key;
+//     it are dropped) and the end of the registry's callback. The
+//     MonitorFunc callbacks of an exit run one after another on the
+//     exiting goroutine, so that window spans the registry's own callback
+//     (a few table writes per key) and every callback that runs before it:
+//     other registries' cleanups, and MonitorFunc callbacks of user code,
+//     which may take any time;
 //   - a process killed by another while it is itself in the middle of
 //     Register (its goroutine still runs) may have that entry seen until
 //     that Register call returns.
@@ -102,8 +117,9 @@
 //
 // Dispatch calls a function with the entries of a key, never with none;
 // in a partitioned duplicate registry it runs once per partition that has
-// entries, in parallel, on goroutines Dispatch starts and waits for (or
-// one after the other on the caller's goroutine with Parallel(false)).
+// entries, in parallel, on the caller's goroutine and goroutines Dispatch
+// starts, and returns when every call has returned (or one after the
+// other on the caller's goroutine with Parallel(false)).
 // Sending a message to each entry is a publish/subscribe system; see the
 // examples.
 //

@@ -3,12 +3,14 @@ package registry_test
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"runtime"
 	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/gotp/gotp"
 	"github.com/gotp/gotp/registry"
@@ -16,6 +18,27 @@ import (
 
 func dupOpts(parts int) registry.Options {
 	return registry.Options{Kind: registry.Duplicate, Partitions: parts}
+}
+
+func TestDuplicateStartsConfigured(t *testing.T) {
+	eachPartitions(t, func(t *testing.T, parts int) {
+		n := newNode(t)
+		opts := dupOpts(parts)
+		opts.Meta = map[any]any{"custom_key": "custom_value"}
+		r := start[string, int](t, n, opts)
+		mustEqual(t, "partitions", r.Partitions(), parts)
+		mustEqual(t, "kind", r.Kind(), registry.Duplicate)
+		if v, ok := r.Meta("custom_key"); !ok || v != "custom_value" {
+			t.Fatalf("Meta(custom_key) = %v, %v", v, ok)
+		}
+		if _, ok := r.Meta("unknown_key"); ok {
+			t.Fatal("Meta of an unknown key reported ok")
+		}
+		info, _ := n.ProcessInfo(r.PID())
+		if info.Behaviour != "registry duplicate" {
+			t.Fatalf("behaviour label %q", info.Behaviour)
+		}
+	})
 }
 
 func TestDuplicateRegistrations(t *testing.T) {
@@ -101,6 +124,9 @@ func TestDuplicateMatchPatterns(t *testing.T) {
 			mustEqual(t, "guard $1 > 1", r.MatchFunc("hello", func(v triple) bool { return v.A > 1 }), []registry.Entry[triple]{e2})
 			mustEqual(t, "count_match", r.CountMatch("hello", registry.Tuple(registry.Any(), registry.Eq("atom"), registry.Any())), 2)
 			mustEqual(t, "count_match none", r.CountMatch("hello", registry.Tuple(registry.Eq(3), registry.Any(), registry.Any())), 0)
+			// count_match with a guard: {:_, :_, :"$1"} when $1 > 1.
+			gt1 := registry.Where(func(v any) bool { return v.(int) > 1 })
+			mustEqual(t, "count_match guard $1 > 1", r.CountMatch("hello", registry.Tuple(registry.Any(), registry.Any(), gt1)), 1)
 			_ = r.Register(p, "hello", triple{1, "other", 2})
 			mustEqual(t, "{$1,_,$1} excludes unequal", len(r.Match("hello", registry.Tuple(registry.Var("1"), registry.Any(), registry.Var("1")))), 2)
 		})
@@ -230,10 +256,33 @@ func TestDuplicateDispatchPerPartition(t *testing.T) {
 		if len(want) >= 2 {
 			var inside sync.WaitGroup
 			inside.Add(len(want))
+			all := make(chan struct{})
+			go func() { inside.Wait(); close(all) }()
+			timeout := time.After(20 * time.Second)
 			r.Dispatch("hello", func([]registry.Entry[int]) {
 				inside.Done()
-				inside.Wait() // deadlocks unless the calls run concurrently
+				select { // every call waits until all are inside fn
+				case <-all:
+				case <-timeout:
+				}
 			})
+			select {
+			case <-all:
+			default:
+				t.Fatalf("the %d calls were never inside fn at once", len(want))
+			}
+		}
+		// Partitions without entries under the key get no call.
+		if parts > 1 {
+			calls.Store(0)
+			r2 := start[string, int](t, n, dupOpts(parts))
+			a := actors[0]
+			a.do(func(p *gotp.Process) { _ = r2.Register(p, "one", 1) })
+			r2.Dispatch("one", func(es []registry.Entry[int]) {
+				calls.Add(1)
+				mustEqual(t, "entries of the one partition", es, []registry.Entry[int]{{PID: a.pid, Value: 1}})
+			})
+			mustEqual(t, "calls with one partition of "+fmt.Sprint(parts)+" holding the key", calls.Load(), int32(1))
 		}
 	})
 }
@@ -292,8 +341,9 @@ func TestDispatchTakesCallsOfLateHelpers(t *testing.T) {
 		withEntries[a.pid.ID()%parts] = true
 	}
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	runtime.GC() // so that no collection starts in the middle of Dispatch
 	caller := goroutineID()
-	var on []uint64 // the goroutine of each call; no lock: see below
+	on := make([]uint64, 0, parts) // each call's goroutine; no lock: see below
 	r.Dispatch("k", func([]registry.Entry[int]) {
 		// Calls on other goroutines than the caller's would race here
 		// (-race reports it) and fail the check below.

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"runtime"
 	"slices"
 
 	"github.com/gotp/gotp"
@@ -102,10 +101,11 @@ func Example_dispatcher() {
 }
 
 // Publish/subscribe across partitions: subscribers (handler-mode
-// processes, which hold no goroutine while idle) register under a topic;
-// a publisher dispatches a message to every one of them, one goroutine per
-// partition holding subscribers, each sending through a gotp.Batch so that
-// the subscribers it wakes are handled together.
+// processes, which hold no goroutine while idle) register under a topic,
+// each in the partition of its process; a publisher dispatches a message
+// to every one of them, with one call per partition holding subscribers,
+// made in parallel, each sending through a gotp.Batch so that the
+// subscribers it wakes are handled together.
 func Example_pubSub() {
 	ctx := context.Background()
 	node := gotp.NewNode(gotp.Options{})
@@ -114,7 +114,7 @@ func Example_pubSub() {
 	type broadcast struct{ text string }
 	reg, _ := registry.Start[string, struct{}](ctx, node, registry.Options{
 		Kind:       registry.Duplicate,
-		Partitions: runtime.GOMAXPROCS(0),
+		Partitions: 4,
 	})
 
 	got := make(chan string)

@@ -3,6 +3,7 @@ package registry_test
 import (
 	"context"
 	"errors"
+	"math"
 	"testing"
 	"time"
 
@@ -342,6 +343,100 @@ func TestUncomparableKeys(t *testing.T) {
 			t.Fatal("resolved")
 		}
 		mustEqual(t, "lookup struct key", len(r2.Lookup(holder{1})), 1)
+	})
+}
+
+// Keys that hold a NaN are never equal to themselves: stored, they could
+// not be found again, not even by the holder's cleanup, so they are
+// refused with ErrBadKey, in a float, in a struct and in an interface.
+// Negative and positive zero are equal, and are one key.
+func TestNaNKeys(t *testing.T) {
+	type point struct{ X, Y float64 }
+	nan := math.NaN()
+	kinds(t, func(t *testing.T, opts registry.Options) {
+		n := newNode(t)
+		rf := start[float64, int](t, n, opts)
+		rs := start[point, int](t, n, opts)
+		ra := start[any, int](t, n, opts)
+		ra2 := start[[2]complex128, int](t, n, opts)
+		a := spawnActor(t, n)
+		a.do(func(p *gotp.Process) {
+			for what, err := range map[string]error{
+				"float":   rf.Register(p, nan, 1),
+				"struct":  rs.Register(p, point{1, nan}, 1),
+				"any":     ra.Register(p, nan, 1),
+				"complex": ra2.Register(p, [2]complex128{0, complex(0, nan)}, 1),
+			} {
+				if !errors.Is(err, registry.ErrBadKey) {
+					t.Errorf("register of a NaN key (%s): %v", what, err)
+				}
+			}
+			if _, _, err := rf.UpdateValue(p, nan, func(v int) int { return v }); opts.Kind == registry.Unique && !errors.Is(err, registry.ErrBadKey) {
+				t.Errorf("UpdateValue with a NaN key: %v", err)
+			}
+			if err := rf.Register(p, math.Copysign(0, -1), 7); err != nil {
+				t.Errorf("register -0: %v", err)
+			}
+			if err := rs.Register(p, point{1, 2}, 1); err != nil {
+				t.Errorf("register of a point: %v", err)
+			}
+		})
+		mustEqual(t, "count of NaN-keyed registries", rf.Count()+rs.Count()+ra.Count()+ra2.Count(), 2)
+		mustEqual(t, "lookup NaN", len(rf.Lookup(nan)), 0)
+		mustEqual(t, "+0 finds -0", rf.Lookup(0), []registry.Entry[int]{{PID: a.pid, Value: 7}})
+		a.stop()
+		mustEqual(t, "count after the holder's exit", rf.Count()+rs.Count(), 0)
+	})
+}
+
+// A predicate of UnregisterMatchFunc, or a Where pattern of
+// UnregisterMatch, runs under a duplicate partition's lock. If it panics
+// the lock is released and the entries are as they were; the process
+// then exits with the panic, and its cleanup (which takes the same lock)
+// removes them.
+func TestUnregisterMatchPanics(t *testing.T) {
+	kinds(t, func(t *testing.T, opts registry.Options) {
+		n := newNode(t)
+		r := start[string, int](t, n, opts)
+		a := spawnActor(t, n)
+		a.do(func(p *gotp.Process) {
+			_ = r.Register(p, "k", 1)
+			for _, unregister := range []func(){
+				func() { r.UnregisterMatchFunc(p, "k", func(int) bool { panic("boom") }) },
+				func() { r.UnregisterMatch(p, "k", registry.Where(func(any) bool { panic("boom") })) },
+			} {
+				func() {
+					defer func() {
+						if v := recover(); v != "boom" {
+							t.Errorf("recovered %v, want boom", v)
+						}
+					}()
+					unregister()
+				}()
+				mustEqual(t, "values after a panicking predicate", r.Values("k", p.Self()), []int{1})
+				mustEqual(t, "lookup after a panicking predicate", len(r.Lookup("k")), 1)
+			}
+		})
+		// Unrecovered, the panic ends the process; its cleanup must not
+		// wait for a lock the panic left held.
+		down := make(chan error, 1)
+		pid, _ := n.Spawn(func(p *gotp.Process) error {
+			_ = r.Register(p, "k2", 2)
+			r.UnregisterMatchFunc(p, "k2", func(int) bool { panic("boom") })
+			return nil
+		})
+		n.MonitorFunc(pid, func(d gotp.Down) { down <- d.Reason })
+		select {
+		case err := <-down:
+			var pe *gotp.PanicError
+			if !errors.As(err, &pe) {
+				t.Fatalf("process ended with %v", err)
+			}
+		case <-time.After(20 * time.Second):
+			t.Fatal("the process never finished exiting: its cleanup waits for the partition's lock")
+		}
+		mustEqual(t, "lookup after the panicking process's exit", len(r.Lookup("k2")), 0)
+		mustEqual(t, "lookup of the other process's key", r.Lookup("k"), []registry.Entry[int]{{PID: a.pid, Value: 1}})
 	})
 }
 

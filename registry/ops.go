@@ -239,15 +239,22 @@ func (r *Registry[K, V]) unregisterMatch(pid gotp.PID, key K, match func(V) bool
 			removed = 1
 		}
 	} else {
-		pt := &t.parts[r.pidPart(pid)]
-		pt.mu.Lock()
-		removed = pt.removeDupLocked(pid, key, match)
-		pt.mu.Unlock()
+		removed = t.parts[r.pidPart(pid)].removeDup(pid, key, match)
 	}
 	if removed > 0 {
 		r.notifyUnregister(t, key, pid)
 	}
 	return removed
+}
+
+// removeDup is removeDupLocked under pt's lock. match is user code: if it
+// panics, the entries are as they were (removeDupLocked calls it before it
+// changes anything), the lock is released, and the panic goes on to the
+// caller.
+func (pt *partition[K, V]) removeDup(pid gotp.PID, key K, match func(V) bool) int {
+	pt.mu.Lock()
+	defer pt.mu.Unlock()
+	return pt.removeDupLocked(pid, key, match)
 }
 
 // unregisterKey removes key whoever holds it (unique registries; for via
@@ -474,8 +481,10 @@ func (r *Registry[K, V]) Count() int {
 // registry to fn(old), and returns the new and the old value. fn runs on
 // the caller's goroutine, outside the registry's locks. It fails with
 // ErrNotUnique on a duplicate registry, with ErrNotRegistered when p does
-// not hold key (also when p unregistered it while fn ran), and with
-// ErrNotRunning. Listeners are not told.
+// not hold key (also when p unregistered it while fn ran), with ErrBadKey,
+// and with ErrNotRunning. Listeners are not told. The check after fn is
+// that p still holds key: if fn itself unregisters key and registers it
+// again, fn's result replaces the value of that new registration.
 func (r *Registry[K, V]) UpdateValue(p *gotp.Process, key K, fn func(old V) V) (newValue, oldValue V, err error) {
 	if r.kind != Unique {
 		return newValue, oldValue, ErrNotUnique
@@ -517,19 +526,25 @@ func (r *Registry[K, V]) UpdateValue(p *gotp.Process, key K, fn func(old V) V) (
 // partition holding entries under key, with that partition's entries, in
 // parallel: Dispatch starts a goroutine for every such partition but one,
 // and each of them, the caller's goroutine included, makes calls not yet
-// made until none is left, so that every call can be inside fn at once.
-// A goroutine the scheduler starts late (a broadcast queues thousands of
-// woken receivers ahead of it) finds its call already made by the caller
-// and ends at once: Dispatch waits for every call to return, not for
-// helpers that found nothing to do. If a call panics, Dispatch panics with
-// the first call's panic value on the caller's goroutine once every call
-// has returned (inside a process, this ends the process, as a linked
-// task's crash ends the caller in Elixir).
+// made until none is left, so that every call can be inside fn at once;
+// which goroutine makes which call is not fixed. A goroutine the scheduler
+// starts late (a broadcast queues thousands of woken receivers ahead of
+// it) finds the calls already made by the caller and ends at once:
+// Dispatch waits for every call to return, not for helpers that found
+// nothing to do.
+//
+// If a call panics, every call is still made, and Dispatch panics on the
+// caller's goroutine once they have all returned: with that panic itself
+// when the call ran on the caller's goroutine, otherwise with the value of
+// the first helper's panic (inside a process, this ends the process, as a
+// linked task's crash ends the caller in Elixir). A call that ends its
+// goroutine with runtime.Goexit ends only the goroutine it ran on.
 //
 // With Parallel(false) the calls run one after the other on the caller's
 // goroutine instead (current Elixir's default, parallel: false; the seed
-// documents the parallel form, which is this package's default). That is
-// as fast when fn is short, as sending is, and starts no goroutine.
+// documents the parallel form, which is this package's default), and a
+// panic ends Dispatch at once, leaving the partitions after it uncalled.
+// That is as fast when fn is short, as sending is, and starts no goroutine.
 //
 // Each call gets a snapshot of one partition's entries, taken under its
 // read lock; fn runs outside every lock, so it may call the registry, and
@@ -577,8 +592,8 @@ func (r *Registry[K, V]) Dispatch(key K, fn func(entries []Entry[V]), opts ...Di
 	}
 	parallel := true
 	for _, o := range opts {
-		if o != nil {
-			parallel = bool(o.(dispatchParallel))
+		if p, ok := o.(dispatchParallel); ok {
+			parallel = bool(p)
 		}
 	}
 	switch {
@@ -593,18 +608,23 @@ func (r *Registry[K, V]) Dispatch(key K, fn func(entries []Entry[V]), opts ...Di
 	runParallel(with, run)
 }
 
-// runParallel makes the calls run(i), i in parts, in parallel: it
-// starts a helper goroutine for every call but one, and every goroutine,
-// the caller's included, takes calls not yet taken until none is left.
-// It returns when every call has returned, panicking with the first
-// panic's value if a call panicked.
+// runParallel makes the calls run(i), i in parts, in parallel: it starts
+// a helper goroutine for every call but one, and every goroutine, the
+// caller's included, makes calls not yet made until none is left. It
+// returns when every call has returned. A panic in a call on the caller's
+// goroutine goes on up from there, with its own stack, once every call
+// has returned; otherwise a panic in a helper's call is raised again on
+// the caller's goroutine, with the first such panic's value.
 //
-// A helper that the scheduler starts late finds its call taken by the
+// A helper that the scheduler starts late finds its call made by the
 // caller, which does not wait for it, and ends at once. This matters
 // when the calls wake goroutines, as a broadcast does: each goroutine
 // woken is queued ahead of a helper not yet running, so a helper often
-// starts only after the caller could have done its call, and waiting for
-// it then would make every Dispatch wait for thousands of receivers.
+// starts only after the caller could have made its call, and waiting for
+// it would make every Dispatch wait for thousands of receivers to run.
+// Every call is made even if calls panic: a goroutine whose call panics
+// makes no more calls, but each of the len(parts) goroutines makes at
+// least one while any is left.
 func runParallel(parts []int, run func(i int)) {
 	var (
 		next     atomic.Int32
@@ -614,34 +634,36 @@ func runParallel(parts []int, run func(i int)) {
 		pval     any
 	)
 	calls.Add(len(parts))
-	// take runs one call not yet taken, and reports whether there was one.
+	// take makes one call not yet made, and reports whether there was one.
 	take := func() bool {
 		k := int(next.Add(1)) - 1
 		if k >= len(parts) {
 			return false
 		}
 		defer calls.Done()
-		defer func() {
-			if v := recover(); v != nil {
-				mu.Lock()
-				if !panicked {
-					panicked, pval = true, v
-				}
-				mu.Unlock()
-			}
-		}()
 		run(parts[k])
 		return true
 	}
 	for range len(parts) - 1 {
 		go func() {
+			defer func() {
+				if v := recover(); v != nil {
+					mu.Lock()
+					if !panicked {
+						panicked, pval = true, v
+					}
+					mu.Unlock()
+				}
+			}()
 			for take() {
 			}
 		}()
 	}
-	for take() {
-	}
-	calls.Wait()
+	func() {
+		defer calls.Wait() // also when a call panics here: no call outlives Dispatch
+		for take() {
+		}
+	}()
 	if panicked {
 		panic(pval)
 	}
@@ -661,10 +683,12 @@ func Parallel(on bool) DispatchOption { return dispatchParallel(on) }
 
 // All returns an iterator over every entry of the registry. It reads one
 // partition at a time: each is copied (a duplicate partition under its
-// read lock; a unique one table by table, while none of its tables is
-// replaced, without stopping writers) and yielded outside any lock, so the
-// loop body may call the registry; entries added or removed meanwhile in
-// what is not yet read are seen as they are when read.
+// read lock; a unique one table by table under the partition's directory
+// lock, so that no table is replaced meanwhile: writers to tables that
+// need no replacing go on, a writer whose table is full waits for the
+// copy) and yielded outside any lock, so the loop body may call the
+// registry; entries added or removed meanwhile in what is not yet read
+// are seen as they are when read.
 func (r *Registry[K, V]) All() iter.Seq[Item[K, V]] {
 	return func(yield func(Item[K, V]) bool) {
 		t := r.live()

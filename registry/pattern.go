@@ -21,11 +21,13 @@ import (
 //
 // Pointers and interfaces are looked through: Tuple and Field see the
 // struct a pointer points to. Equality is Go's == when the values are
-// comparable, reflect.DeepEqual otherwise. Eq(v) compares numbers of
-// different types by value (Eq(1) matches an int64 or a float64 field
-// holding 1); other values must have the same type. A value that does not
-// have the pattern's shape (a Tuple of the wrong length, a missing field)
-// does not match; patterns never panic.
+// comparable, reflect.DeepEqual otherwise. Eq(v) and Var compare numbers
+// of different types by value (Eq(1) matches an int64 or a float64 field
+// holding 1), as Elixir's == does in a guard, where an Elixir match
+// pattern would not match 1.0 with 1; other values must have the same
+// type. A value that does not have the pattern's shape (a Tuple of the
+// wrong length, a missing field) does not match; patterns never panic,
+// but the function of a Where may.
 //
 // The seed's examples, for values of type struct{ A int; B string; C int }:
 //

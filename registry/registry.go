@@ -112,8 +112,9 @@ var (
 	ErrBadOptions = errors.New("registry: bad options")
 	// ErrBadKey is returned by Register and UpdateValue for a key that is
 	// not comparable at run time: a key of an interface type (or a struct
-	// holding one) whose dynamic value is a slice, map or function. Reads
-	// with such a key find nothing.
+	// holding one) whose dynamic value is a slice, map or function; or for a
+	// key that is not equal to itself because it holds a floating-point NaN
+	// (it could never be found again). Reads with such a key find nothing.
 	ErrBadKey = errors.New("registry: key is not comparable")
 	// ErrBadMetaKey is returned by PutMeta (and New) for a metadata key that
 	// is not comparable.
@@ -135,12 +136,13 @@ func (e *AlreadyRegisteredError) Error() string {
 // A Registry maps keys to processes, each with a value. It is generic in
 // the key (any comparable type) and the value.
 //
-// A Registry is safe for concurrent use by multiple goroutines. Reads
-// (Lookup, Find, Match, Keys, Values, Count, Dispatch, All, Select, Meta)
-// never wait for a process or for each other, nor for writes to other
-// partitions: on a unique registry, Lookup, Find, Match, Values, Dispatch
-// and Count take no lock at all; the other reads take short locks of the
-// partitions they look at (see the package documentation).
+// A Registry is safe for concurrent use by multiple goroutines. No read
+// waits for a process. On a unique registry, Lookup, Find, Match, Values,
+// Dispatch and Count take no lock at all; Keys, All, Select and Info take
+// short exclusive locks (see the package documentation). On a duplicate
+// registry every read takes read locks of the partitions it looks at, so
+// reads never wait for each other, nor for writes to other partitions.
+// Meta waits only for a concurrent PutMeta.
 type Registry[K comparable, V any] struct {
 	n         *gotp.Node
 	kind      Kind
@@ -150,7 +152,7 @@ type Registry[K comparable, V any] struct {
 	seed      maphash.Seed
 	nodeName  string // with creation, rebuilds the PIDs of entries
 	creation  uint32
-	checkKeys bool   // K may hold an interface: check keys before hashing
+	keyCheck  uint8  // what keys are checked for before hashing (keyCheckOf)
 	intSize   uint8  // K's size if K is an integer type (see hash), or 0
 	intSeed   uint64 // random key of hash for integer keys
 
@@ -192,7 +194,7 @@ func New[K comparable, V any](n *gotp.Node, opts Options) (*Registry[K, V], erro
 		seed:      maphash.MakeSeed(),
 		nodeName:  n.Name(),
 		creation:  n.Creation(),
-		checkKeys: mayHoldInterface(reflect.TypeFor[K]()),
+		keyCheck:  keyCheckOf(reflect.TypeFor[K]()),
 		intSize:   intKeySize(reflect.TypeFor[K]()),
 		intSeed:   rand.Uint64(),
 	}
@@ -324,28 +326,50 @@ func (r *Registry[K, V]) refOf(id uint64) gotp.Ref { return gotp.NewRef(r.nodeNa
 // pidOf rebuilds the PID of a local process from its number.
 func (r *Registry[K, V]) pidOf(id uint64) gotp.PID { return gotp.NewPID(r.nodeName, r.creation, id) }
 
-// mayHoldInterface reports whether values of t may be uncomparable at run
-// time although t satisfies comparable.
-func mayHoldInterface(t reflect.Type) bool {
+// What a key of type K may hold that makes it unusable (see keyCheckOf).
+const (
+	keyCheckNone  uint8 = iota // every value of K is a good key
+	keyCheckNaN                // K holds floats: a NaN is never equal to itself
+	keyCheckIface              // K holds interfaces: uncomparable values, and NaNs
+)
+
+// keyCheckOf reports what values of t may be bad keys although t satisfies
+// comparable: a value that == panics on (an interface holding a slice, map
+// or function), or one that is not equal to itself (a NaN in a float, a
+// complex number or an interface). A key of the second kind could be
+// stored but never found again, not even by its holder's cleanup.
+func keyCheckOf(t reflect.Type) uint8 {
 	switch t.Kind() {
 	case reflect.Interface:
-		return true
+		return keyCheckIface
+	case reflect.Float32, reflect.Float64, reflect.Complex64, reflect.Complex128:
+		return keyCheckNaN
 	case reflect.Array:
-		return mayHoldInterface(t.Elem())
+		return keyCheckOf(t.Elem())
 	case reflect.Struct:
+		c := keyCheckNone
 		for i := range t.NumField() {
-			if mayHoldInterface(t.Field(i).Type) {
-				return true
-			}
+			c = max(c, keyCheckOf(t.Field(i).Type))
 		}
+		return c
 	}
-	return false
+	return keyCheckNone
 }
 
-// badKey reports whether key cannot be hashed or compared. It is small
-// enough to be inlined, so that keys that cannot hold an interface cost one
-// test.
-func (r *Registry[K, V]) badKey(key K) bool { return r.checkKeys && uncomparable(key) }
+// badKey reports whether key cannot be hashed or compared, or is not equal
+// to itself. It is small enough to be inlined, so that keys of types that
+// can hold neither an interface nor a float cost one test.
+func (r *Registry[K, V]) badKey(key K) bool {
+	return r.keyCheck != keyCheckNone && r.checkKey(key)
+}
+
+//go:noinline
+func (r *Registry[K, V]) checkKey(key K) bool {
+	if r.keyCheck == keyCheckIface && uncomparable(key) {
+		return true
+	}
+	return key != key // a NaN somewhere in key
+}
 
 // uncomparable reports whether key holds an uncomparable value. It must
 // not take key's address: that would move every key to the heap, in every
