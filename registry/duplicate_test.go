@@ -20,27 +20,6 @@ func dupOpts(parts int) registry.Options {
 	return registry.Options{Kind: registry.Duplicate, Partitions: parts}
 }
 
-func TestDuplicateStartsConfigured(t *testing.T) {
-	eachPartitions(t, func(t *testing.T, parts int) {
-		n := newNode(t)
-		opts := dupOpts(parts)
-		opts.Meta = map[any]any{"custom_key": "custom_value"}
-		r := start[string, int](t, n, opts)
-		mustEqual(t, "partitions", r.Partitions(), parts)
-		mustEqual(t, "kind", r.Kind(), registry.Duplicate)
-		if v, ok := r.Meta("custom_key"); !ok || v != "custom_value" {
-			t.Fatalf("Meta(custom_key) = %v, %v", v, ok)
-		}
-		if _, ok := r.Meta("unknown_key"); ok {
-			t.Fatal("Meta of an unknown key reported ok")
-		}
-		info, _ := n.ProcessInfo(r.PID())
-		if info.Behaviour != "registry duplicate" {
-			t.Fatalf("behaviour label %q", info.Behaviour)
-		}
-	})
-}
-
 func TestDuplicateRegistrations(t *testing.T) {
 	eachPartitions(t, func(t *testing.T, parts int) {
 		n := newNode(t)

@@ -14,12 +14,15 @@ type triple struct {
 	C int
 }
 
-func TestUniqueStartsConfigured(t *testing.T) {
-	eachPartitions(t, func(t *testing.T, parts int) {
+// Both kinds start with their options: partitions, kind, metadata, and
+// the registry process's behaviour label.
+func TestStartsConfigured(t *testing.T) {
+	kinds(t, func(t *testing.T, opts registry.Options) {
 		n := newNode(t)
-		r := start[string, int](t, n, registry.Options{Partitions: parts, Meta: map[any]any{"custom_key": "custom_value"}})
-		mustEqual(t, "partitions", r.Partitions(), parts)
-		mustEqual(t, "kind", r.Kind(), registry.Unique)
+		opts.Meta = map[any]any{"custom_key": "custom_value"}
+		r := start[string, int](t, n, opts)
+		mustEqual(t, "partitions", r.Partitions(), opts.Partitions)
+		mustEqual(t, "kind", r.Kind(), opts.Kind)
 		if v, ok := r.Meta("custom_key"); !ok || v != "custom_value" {
 			t.Fatalf("Meta(custom_key) = %v, %v", v, ok)
 		}
@@ -30,8 +33,8 @@ func TestUniqueStartsConfigured(t *testing.T) {
 			t.Fatal("registry process not alive")
 		}
 		info, _ := n.ProcessInfo(r.PID())
-		if info.Behaviour != "registry unique" {
-			t.Fatalf("behaviour label %q", info.Behaviour)
+		if want := "registry " + opts.Kind.String(); info.Behaviour != want {
+			t.Fatalf("behaviour label %q, want %q", info.Behaviour, want)
 		}
 	})
 }
