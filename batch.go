@@ -54,10 +54,11 @@ func (n *Node) batch(from PID, fn func(b *Batch)) {
 
 // Send delivers msg to the process to, as Node.Send does. It never blocks
 // and never yields the processor: goroutines it wakes (function processes
-// waiting in Receive) are run by the other processors meanwhile, and by
-// this one once the caller blocks. Not yielding lets a caller that
-// broadcasts in a loop run ahead of its receivers, which then find
-// several messages each time they wake, instead of one.
+// waiting in Receive, and Resident processes) are run by the other
+// processors meanwhile, and by this one once the caller blocks or the
+// scheduler preempts it. Not yielding lets a caller that broadcasts in a
+// loop run ahead of its receivers, which then find several messages each
+// time they wake, instead of one.
 func (b *Batch) Send(to PID, msg any) {
 	if b.done {
 		panic("gotp: Batch used after its function returned")

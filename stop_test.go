@@ -181,9 +181,9 @@ func TestStopDeadlineWithTrappingProcessIgnoringShutdown(t *testing.T) {
 		t.Fatal(err)
 	}
 	d := watch(n, stubborn)
+	start := time.Now() // before the deadline is set, so that it is at least 50ms after start
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()
-	start := time.Now()
 	if err := n.Stop(ctx); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("Stop = %v, want DeadlineExceeded", err)
 	}

@@ -48,7 +48,9 @@
 // which makes them wait for each other and for a table of that partition
 // that is being replaced; a writer whose table is full waits for the copy
 // to finish, holding that table's lock, so that the writers of that one
-// table wait too.
+// table wait too. They also hold the partition's read lock meanwhile, for
+// which a process's first Register in that partition and its cleanup at
+// exit wait.
 //
 // Every other write holds its locks for a few table or map operations,
 // never for user code. User code (Dispatch and UpdateValue callbacks,

@@ -237,7 +237,8 @@ func TestDuplicateDispatchPerPartition(t *testing.T) {
 			inside.Add(len(want))
 			all := make(chan struct{})
 			go func() { inside.Wait(); close(all) }()
-			timeout := time.After(20 * time.Second)
+			timeout := make(chan struct{}) // closed: every waiting call sees it
+			defer time.AfterFunc(20*time.Second, func() { close(timeout) }).Stop()
 			r.Dispatch("hello", func([]registry.Entry[int]) {
 				inside.Done()
 				select { // every call waits until all are inside fn
@@ -292,15 +293,65 @@ func TestDispatchPanicReachesCaller(t *testing.T) {
 		t.Fatalf("%d calls had returned when Dispatch panicked, want all %d", got, len(withEntries))
 	}
 	// In a process, the panic ends the process with a *gotp.PanicError.
-	done := make(chan error, 1)
-	pid, _ := n.Spawn(func(p *gotp.Process) error {
+	// (Its reason is read from the process itself: a MonitorFunc set after
+	// Spawn returns may find the process gone, and report gotp.ErrNoProc.)
+	procs := make(chan *gotp.Process, 1)
+	if _, err := n.Spawn(func(p *gotp.Process) error {
+		procs <- p
 		r.Dispatch("k", func([]registry.Entry[int]) { panic("boom") })
 		return nil
-	})
-	n.MonitorFunc(pid, func(d gotp.Down) { done <- d.Reason })
+	}); err != nil {
+		t.Fatal(err)
+	}
+	p := <-procs
+	select {
+	case <-p.Done():
+	case <-time.After(20 * time.Second):
+		t.Fatal("the process never finished exiting")
+	}
 	var pe *gotp.PanicError
-	if err := <-done; !errors.As(err, &pe) || pe.Value != "boom" {
+	if err, _ := p.ExitReason(); !errors.As(err, &pe) || pe.Value != "boom" {
 		t.Fatalf("process ended with %v", err)
+	}
+}
+
+// TestDispatchHelperPanicReachesCaller: a panic in a call made on a
+// helper goroutine reaches the caller even when every other call returns
+// normally, also when the caller's own call returns just after the
+// helper's panic. The first call in waits, spinning, until the other has
+// started (so the two run on different goroutines), and returns at once;
+// the other panics, on a helper whenever the first call is the caller's.
+func TestDispatchHelperPanicReachesCaller(t *testing.T) {
+	if runtime.GOMAXPROCS(0) < 2 {
+		t.Skip("needs two processors: the first call spins until the second starts")
+	}
+	n := newNode(t)
+	r := start[string, int](t, n, dupOpts(2))
+	withEntries := map[uint64]bool{}
+	for len(withEntries) < 2 {
+		a := spawnActor(t, n)
+		a.do(func(p *gotp.Process) { _ = r.Register(p, "k", 1) })
+		withEntries[a.pid.ID()%2] = true
+	}
+	for i := range 200 {
+		var entered atomic.Int32
+		var second atomic.Bool
+		got := func() (v any) {
+			defer func() { v = recover() }()
+			r.Dispatch("k", func([]registry.Entry[int]) {
+				if entered.Add(1) == 1 {
+					for !second.Load() {
+					}
+					return
+				}
+				second.Store(true)
+				panic("boom")
+			})
+			return "Dispatch returned"
+		}()
+		if got != "boom" {
+			t.Fatalf("round %d: %v, want the helper's panic boom", i, got)
+		}
 	}
 }
 

@@ -418,16 +418,23 @@ func TestUnregisterMatchPanics(t *testing.T) {
 			}
 		})
 		// Unrecovered, the panic ends the process; its cleanup must not
-		// wait for a lock the panic left held.
-		down := make(chan error, 1)
-		pid, _ := n.Spawn(func(p *gotp.Process) error {
+		// wait for a lock the panic left held. Its Done channel closes
+		// once every MonitorFunc callback of the exit, the registry's
+		// cleanup included, has run (a MonitorFunc of the test's own
+		// could run before that cleanup, or find the process gone).
+		procs := make(chan *gotp.Process, 1)
+		if _, err := n.Spawn(func(p *gotp.Process) error {
+			procs <- p
 			_ = r.Register(p, "k2", 2)
 			r.UnregisterMatchFunc(p, "k2", func(int) bool { panic("boom") })
 			return nil
-		})
-		n.MonitorFunc(pid, func(d gotp.Down) { down <- d.Reason })
+		}); err != nil {
+			t.Fatal(err)
+		}
+		p := <-procs
 		select {
-		case err := <-down:
+		case <-p.Done():
+			err, _ := p.ExitReason()
 			var pe *gotp.PanicError
 			if !errors.As(err, &pe) {
 				t.Fatalf("process ended with %v", err)

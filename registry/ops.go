@@ -210,9 +210,10 @@ func (r *Registry[K, V]) UnregisterMatch(p *gotp.Process, key K, pattern Pattern
 	return r.unregisterMatch(p.Self(), key, func(v V) bool { return matchValue(pattern, v) })
 }
 
-// UnregisterMatchFunc is UnregisterMatch with a predicate. pred runs
-// under the lock of the process's partition and must not call the
-// registry.
+// UnregisterMatchFunc is UnregisterMatch with a predicate. On a
+// duplicate registry pred runs under the lock of the process's partition
+// and must not call the registry; on a unique one it runs outside any
+// lock.
 func (r *Registry[K, V]) UnregisterMatchFunc(p *gotp.Process, key K, pred func(V) bool) int {
 	if p == nil || pred == nil {
 		return 0
@@ -538,7 +539,9 @@ func (r *Registry[K, V]) UpdateValue(p *gotp.Process, key K, fn func(old V) V) (
 // when the call ran on the caller's goroutine, otherwise with the value of
 // the first helper's panic (inside a process, this ends the process, as a
 // linked task's crash ends the caller in Elixir). A call that ends its
-// goroutine with runtime.Goexit ends only the goroutine it ran on.
+// goroutine with runtime.Goexit ends only the goroutine it ran on; if
+// that is the caller's, Dispatch does not return, and a helper's panic is
+// not raised.
 //
 // With Parallel(false) the calls run one after the other on the caller's
 // goroutine instead (current Elixir's default, parallel: false; the seed
@@ -634,18 +637,17 @@ func runParallel(parts []int, run func(i int)) {
 		pval     any
 	)
 	calls.Add(len(parts))
-	// take makes one call not yet made, and reports whether there was one.
-	take := func() bool {
+	// take makes one call not yet made, and reports whether there was one
+	// and it returned. On a helper, a panic in the call is recovered and
+	// recorded before the call counts as returned (calls.Done), so that
+	// the caller sees it once calls.Wait returns.
+	take := func(helper bool) (more bool) {
 		k := int(next.Add(1)) - 1
 		if k >= len(parts) {
 			return false
 		}
 		defer calls.Done()
-		run(parts[k])
-		return true
-	}
-	for range len(parts) - 1 {
-		go func() {
+		if helper {
 			defer func() {
 				if v := recover(); v != nil {
 					mu.Lock()
@@ -655,13 +657,19 @@ func runParallel(parts []int, run func(i int)) {
 					mu.Unlock()
 				}
 			}()
-			for take() {
+		}
+		run(parts[k])
+		return true
+	}
+	for range len(parts) - 1 {
+		go func() {
+			for take(true) {
 			}
 		}()
 	}
 	func() {
 		defer calls.Wait() // also when a call panics here: no call outlives Dispatch
-		for take() {
+		for take(false) {
 		}
 	}()
 	if panicked {

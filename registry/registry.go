@@ -140,8 +140,9 @@ func (e *AlreadyRegisteredError) Error() string {
 // waits for a process. On a unique registry, Lookup, Find, Match, Values,
 // Dispatch and Count take no lock at all; Keys, All, Select and Info take
 // short exclusive locks (see the package documentation). On a duplicate
-// registry every read takes read locks of the partitions it looks at, so
-// reads never wait for each other, nor for writes to other partitions.
+// registry Count takes no lock, and every other read takes read locks of
+// the partitions it looks at, so reads never wait for each other, nor for
+// writes to other partitions.
 // Meta waits only for a concurrent PutMeta.
 type Registry[K comparable, V any] struct {
 	n         *gotp.Node
