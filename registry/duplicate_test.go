@@ -293,24 +293,12 @@ func TestDispatchPanicReachesCaller(t *testing.T) {
 		t.Fatalf("%d calls had returned when Dispatch panicked, want all %d", got, len(withEntries))
 	}
 	// In a process, the panic ends the process with a *gotp.PanicError.
-	// (Its reason is read from the process itself: a MonitorFunc set after
-	// Spawn returns may find the process gone, and report gotp.ErrNoProc.)
-	procs := make(chan *gotp.Process, 1)
-	if _, err := n.Spawn(func(p *gotp.Process) error {
-		procs <- p
+	err := exitOf(t, n, func(p *gotp.Process) error {
 		r.Dispatch("k", func([]registry.Entry[int]) { panic("boom") })
 		return nil
-	}); err != nil {
-		t.Fatal(err)
-	}
-	p := <-procs
-	select {
-	case <-p.Done():
-	case <-time.After(20 * time.Second):
-		t.Fatal("the process never finished exiting")
-	}
+	})
 	var pe *gotp.PanicError
-	if err, _ := p.ExitReason(); !errors.As(err, &pe) || pe.Value != "boom" {
+	if !errors.As(err, &pe) || pe.Value != "boom" {
 		t.Fatalf("process ended with %v", err)
 	}
 }

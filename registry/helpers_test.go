@@ -117,6 +117,30 @@ func nextEvent(t testing.TB, events <-chan any) any {
 	}
 }
 
+// exitOf spawns f as a process and returns its exit reason once its exit
+// is complete (Done closed: every MonitorFunc callback, the registry's
+// cleanup included, has run). The reason is read from the process itself:
+// a MonitorFunc set after Spawn returns may find the process gone, and
+// report gotp.ErrNoProc.
+func exitOf(t testing.TB, n *gotp.Node, f func(p *gotp.Process) error) error {
+	t.Helper()
+	procs := make(chan *gotp.Process, 1)
+	if _, err := n.Spawn(func(p *gotp.Process) error {
+		procs <- p
+		return f(p)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	p := <-procs
+	select {
+	case <-p.Done():
+	case <-time.After(20 * time.Second):
+		t.Fatalf("process %v never finished exiting", p.Self())
+	}
+	err, _ := p.ExitReason()
+	return err
+}
+
 // do runs f as the actor and waits for it.
 func (a *actor) do(f func(p *gotp.Process)) {
 	a.t.Helper()

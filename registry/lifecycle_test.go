@@ -418,29 +418,16 @@ func TestUnregisterMatchPanics(t *testing.T) {
 			}
 		})
 		// Unrecovered, the panic ends the process; its cleanup must not
-		// wait for a lock the panic left held. Its Done channel closes
-		// once every MonitorFunc callback of the exit, the registry's
-		// cleanup included, has run (a MonitorFunc of the test's own
-		// could run before that cleanup, or find the process gone).
-		procs := make(chan *gotp.Process, 1)
-		if _, err := n.Spawn(func(p *gotp.Process) error {
-			procs <- p
+		// wait for a lock the panic left held (exitOf fails if the exit
+		// never completes).
+		err := exitOf(t, n, func(p *gotp.Process) error {
 			_ = r.Register(p, "k2", 2)
 			r.UnregisterMatchFunc(p, "k2", func(int) bool { panic("boom") })
 			return nil
-		}); err != nil {
-			t.Fatal(err)
-		}
-		p := <-procs
-		select {
-		case <-p.Done():
-			err, _ := p.ExitReason()
-			var pe *gotp.PanicError
-			if !errors.As(err, &pe) {
-				t.Fatalf("process ended with %v", err)
-			}
-		case <-time.After(20 * time.Second):
-			t.Fatal("the process never finished exiting: its cleanup waits for the partition's lock")
+		})
+		var pe *gotp.PanicError
+		if !errors.As(err, &pe) {
+			t.Fatalf("process ended with %v", err)
 		}
 		mustEqual(t, "lookup after the panicking process's exit", len(r.Lookup("k2")), 0)
 		mustEqual(t, "lookup of the other process's key", r.Lookup("k"), []registry.Entry[int]{{PID: a.pid, Value: 1}})

@@ -142,8 +142,7 @@ func (e *AlreadyRegisteredError) Error() string {
 // short exclusive locks (see the package documentation). On a duplicate
 // registry Count takes no lock, and every other read takes read locks of
 // the partitions it looks at, so reads never wait for each other, nor for
-// writes to other partitions.
-// Meta waits only for a concurrent PutMeta.
+// writes to other partitions. Meta waits only for a concurrent PutMeta.
 type Registry[K comparable, V any] struct {
 	n         *gotp.Node
 	kind      Kind
@@ -364,6 +363,9 @@ func (r *Registry[K, V]) badKey(key K) bool {
 	return r.keyCheck != keyCheckNone && r.checkKey(key)
 }
 
+// checkKey is badKey's test for keys that need one. It is kept out of line
+// so that badKey stays small enough to inline.
+//
 //go:noinline
 func (r *Registry[K, V]) checkKey(key K) bool {
 	if r.keyCheck == keyCheckIface && uncomparable(key) {
