@@ -120,7 +120,9 @@ func TestEventually(t *testing.T) {
 	if calls.Load() != 3 {
 		t.Fatalf("cond called %d times, want 3", calls.Load())
 	}
-	f := runFake(func(f *fakeT) { EventuallyWithin(f, 20*time.Millisecond, "the impossible", func() bool { return false }) })
+	f := runFake(func(f *fakeT) {
+		EventuallyWithin(f, 20*time.Millisecond, "the impossible", func() bool { return false })
+	})
 	wantFatal(t, f, "waiting for the impossible")
 }
 

@@ -132,4 +132,3 @@ func Must(t TB, err error) {
 		t.Fatalf("%v", err)
 	}
 }
-
