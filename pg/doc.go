@@ -101,6 +101,27 @@
 // no goroutines of its own. Policies are called without any lock held;
 // nothing else of the user's runs inside the package.
 //
+// # Differences from Erlang's pg and Wippy's
+//
+// pg follows Wippy's module, which stands on Erlang's pg. Where it differs
+// from one of them, it is on purpose:
+//
+//   - Group names and topics are strings (Erlang: any term). An empty group
+//     name, an empty topic, an empty scope id or a missing process is an
+//     [ErrInvalid] error, as Wippy's "missing or empty argument".
+//   - An [Instance] acts for the process that opened it: a process joins
+//     and leaves for itself, as in Wippy (Erlang's join and leave also take
+//     other local processes).
+//   - A broadcast carries one payload value (Wippy: any number) in a
+//     [Message] that lands in the member's mailbox; there is no per-topic
+//     listener as Wippy's process.listen.
+//   - A full subscription drops further events and counts them
+//     ([Subscription.Dropped]); Wippy's current documentation says it
+//     stalls and keeps them in the mailbox. Erlang's monitor sends messages
+//     to an unbounded mailbox instead.
+//   - Erlang's pg has no broadcast, no policy and no release: those are
+//     Wippy's, and follow it.
+//
 // # Tests
 //
 // The package's tests run in well under a minute with -race. Set

@@ -336,8 +336,9 @@ type Message struct {
 // process to every member of group on every node: each member process
 // receives it once, however many times it joined. Members on other nodes
 // are reached through the scope's Replicator, with one message per node.
-// Broadcasting to a group without members is not an error. Broadcast never
-// blocks on members: sends are asynchronous, as gotp.Node.Send.
+// Broadcasting to a group without members is not an error; an empty group
+// name or an empty topic is (ErrInvalid), and nothing is sent. Broadcast
+// never blocks on members: sends are asynchronous, as gotp.Node.Send.
 func (i *Instance) Broadcast(group, topic string, payload any) error {
 	return i.broadcast(PermBroadcast, group, topic, payload, false)
 }
@@ -353,6 +354,9 @@ func (i *Instance) broadcast(perm Permission, group, topic string, payload any, 
 	}
 	if group == "" {
 		return invalid("empty group name")
+	}
+	if topic == "" {
+		return invalid("empty topic")
 	}
 	if err := i.allow(perm, group); err != nil {
 		return err
