@@ -9,13 +9,14 @@ import (
 	"testing"
 
 	"github.com/gotp/gotp"
+	"github.com/gotp/gotp/gotptest"
 )
 
 // TestBatchDeliversToEveryKind: a Batch delivers to handler, resident and
 // function processes and drops messages to dead or unknown PIDs; handler
 // processes start only when the Batch's function has returned.
 func TestBatchDeliversToEveryKind(t *testing.T) {
-	n := newNode(t)
+	n := gotptest.NewNode(t)
 	got := make(chan string, 100)
 	forward := func(name string) gotp.Handler {
 		return gotp.HandlerFunc(func(p *gotp.Process, msg any) (bool, error) {
@@ -42,9 +43,9 @@ func TestBatchDeliversToEveryKind(t *testing.T) {
 		}
 	})
 	dead, _ := n.SpawnHandler(forward("dead"), nil)
-	down := watch(n, dead)
+	down := gotptest.Watch(t, n, dead)
 	n.Exit(dead, gotp.ErrKill)
-	recv(t, down)
+	gotptest.Recv(t, down)
 
 	n.Batch(func(b *gotp.Batch) {
 		for _, pid := range handlers {
@@ -59,7 +60,7 @@ func TestBatchDeliversToEveryKind(t *testing.T) {
 		// Function and resident processes may already have run; handler
 		// processes wait for the end of the batch.
 		for range 2 {
-			if m := recv(t, got); m != "r:1" && m != "f:1" {
+			if m := gotptest.Recv(t, got); m != "r:1" && m != "f:1" {
 				t.Fatalf("%q handled before the batch ended", m)
 			}
 		}
@@ -71,7 +72,7 @@ func TestBatchDeliversToEveryKind(t *testing.T) {
 	}
 	last := map[string]string{}
 	for range len(want) {
-		m := recv(t, got)
+		m := gotptest.Recv(t, got)
 		if !want[m] {
 			t.Fatalf("unexpected %q", m)
 		}
@@ -93,7 +94,7 @@ func TestBatchDeliversToEveryKind(t *testing.T) {
 // same handler processes; every message is handled exactly once, and each
 // sender's messages to a process arrive in the order sent.
 func TestBatchOrderAndExactlyOnce(t *testing.T) {
-	n := newNode(t)
+	n := gotptest.NewNode(t)
 	const procs, senders, rounds = 300, 4, 40
 	type seq struct{ sender, i int }
 	var handled atomic.Int64
@@ -145,7 +146,7 @@ func TestBatchOrderAndExactlyOnce(t *testing.T) {
 			runtime.Gosched()
 		}
 	}()
-	recv(t, done)
+	gotptest.Recv(t, done)
 	if v := bad.Load(); v != nil {
 		t.Fatal(v)
 	}
@@ -158,7 +159,7 @@ func TestBatchOrderAndExactlyOnce(t *testing.T) {
 // their handlers than a batch has workers; the others are still handled
 // (the stall check adds workers), and then the blocked ones finish.
 func TestBatchBlockedHandlersDoNotHoldBackOthers(t *testing.T) {
-	n := newNode(t)
+	n := gotptest.NewNode(t)
 	blockers := runtime.GOMAXPROCS(0) + 2
 	const chunk = 32 // at least the batch's chunk: one blocker per chunk
 	total := blockers * chunk * 2
@@ -194,18 +195,18 @@ func TestBatchBlockedHandlersDoNotHoldBackOthers(t *testing.T) {
 	})
 	othersDone := make(chan struct{})
 	go func() { others.Wait(); close(othersDone) }()
-	recv(t, othersDone)
+	gotptest.Recv(t, othersDone)
 	close(release)
 	blockedDone := make(chan struct{})
 	go func() { blocked.Wait(); close(blockedDone) }()
-	recv(t, blockedDone)
+	gotptest.Recv(t, blockedDone)
 }
 
 // TestBatchFunctionPanics: messages sent before the function panicked are
 // still handled, and the panic goes on to the caller; a Batch kept past
 // its function panics when used.
 func TestBatchFunctionPanics(t *testing.T) {
-	n := newNode(t)
+	n := gotptest.NewNode(t)
 	got := make(chan any, 10)
 	pids := make([]gotp.PID, 4)
 	for i := range pids {
@@ -230,7 +231,7 @@ func TestBatchFunctionPanics(t *testing.T) {
 		})
 	}()
 	for range pids {
-		if m := recv(t, got); m != "sent" {
+		if m := gotptest.Recv(t, got); m != "sent" {
 			t.Fatalf("got %v", m)
 		}
 	}
@@ -246,7 +247,7 @@ func TestBatchFunctionPanics(t *testing.T) {
 // processes many times each handles every message once, in order, and
 // never runs one process's handler on two goroutines at once.
 func TestBatchSameProcessManyTimes(t *testing.T) {
-	n := newNode(t)
+	n := gotptest.NewNode(t)
 	const procs, sends = 70, 200 // more than two chunks of processes
 	var handled sync.WaitGroup
 	handled.Add(procs * sends)
@@ -281,7 +282,7 @@ func TestBatchSameProcessManyTimes(t *testing.T) {
 	})
 	done := make(chan struct{})
 	go func() { handled.Wait(); close(done) }()
-	recv(t, done)
+	gotptest.Recv(t, done)
 	if v := bad.Load(); v != nil {
 		t.Fatal(v)
 	}
@@ -298,7 +299,7 @@ func TestBatchSameProcessManyTimes(t *testing.T) {
 // are handled meanwhile.
 func TestBatchToProcessRunningInline(t *testing.T) {
 	for _, resident := range []bool{false, true} {
-		n := newNode(t)
+		n := gotptest.NewNode(t)
 		entered := make(chan struct{})
 		release := make(chan struct{})
 		got := make(chan any, 10)
@@ -328,7 +329,7 @@ func TestBatchToProcessRunningInline(t *testing.T) {
 		}
 		ran := make(chan bool, 1)
 		go func() { ran <- n.RunInline(pid, "inline") }()
-		recv(t, entered)
+		gotptest.Recv(t, entered)
 		n.Batch(func(b *gotp.Batch) {
 			b.Send(pid, "batch 1")
 			for _, q := range pids {
@@ -337,17 +338,17 @@ func TestBatchToProcessRunningInline(t *testing.T) {
 			b.Send(pid, "batch 2")
 		})
 		for range pids {
-			recv(t, others)
+			gotptest.Recv(t, others)
 		}
 		if n.RunInline(pid, "second inline") {
 			t.Fatal("RunInline ran a process that is already running inline")
 		}
 		close(release)
-		if !recv(t, ran) {
+		if !gotptest.Recv(t, ran) {
 			t.Fatal("RunInline = false")
 		}
 		for _, want := range []string{"inline", "batch 1", "batch 2"} {
-			if m := recv(t, got); m != want {
+			if m := gotptest.Recv(t, got); m != want {
 				t.Fatalf("resident=%v: handled %v, want %v", resident, m, want)
 			}
 		}
@@ -359,7 +360,7 @@ func TestBatchToProcessRunningInline(t *testing.T) {
 // end (goleak checks at the end of the package).
 func TestBatchProcessesKilledBeforeFlush(t *testing.T) {
 	for _, procs := range []int{2, 100} {
-		n := newNode(t)
+		n := gotptest.NewNode(t)
 		var handled atomic.Int64
 		pids := make([]gotp.PID, procs)
 		for i := range pids {
@@ -376,7 +377,7 @@ func TestBatchProcessesKilledBeforeFlush(t *testing.T) {
 				n.Exit(pid, gotp.ErrKill)
 			}
 		})
-		ctx, cancel := context.WithTimeout(context.Background(), waitLong)
+		ctx, cancel := context.WithTimeout(context.Background(), gotptest.Timeout)
 		if err := n.Stop(ctx); err != nil {
 			t.Fatal(err)
 		}
@@ -395,7 +396,7 @@ func TestBatchProcessesKilledBeforeFlush(t *testing.T) {
 // take that long), which lets receivers run too: the broadcast is tried a
 // few times, and a Send that yields fails every try.
 func TestBatchSendDoesNotYield(t *testing.T) {
-	n := newNode(t)
+	n := gotptest.NewNode(t)
 	const procs = 600 // several times what the old yield interval woke
 	const tries = 10
 	var got atomic.Int64
@@ -440,7 +441,7 @@ func TestBatchSendDoesNotYield(t *testing.T) {
 				runtime.Gosched()
 			}
 		}()
-		recv(t, done)
+		gotptest.Recv(t, done)
 		if ran == 0 {
 			return
 		}

@@ -10,15 +10,16 @@ import (
 	"testing"
 
 	"github.com/gotp/gotp"
+	"github.com/gotp/gotp/gotptest"
 )
 
 func TestNormalExitDoesNotKillLinkedProcess(t *testing.T) {
-	n := newNode(t)
+	n := gotptest.NewNode(t)
 	survivor := waiter(t, n)
 	dying := waiter(t, n, gotp.LinkTo(survivor))
-	down := exitDone(t, n, dying)
+	down := gotptest.Watch(t, n, dying)
 	n.Send(dying, "stop normally")
-	if r := recv(t, down); r != nil {
+	if r := gotptest.Recv(t, down); r != nil {
 		t.Fatalf("reason = %v, want nil", r)
 	}
 	if !n.IsAlive(survivor) {
@@ -32,15 +33,15 @@ func TestNormalExitDoesNotKillLinkedProcess(t *testing.T) {
 func TestAbnormalExitPropagatesAlongChain(t *testing.T) {
 	for _, reason := range []error{errBoom, gotp.ErrShutdown, fmt.Errorf("wrapped: %w", io.EOF)} {
 		t.Run(reason.Error(), func(t *testing.T) {
-			n := newNode(t)
+			n := gotptest.NewNode(t)
 			a := waiter(t, n)
 			b := waiter(t, n, gotp.LinkTo(a))
 			c := waiter(t, n, gotp.LinkTo(b))
 			bystander := waiter(t, n)
-			downs := []<-chan error{watch(n, a), watch(n, b), watch(n, c)}
+			downs := []<-chan error{gotptest.Watch(t, n, a), gotptest.Watch(t, n, b), gotptest.Watch(t, n, c)}
 			n.Send(a, reason)
 			for i, d := range downs {
-				if r := recv(t, d); r != reason {
+				if r := gotptest.Recv(t, d); r != reason {
 					t.Errorf("process %d exited with %v, want %v", i, r, reason)
 				}
 			}
@@ -52,12 +53,13 @@ func TestAbnormalExitPropagatesAlongChain(t *testing.T) {
 }
 
 func TestTrapExitReceivesExitMessages(t *testing.T) {
-	n := newNode(t)
-	trapper, got := sink(t, n, gotp.TrapExit(true))
+	n := gotptest.NewNode(t)
+	trapperSink := gotptest.NewSink(t, n, gotp.TrapExit(true))
+	trapper, got := trapperSink.PID(), trapperSink.C()
 	for _, reason := range []error{nil, errBoom, gotp.ErrShutdown} {
 		child := waiter(t, n, gotp.LinkTo(trapper))
 		n.Send(child, reason)
-		m := recv(t, got)
+		m := gotptest.Recv(t, got)
 		if m != (gotp.Exit{From: child, Reason: reason}) {
 			t.Errorf("got %#v, want Exit{From: %v, Reason: %v}", m, child, reason)
 		}
@@ -71,7 +73,7 @@ func TestTrapExitReceivesExitMessages(t *testing.T) {
 }
 
 func TestTrapExitSwitchedAtRuntime(t *testing.T) {
-	n := newNode(t)
+	n := gotptest.NewNode(t)
 	trapping := make(chan bool)
 	pid, res := run(t, n, func(p *gotp.Process) any {
 		if was := p.TrapExit(true); was {
@@ -89,36 +91,37 @@ func TestTrapExitSwitchedAtRuntime(t *testing.T) {
 		_, err = p.Receive(context.Background())
 		return []any{m, err}
 	})
-	recv(t, trapping)
-	down := watch(n, pid)
+	gotptest.Recv(t, trapping)
+	down := gotptest.Watch(t, n, pid)
 	n.Exit(pid, errBoom)
-	recv(t, trapping)
+	gotptest.Recv(t, trapping)
 	n.Exit(pid, errBoom)
-	if r := recv(t, down); r != errBoom {
+	if r := gotptest.Recv(t, down); r != errBoom {
 		t.Fatalf("reason = %v", r)
 	}
-	got := recv(t, res).([]any)
+	got := gotptest.Recv(t, res).([]any)
 	if got[0] != (gotp.Exit{Reason: errBoom}) || !errors.Is(got[1].(error), errBoom) {
 		t.Errorf("got %v", got)
 	}
 }
 
 func TestKillCannotBeTrapped(t *testing.T) {
-	n := newNode(t)
-	victim, _ := sink(t, n, gotp.TrapExit(true))
-	trapLinked, trapGot := sink(t, n, gotp.TrapExit(true), gotp.LinkTo(victim))
+	n := gotptest.NewNode(t)
+	victim := gotptest.NewSink(t, n, gotp.TrapExit(true)).PID()
+	trapLinkedSink := gotptest.NewSink(t, n, gotp.TrapExit(true), gotp.LinkTo(victim))
+	trapLinked, trapGot := trapLinkedSink.PID(), trapLinkedSink.C()
 	plainLinked := waiter(t, n, gotp.LinkTo(victim))
-	downs := []<-chan error{watch(n, victim), watch(n, plainLinked)}
+	downs := []<-chan error{gotptest.Watch(t, n, victim), gotptest.Watch(t, n, plainLinked)}
 
 	n.Exit(victim, gotp.ErrKill)
 
 	for i, d := range downs {
-		if r := recv(t, d); r != gotp.ErrKilled {
+		if r := gotptest.Recv(t, d); r != gotp.ErrKilled {
 			t.Errorf("process %d exited with %v, want ErrKilled", i, r)
 		}
 	}
 	// Linked processes get killed, not kill: a trapping one traps it.
-	if m := recv(t, trapGot); m != (gotp.Exit{From: victim, Reason: gotp.ErrKilled}) {
+	if m := gotptest.Recv(t, trapGot); m != (gotp.Exit{From: victim, Reason: gotp.ErrKilled}) {
 		t.Errorf("trapping linked process got %#v", m)
 	}
 	if !n.IsAlive(trapLinked) {
@@ -127,15 +130,15 @@ func TestKillCannotBeTrapped(t *testing.T) {
 }
 
 func TestKillFromProcessAndSelf(t *testing.T) {
-	n := newNode(t)
-	victim, _ := sink(t, n, gotp.TrapExit(true))
-	down := watch(n, victim)
+	n := gotptest.NewNode(t)
+	victim := gotptest.NewSink(t, n, gotp.TrapExit(true)).PID()
+	down := gotptest.Watch(t, n, victim)
 	_, res := run(t, n, func(p *gotp.Process) bool {
 		p.Exit(victim, gotp.ErrKill)
 		return true
 	})
-	recv(t, res)
-	if r := recv(t, down); r != gotp.ErrKilled {
+	gotptest.Recv(t, res)
+	if r := gotptest.Recv(t, down); r != gotp.ErrKilled {
 		t.Fatalf("reason = %v, want ErrKilled", r)
 	}
 
@@ -147,29 +150,29 @@ func TestKillFromProcessAndSelf(t *testing.T) {
 		_, err := p.Receive(context.Background())
 		return err
 	})
-	down = watch(n, pid)
+	down = gotptest.Watch(t, n, pid)
 	close(gate)
-	if r := recv(t, down); r != errBoom {
+	if r := gotptest.Recv(t, down); r != errBoom {
 		t.Fatalf("self exit reason = %v, want boom", r)
 	}
 }
 
 func TestShutdownVersusKill(t *testing.T) {
-	n := newNode(t)
+	n := gotptest.NewNode(t)
 	// Shutdown is trappable ...
 	trapper, res := run(t, n, func(p *gotp.Process) any {
 		m, _ := p.Receive(context.Background())
 		return m
 	}, gotp.TrapExit(true))
 	n.Exit(trapper, gotp.ErrShutdown)
-	if m := recv(t, res); m != (gotp.Exit{Reason: gotp.ErrShutdown}) {
+	if m := gotptest.Recv(t, res); m != (gotp.Exit{Reason: gotp.ErrShutdown}) {
 		t.Fatalf("got %#v, want Exit{Reason: shutdown} from the zero PID", m)
 	}
 	// ... and kills a process that does not trap, with reason shutdown.
 	plain := waiter(t, n)
-	down := watch(n, plain)
+	down := gotptest.Watch(t, n, plain)
 	n.Exit(plain, gotp.ErrShutdown)
-	if r := recv(t, down); r != gotp.ErrShutdown {
+	if r := gotptest.Recv(t, down); r != gotp.ErrShutdown {
 		t.Fatalf("reason = %v, want ErrShutdown", r)
 	}
 	if !gotp.IsNormal(gotp.ErrShutdown) || !gotp.IsNormal(nil) || !gotp.IsNormal(fmt.Errorf("x: %w", gotp.ErrShutdown)) {
@@ -183,15 +186,16 @@ func TestShutdownVersusKill(t *testing.T) {
 }
 
 func TestExitNilSignal(t *testing.T) {
-	n := newNode(t)
+	n := gotptest.NewNode(t)
 	plain := waiter(t, n)
 	n.Exit(plain, nil)
 	if !n.IsAlive(plain) {
 		t.Fatal("a normal exit signal killed a process that does not trap")
 	}
-	trapper, got := sink(t, n, gotp.TrapExit(true))
+	trapperSink := gotptest.NewSink(t, n, gotp.TrapExit(true))
+	trapper, got := trapperSink.PID(), trapperSink.C()
 	n.Exit(trapper, nil)
-	if m := recv(t, got); m != (gotp.Exit{}) {
+	if m := gotptest.Recv(t, got); m != (gotp.Exit{}) {
 		t.Fatalf("got %#v, want Exit{} (zero From, nil Reason)", m)
 	}
 	// From a process, From is that process.
@@ -199,15 +203,16 @@ func TestExitNilSignal(t *testing.T) {
 		p.Exit(trapper, nil)
 		return p.Self()
 	})
-	from := recv(t, res)
-	if m := recv(t, got); m != (gotp.Exit{From: from}) {
+	from := gotptest.Recv(t, res)
+	if m := gotptest.Recv(t, got); m != (gotp.Exit{From: from}) {
 		t.Fatalf("got %#v, want Exit{From: %v}", m, from)
 	}
 }
 
 func TestPanicBecomesPanicError(t *testing.T) {
-	n := newNode(t)
-	trapper, got := sink(t, n, gotp.TrapExit(true))
+	n := gotptest.NewNode(t)
+	trapperSink := gotptest.NewSink(t, n, gotp.TrapExit(true))
+	trapper, got := trapperSink.PID(), trapperSink.C()
 	gate := make(chan struct{})
 	pid, err := n.Spawn(func(p *gotp.Process) error {
 		<-gate
@@ -217,10 +222,10 @@ func TestPanicBecomesPanicError(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	down := watch(n, pid)
+	down := gotptest.Watch(t, n, pid)
 	close(gate)
-	m := recv(t, got).(gotp.Exit)
-	r := recv(t, down)
+	m := gotptest.Recv(t, got).(gotp.Exit)
+	r := gotptest.Recv(t, down)
 	var pe *gotp.PanicError
 	if !errors.As(r, &pe) || m.From != pid || m.Reason != r {
 		t.Fatalf("reason %v, Exit %#v; want the same *PanicError in both", r, m)
@@ -238,9 +243,9 @@ func TestPanicBecomesPanicError(t *testing.T) {
 	// panic(err) unwraps to err.
 	gate2 := make(chan struct{})
 	pid2, _ := n.Spawn(func(p *gotp.Process) error { <-gate2; panic(io.ErrUnexpectedEOF) })
-	down2 := watch(n, pid2)
+	down2 := gotptest.Watch(t, n, pid2)
 	close(gate2)
-	r = recv(t, down2)
+	r = gotptest.Recv(t, down2)
 	if !errors.Is(r, io.ErrUnexpectedEOF) {
 		t.Errorf("panic(io.ErrUnexpectedEOF) reason %v does not unwrap to it", r)
 	}
@@ -253,7 +258,7 @@ func TestPanicBecomesPanicError(t *testing.T) {
 func panicHere() { panic("deliberate") }
 
 func TestLinkIdempotentAndUnlink(t *testing.T) {
-	n := newNode(t)
+	n := gotptest.NewNode(t)
 	a := waiter(t, n)
 	cmd := make(chan string)
 	b, res := run(t, n, func(p *gotp.Process) error {
@@ -288,9 +293,9 @@ func TestLinkIdempotentAndUnlink(t *testing.T) {
 	if len(links(a)) != 0 || len(links(b)) != 0 {
 		t.Fatalf("one Unlink left links: a %v, b %v", links(a), links(b))
 	}
-	down := exitDone(t, n, a)
+	down := gotptest.Watch(t, n, a)
 	n.Send(a, errBoom)
-	recv(t, down)
+	gotptest.Recv(t, down)
 	if !n.IsAlive(b) {
 		t.Fatal("an unlinked process received the exit signal")
 	}
@@ -302,7 +307,7 @@ func TestLinkIdempotentAndUnlink(t *testing.T) {
 }
 
 func TestUnlinkFromTheOtherSide(t *testing.T) {
-	n := newNode(t)
+	n := gotptest.NewNode(t)
 	a := waiter(t, n)
 	b := waiter(t, n, gotp.LinkTo(a))
 	unlinked := make(chan struct{})
@@ -315,10 +320,10 @@ func TestUnlinkFromTheOtherSide(t *testing.T) {
 		_, err := p.Receive(context.Background())
 		return err
 	})
-	recv(t, unlinked)
-	down := exitDone(t, n, b)
+	gotptest.Recv(t, unlinked)
+	down := gotptest.Watch(t, n, b)
 	n.Send(a, errBoom)
-	if r := recv(t, down); r != errBoom {
+	if r := gotptest.Recv(t, down); r != errBoom {
 		t.Fatalf("b exited with %v", r)
 	}
 	if !n.IsAlive(c) {
@@ -327,11 +332,11 @@ func TestUnlinkFromTheOtherSide(t *testing.T) {
 }
 
 func TestLinkToDeadOrUnknownPID(t *testing.T) {
-	n := newNode(t)
+	n := gotptest.NewNode(t)
 	dead := waiter(t, n)
-	down := watch(n, dead)
+	down := gotptest.Watch(t, n, dead)
 	n.Send(dead, nil)
-	recv(t, down)
+	gotptest.Recv(t, down)
 	_, res := run(t, n, func(p *gotp.Process) []error {
 		return []error{
 			p.Link(dead),
@@ -340,7 +345,7 @@ func TestLinkToDeadOrUnknownPID(t *testing.T) {
 			p.Link(gotp.NewPID("elsewhere", 1, 1)),
 		}
 	})
-	for i, err := range recv(t, res) {
+	for i, err := range gotptest.Recv(t, res) {
 		if !errors.Is(err, gotp.ErrNoProc) {
 			t.Errorf("Link %d = %v, want ErrNoProc", i, err)
 		}
@@ -348,11 +353,11 @@ func TestLinkToDeadOrUnknownPID(t *testing.T) {
 }
 
 func TestLinkToSpawnOption(t *testing.T) {
-	n := newNode(t)
+	n := gotptest.NewNode(t)
 	dead := waiter(t, n)
-	down := watch(n, dead)
+	down := gotptest.Watch(t, n, dead)
 	n.Send(dead, nil)
-	recv(t, down)
+	gotptest.Recv(t, down)
 
 	before := n.ProcessCount()
 	ran := make(chan struct{}, 1)
@@ -380,19 +385,19 @@ func TestLinkToSpawnOption(t *testing.T) {
 	// always takes its non-trapping parent with it.
 	for i := range 200 {
 		parent := waiter(t, n)
-		pdown := watch(n, parent)
+		pdown := gotptest.Watch(t, n, parent)
 		reason := fmt.Errorf("child %d", i)
 		if _, err := n.Spawn(func(*gotp.Process) error { return reason }, gotp.LinkTo(parent)); err != nil {
 			t.Fatal(err)
 		}
-		if r := recv(t, pdown); r != reason {
+		if r := gotptest.Recv(t, pdown); r != reason {
 			t.Fatalf("parent exited with %v, want %v", r, reason)
 		}
 	}
 }
 
 func TestSpawnLink(t *testing.T) {
-	n := newNode(t)
+	n := gotptest.NewNode(t)
 	_, res := run(t, n, func(p *gotp.Process) any {
 		p.TrapExit(true)
 		child, err := p.SpawnLink(func(*gotp.Process) error { return errBoom })
@@ -405,7 +410,7 @@ func TestSpawnLink(t *testing.T) {
 		}
 		return m == gotp.Exit{From: child, Reason: errBoom}
 	})
-	if got := recv(t, res); got != true {
+	if got := gotptest.Recv(t, res); got != true {
 		t.Fatalf("got %v", got)
 	}
 }
@@ -414,7 +419,7 @@ func TestSpawnLink(t *testing.T) {
 // die with it (they do not trap exits) are dead, names freed, by the time a
 // linked process that traps exits (a supervisor) receives its Exit message.
 func TestTrappingLinkHearsLast(t *testing.T) {
-	n := newNode(t)
+	n := gotptest.NewNode(t)
 	for i := range 50 {
 		heard := make(chan bool, 1)
 		ready := make(chan gotp.PID, 1)
@@ -452,8 +457,8 @@ func TestTrappingLinkHearsLast(t *testing.T) {
 				}
 			}
 		}, gotp.TrapExit(true))
-		n.Exit(recv(t, ready), errBoom)
-		if !recv(t, heard) {
+		n.Exit(gotptest.Recv(t, ready), errBoom)
+		if !gotptest.Recv(t, heard) {
 			t.Fatalf("round %d: the trapping process heard of the exit before the linked children were gone", i)
 		}
 	}

@@ -7,15 +7,17 @@ import (
 	"testing"
 
 	"github.com/gotp/gotp"
+	"github.com/gotp/gotp/gotptest"
 )
 
 // A function process whose goroutine calls runtime.Goexit (as t.FailNow
 // does) exits with ErrGoexit, an abnormal reason: its links are signalled,
 // its monitors told, its name freed.
 func TestGoexitEndsFunctionProcess(t *testing.T) {
-	n := newNode(t)
+	n := gotptest.NewNode(t)
 	survivor := waiter(t, n)
-	trapper, msgs := sink(t, n, gotp.TrapExit(true))
+	trapperSink := gotptest.NewSink(t, n, gotp.TrapExit(true))
+	trapper, msgs := trapperSink.PID(), trapperSink.C()
 	release := make(chan struct{})
 	pid, err := n.Spawn(func(p *gotp.Process) error {
 		<-release
@@ -25,12 +27,12 @@ func TestGoexitEndsFunctionProcess(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	exited := exitDone(t, n, pid)
+	exited := gotptest.Watch(t, n, pid)
 	close(release)
-	if r := recv(t, exited); !errors.Is(r, gotp.ErrGoexit) {
+	if r := gotptest.Recv(t, exited); !errors.Is(r, gotp.ErrGoexit) {
 		t.Fatalf("reason %v, want ErrGoexit", r)
 	}
-	sig, ok := recv(t, msgs).(gotp.Exit)
+	sig, ok := gotptest.Recv(t, msgs).(gotp.Exit)
 	if !ok || sig.From != pid || !errors.Is(sig.Reason, gotp.ErrGoexit) {
 		t.Fatalf("linked process got %#v, want an exit signal with ErrGoexit", sig)
 	}
@@ -45,7 +47,7 @@ func TestGoexitEndsFunctionProcess(t *testing.T) {
 // A handler that calls runtime.Goexit ends its process with ErrGoexit, and
 // the node still stops (no goroutine or count is left behind).
 func TestGoexitEndsHandlerProcess(t *testing.T) {
-	n := newNode(t)
+	n := gotptest.NewNode(t)
 	pid, err := n.SpawnHandler(gotp.HandlerFunc(func(p *gotp.Process, msg any) (bool, error) {
 		if msg == "goexit" {
 			runtime.Goexit()
@@ -55,10 +57,10 @@ func TestGoexitEndsHandlerProcess(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	done := watch(n, pid)
+	done := gotptest.Watch(t, n, pid)
 	n.Send(pid, "hello")
 	n.Send(pid, "goexit")
-	if r := recv(t, done); !errors.Is(r, gotp.ErrGoexit) {
+	if r := gotptest.Recv(t, done); !errors.Is(r, gotp.ErrGoexit) {
 		t.Fatalf("reason %v, want ErrGoexit", r)
 	}
 }
@@ -67,7 +69,7 @@ func TestGoexitEndsHandlerProcess(t *testing.T) {
 // the worker goroutine running it; every other process woken by the batch
 // is still handled, and the node still stops.
 func TestGoexitInBatchHandler(t *testing.T) {
-	n := newNode(t)
+	n := gotptest.NewNode(t)
 	const procs = 200
 	var handled sync.WaitGroup
 	handled.Add(procs - 1)
@@ -85,16 +87,16 @@ func TestGoexitInBatchHandler(t *testing.T) {
 		}
 		pids = append(pids, pid)
 	}
-	down := watch(n, pids[40])
+	down := gotptest.Watch(t, n, pids[40])
 	n.Batch(func(b *gotp.Batch) {
 		for _, pid := range pids {
 			b.Send(pid, "wake")
 		}
 	})
-	if r := recv(t, down); !errors.Is(r, gotp.ErrGoexit) {
+	if r := gotptest.Recv(t, down); !errors.Is(r, gotp.ErrGoexit) {
 		t.Fatalf("reason %v, want ErrGoexit", r)
 	}
 	all := make(chan struct{})
 	go func() { handled.Wait(); close(all) }()
-	recv(t, all)
+	gotptest.Recv(t, all)
 }

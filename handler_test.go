@@ -9,10 +9,11 @@ import (
 	"testing"
 
 	"github.com/gotp/gotp"
+	"github.com/gotp/gotp/gotptest"
 )
 
 func TestProcessContextCancelledAtExit(t *testing.T) {
-	n := newNode(t)
+	n := gotptest.NewNode(t)
 	ctxs := make(chan context.Context, 1)
 	pid, err := n.Spawn(func(p *gotp.Process) error {
 		ctxs <- p.Context()
@@ -22,12 +23,12 @@ func TestProcessContextCancelledAtExit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx := recv(t, ctxs)
+	ctx := gotptest.Recv(t, ctxs)
 	if ctx.Err() != nil {
 		t.Fatal("context done while the process lives")
 	}
 	n.Exit(pid, errBoom)
-	recv(t, ctx.Done())
+	gotptest.Recv(t, ctx.Done())
 	if !errors.Is(ctx.Err(), context.Canceled) {
 		t.Fatalf("ctx.Err = %v", ctx.Err())
 	}
@@ -36,9 +37,9 @@ func TestProcessContextCancelledAtExit(t *testing.T) {
 	// Context asked for after the exit is already done.
 	var proc *gotp.Process
 	_, res := run(t, n, func(p *gotp.Process) context.Context { proc = p; return p.Context() })
-	ctx = recv(t, res)
-	recv(t, ctx.Done())
-	recv(t, proc.Done())
+	ctx = gotptest.Recv(t, res)
+	gotptest.Recv(t, ctx.Done())
+	gotptest.Recv(t, proc.Done())
 	if proc.Context().Err() == nil {
 		t.Fatal("Context after exit is not done")
 	}
@@ -53,9 +54,9 @@ func TestProcessContextCancelledAtExit(t *testing.T) {
 		t.Fatal(err)
 	}
 	n.Send(h, "x")
-	ctx = recv(t, hctx)
+	ctx = gotptest.Recv(t, hctx)
 	n.Exit(h, gotp.ErrKill)
-	recv(t, ctx.Done())
+	gotptest.Recv(t, ctx.Done())
 }
 
 // recorder is a Handler that records what it sees.
@@ -82,7 +83,7 @@ func (r *recorder) snapshot() []any {
 }
 
 func TestSpawnHandlerRunsPerMessageInOrder(t *testing.T) {
-	n := newNode(t)
+	n := gotptest.NewNode(t)
 	done := make(chan struct{})
 	const count = 5000
 	r := &recorder{each: func(p *gotp.Process, msg any) (bool, error) {
@@ -98,7 +99,7 @@ func TestSpawnHandlerRunsPerMessageInOrder(t *testing.T) {
 	for i := range count {
 		n.Send(pid, i)
 	}
-	recv(t, done)
+	gotptest.Recv(t, done)
 	for i, m := range r.snapshot() {
 		if m != i {
 			t.Fatalf("message %d handled as %v", i, m)
@@ -111,7 +112,7 @@ func TestSpawnHandlerRunsPerMessageInOrder(t *testing.T) {
 }
 
 func TestSpawnHandlerInitRunsFirst(t *testing.T) {
-	n := newNode(t)
+	n := gotptest.NewNode(t)
 	pids := make(chan gotp.PID)
 	release := make(chan struct{})
 	done := make(chan struct{})
@@ -139,7 +140,7 @@ func TestSpawnHandlerInitRunsFirst(t *testing.T) {
 		t.Fatal(err)
 	}
 	n.Send(pid, "last")
-	recv(t, done)
+	gotptest.Recv(t, done)
 	want := []any{"init done", "from init", "from outside, during init", "last"}
 	if got := r.snapshot(); fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("order %q, want %q", got, want)
@@ -147,8 +148,9 @@ func TestSpawnHandlerInitRunsFirst(t *testing.T) {
 }
 
 func TestSpawnHandlerInitFailure(t *testing.T) {
-	n := newNode(t)
-	trapper, got := sink(t, n, gotp.TrapExit(true))
+	n := gotptest.NewNode(t)
+	trapperSink := gotptest.NewSink(t, n, gotp.TrapExit(true))
+	trapper, got := trapperSink.PID(), trapperSink.C()
 	handled := make(chan any, 1)
 	h := gotp.HandlerFunc(func(p *gotp.Process, msg any) (bool, error) { handled <- msg; return false, nil })
 	for _, tc := range []struct {
@@ -178,7 +180,7 @@ func TestSpawnHandlerInitFailure(t *testing.T) {
 			t.Fatalf("%s: the name is still held", tc.name)
 		}
 		// The linked process learns of it as of any exit.
-		if m := recv(t, got).(gotp.Exit); m.From != self || !tc.is(m.Reason) {
+		if m := gotptest.Recv(t, got).(gotp.Exit); m.From != self || !tc.is(m.Reason) {
 			t.Fatalf("%s: linked process got %#v", tc.name, m)
 		}
 	}
@@ -190,7 +192,7 @@ func TestSpawnHandlerInitFailure(t *testing.T) {
 }
 
 func TestHandlerPanicAndStop(t *testing.T) {
-	n := newNode(t)
+	n := gotptest.NewNode(t)
 	h := gotp.HandlerFunc(func(p *gotp.Process, msg any) (bool, error) {
 		switch m := msg.(type) {
 		case string:
@@ -217,18 +219,18 @@ func TestHandlerPanicAndStop(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		d := watch(n, pid)
+		d := gotptest.Watch(t, n, pid)
 		n.Send(pid, 1) // handled, does not stop
 		n.Send(pid, tc.msg)
 		n.Send(pid, 2) // never handled
-		if r := recv(t, d); !tc.is(r) {
+		if r := gotptest.Recv(t, d); !tc.is(r) {
 			t.Fatalf("after %v: reason %v", tc.msg, r)
 		}
 	}
 }
 
 func TestHandlerTrapsExits(t *testing.T) {
-	n := newNode(t)
+	n := gotptest.NewNode(t)
 	r := &recorder{}
 	done := make(chan struct{})
 	r.each = func(p *gotp.Process, msg any) (bool, error) {
@@ -243,20 +245,20 @@ func TestHandlerTrapsExits(t *testing.T) {
 	}
 	child := waiter(t, n, gotp.LinkTo(h))
 	n.Send(child, errBoom)
-	recv(t, done)
+	gotptest.Recv(t, done)
 	if got := r.snapshot(); len(got) != 1 || got[0] != (gotp.Exit{From: child, Reason: errBoom}) {
 		t.Fatalf("handled %v", got)
 	}
 	// ErrKill still kills it, and a killed idle handler needs no goroutine to die.
-	d := watch(n, h)
+	d := gotptest.Watch(t, n, h)
 	n.Exit(h, gotp.ErrKill)
-	if r := recv(t, d); r != gotp.ErrKilled {
+	if r := gotptest.Recv(t, d); r != gotp.ErrKilled {
 		t.Fatalf("reason %v", r)
 	}
 }
 
 func TestIdleHandlerProcessesHoldNoGoroutine(t *testing.T) {
-	n := newNode(t)
+	n := gotptest.NewNode(t)
 	const count = 1000
 	var wg sync.WaitGroup
 	h := gotp.HandlerFunc(func(*gotp.Process, any) (bool, error) { wg.Done(); return false, nil })
@@ -278,7 +280,7 @@ func TestIdleHandlerProcessesHoldNoGoroutine(t *testing.T) {
 		n.Send(pid, "work")
 	}
 	wg.Wait()
-	eventually(t, "handlers to go idle", func() bool {
+	gotptest.Eventually(t, "handlers to go idle", func() bool {
 		for _, pid := range pids {
 			if in, _ := n.ProcessInfo(pid); in.Status != gotp.StatusWaiting || in.Handled != 1 {
 				return false
@@ -286,7 +288,7 @@ func TestIdleHandlerProcessesHoldNoGoroutine(t *testing.T) {
 		}
 		return true
 	})
-	eventually(t, "handler goroutines to end", func() bool { return runtime.NumGoroutine()-before <= count/10 })
+	gotptest.Eventually(t, "handler goroutines to end", func() bool { return runtime.NumGoroutine()-before <= count/10 })
 	if n.ProcessCount() < count {
 		t.Fatalf("ProcessCount = %d", n.ProcessCount())
 	}

@@ -7,10 +7,11 @@ import (
 	"time"
 
 	"github.com/gotp/gotp"
+	"github.com/gotp/gotp/gotptest"
 )
 
 func TestProcessInfo(t *testing.T) {
-	n := newNode(t)
+	n := gotptest.NewNode(t)
 	other := waiter(t, n)
 	watcher := waiter(t, n)
 	start := time.Now()
@@ -38,20 +39,20 @@ func TestProcessInfo(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	recv(t, ready)
+	gotptest.Recv(t, ready)
 	// A process that monitors and then exits: its monitor goes with it.
 	gone := make(chan struct{})
 	mpid, err := n.Spawn(func(p *gotp.Process) error { p.Monitor(pid); <-gone; return nil })
 	if err != nil {
 		t.Fatal(err)
 	}
-	mdown := watch(n, mpid) // fires after mpid's own monitors are dropped
+	mdown := gotptest.Watch(t, n, mpid) // fires after mpid's own monitors are dropped
 	close(gone)
-	recv(t, mdown)
+	gotptest.Recv(t, mdown)
 	fnRef := n.MonitorFunc(pid, func(gotp.Down) {})
 	defer n.Demonitor(fnRef, pid)
 
-	eventually(t, "the process to wait", func() bool { return status(n, pid) == gotp.StatusWaiting })
+	gotptest.Eventually(t, "the process to wait", func() bool { return status(n, pid) == gotp.StatusWaiting })
 	in, ok := n.ProcessInfo(pid)
 	if !ok {
 		t.Fatal("no info for a live process")
@@ -78,7 +79,7 @@ func TestProcessInfo(t *testing.T) {
 		_, err := p.Receive(context.Background())
 		return err
 	})
-	eventually(t, "the monitor", func() bool {
+	gotptest.Eventually(t, "the monitor", func() bool {
 		in, _ := n.ProcessInfo(pid)
 		return len(in.MonitoredBy) == 2
 	})
@@ -91,7 +92,7 @@ func TestProcessInfo(t *testing.T) {
 
 	n.Send(pid, 1)
 	n.Send(pid, 2)
-	eventually(t, "two messages handled", func() bool {
+	gotptest.Eventually(t, "two messages handled", func() bool {
 		in, _ := n.ProcessInfo(pid)
 		return in.Handled == 2 && in.Status == gotp.StatusRunning
 	})
@@ -102,14 +103,14 @@ func TestProcessInfo(t *testing.T) {
 		t.Errorf("MailboxLen %d, Status %v; want 3, running", in.MailboxLen, in.Status)
 	}
 	close(gate)
-	eventually(t, "the third receive", func() bool { in, _ := n.ProcessInfo(pid); return in.Handled == 3 })
+	gotptest.Eventually(t, "the third receive", func() bool { in, _ := n.ProcessInfo(pid); return in.Handled == 3 })
 	if in, _ := n.ProcessInfo(pid); in.MailboxLen != 2 {
 		t.Errorf("MailboxLen after one receive = %d, want 2", in.MailboxLen)
 	}
 }
 
 func TestProcessInfoHandlerStatus(t *testing.T) {
-	n := newNode(t)
+	n := gotptest.NewNode(t)
 	gate := make(chan struct{})
 	inside := make(chan struct{})
 	h, err := n.SpawnHandler(gotp.HandlerFunc(func(p *gotp.Process, msg any) (bool, error) {
@@ -127,20 +128,20 @@ func TestProcessInfoHandlerStatus(t *testing.T) {
 		t.Fatalf("idle handler info %+v", in)
 	}
 	n.Send(h, "block")
-	recv(t, inside)
+	gotptest.Recv(t, inside)
 	n.Send(h, "queued")
 	if in, _ := n.ProcessInfo(h); in.Status != gotp.StatusRunning || in.MailboxLen != 1 || in.Handled != 1 {
 		t.Fatalf("busy handler info %+v", in)
 	}
 	close(gate)
-	eventually(t, "the handler to go idle", func() bool { in, _ := n.ProcessInfo(h); return in.Status == gotp.StatusWaiting })
+	gotptest.Eventually(t, "the handler to go idle", func() bool { in, _ := n.ProcessInfo(h); return in.Status == gotp.StatusWaiting })
 	if in, _ := n.ProcessInfo(h); in.Handled != 2 || in.MailboxLen != 0 {
 		t.Fatalf("idle again: %+v", in)
 	}
 }
 
 func TestProcessesAndCount(t *testing.T) {
-	n := newNode(t)
+	n := gotptest.NewNode(t)
 	if n.ProcessCount() != 0 || len(n.Processes()) != 0 {
 		t.Fatal("a new node has processes")
 	}
@@ -165,9 +166,9 @@ func TestProcessesAndCount(t *testing.T) {
 	var live []gotp.PID
 	for i, pid := range pids {
 		if i%3 == 0 {
-			d := watch(n, pid)
+			d := gotptest.Watch(t, n, pid)
 			n.Send(pid, nil)
-			recv(t, d)
+			gotptest.Recv(t, d)
 			if _, ok := n.ProcessInfo(pid); ok || n.IsAlive(pid) {
 				t.Fatalf("exited %v still listed", pid)
 			}
@@ -184,7 +185,7 @@ func TestProcessesAndCount(t *testing.T) {
 }
 
 func TestProcessDictionaryAndDone(t *testing.T) {
-	n := newNode(t)
+	n := gotptest.NewNode(t)
 	procs := make(chan *gotp.Process, 1)
 	pid, err := n.Spawn(func(p *gotp.Process) error {
 		p.SetValue("state", "ready")
@@ -195,7 +196,7 @@ func TestProcessDictionaryAndDone(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := recv(t, procs)
+	p := gotptest.Recv(t, procs)
 	if v := p.Value("state"); v != "ready" {
 		t.Fatalf("Value = %v", v)
 	}
@@ -212,8 +213,8 @@ func TestProcessDictionaryAndDone(t *testing.T) {
 	default:
 	}
 	n.Exit(pid, errBoom)
-	recv(t, done)
-	recv(t, p.Done()) // asked for after the exit: already closed
+	gotptest.Recv(t, done)
+	gotptest.Recv(t, p.Done()) // asked for after the exit: already closed
 	if _, ok := n.ProcessValue(pid, "state"); ok {
 		t.Fatal("ProcessValue of an exited process")
 	}
@@ -230,9 +231,9 @@ func TestProcessDictionaryAndDone(t *testing.T) {
 		t.Fatalf("ProcessValue = %v, %v", v, ok)
 	}
 	n.Send(h, "x")
-	hp := recv(t, procs)
+	hp := gotptest.Recv(t, procs)
 	n.Exit(h, gotp.ErrKill)
-	recv(t, hp.Done())
+	gotptest.Recv(t, hp.Done())
 }
 
 func TestNodeOptions(t *testing.T) {

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/gotp/gotp"
+	"github.com/gotp/gotp/gotptest"
 )
 
 // TestRunInlineRunsHandlerBeforeReturning: on an idle AllowInline process
@@ -14,7 +15,7 @@ import (
 // detector checks that the handler's write happens before the read), and
 // the process goes on as usual afterwards.
 func TestRunInlineRunsHandlerBeforeReturning(t *testing.T) {
-	n := newNode(t)
+	n := gotptest.NewNode(t)
 	var seen []any // written by the handler, read by the test: no lock
 	later := make(chan any, 1)
 	pid, err := n.SpawnHandler(gotp.HandlerFunc(func(p *gotp.Process, msg any) (bool, error) {
@@ -40,7 +41,7 @@ func TestRunInlineRunsHandlerBeforeReturning(t *testing.T) {
 		t.Fatalf("info after inline runs: handled %d, status %s", in.Handled, in.Status)
 	}
 	n.Send(pid, "later")
-	recv(t, later)
+	gotptest.Recv(t, later)
 }
 
 // TestRunInlineDeclines: RunInline returns false, and delivers nothing,
@@ -48,7 +49,7 @@ func TestRunInlineRunsHandlerBeforeReturning(t *testing.T) {
 // is handling a message or has one waiting, a dead process and an unknown
 // PID.
 func TestRunInlineDeclines(t *testing.T) {
-	n := newNode(t)
+	n := gotptest.NewNode(t)
 	got := make(chan any, 10)
 	forward := gotp.HandlerFunc(func(p *gotp.Process, msg any) (bool, error) {
 		got <- msg
@@ -78,20 +79,20 @@ func TestRunInlineDeclines(t *testing.T) {
 		return false, nil
 	}), nil, gotp.AllowInline())
 	n.Send(busy, "block")
-	recv(t, entered)
+	gotptest.Recv(t, entered)
 	if n.RunInline(busy, "inline") {
 		t.Fatal("RunInline ran a process that is handling a message")
 	}
 	n.Send(busy, "queued")
 	close(release)
-	if a, b := recv(t, got), recv(t, got); a != "block" || b != "queued" {
+	if a, b := gotptest.Recv(t, got), gotptest.Recv(t, got); a != "block" || b != "queued" {
 		t.Fatalf("busy process handled %v, %v; want block, queued (and not the declined message)", a, b)
 	}
 
 	dead, _ := n.SpawnHandler(forward, nil, gotp.AllowInline())
-	down := watch(n, dead)
+	down := gotptest.Watch(t, n, dead)
 	n.Exit(dead, errBoom)
-	recv(t, down)
+	gotptest.Recv(t, down)
 	if n.RunInline(dead, "x") {
 		t.Fatal("RunInline ran a dead process")
 	}
@@ -110,7 +111,7 @@ func TestRunInlineDeclines(t *testing.T) {
 // process's own goroutine.
 func TestRunInlineMessagesArrivingMeanwhile(t *testing.T) {
 	for _, resident := range []bool{false, true} {
-		n := newNode(t)
+		n := gotptest.NewNode(t)
 		got := make(chan any, 10)
 		opts := []gotp.SpawnOption{gotp.AllowInline()}
 		if resident {
@@ -131,7 +132,7 @@ func TestRunInlineMessagesArrivingMeanwhile(t *testing.T) {
 			t.Fatal("RunInline on an idle process = false")
 		}
 		for _, want := range []string{"first", "second", "third"} {
-			if m := recv(t, got); m != want {
+			if m := gotptest.Recv(t, got); m != want {
 				t.Fatalf("resident=%v: handled %v, want %v", resident, m, want)
 			}
 		}
@@ -141,7 +142,7 @@ func TestRunInlineMessagesArrivingMeanwhile(t *testing.T) {
 // TestRunInlineStopAndPanic: a handler that stops or panics inline ends
 // the process (monitors see the reason), never the caller.
 func TestRunInlineStopAndPanic(t *testing.T) {
-	n := newNode(t)
+	n := gotptest.NewNode(t)
 	h := gotp.HandlerFunc(func(p *gotp.Process, msg any) (bool, error) {
 		switch msg {
 		case "stop":
@@ -152,11 +153,11 @@ func TestRunInlineStopAndPanic(t *testing.T) {
 		return false, nil
 	})
 	stopper, _ := n.SpawnHandler(h, nil, gotp.AllowInline())
-	down := watch(n, stopper)
+	down := gotptest.Watch(t, n, stopper)
 	if !n.RunInline(stopper, "stop") {
 		t.Fatal("RunInline = false")
 	}
-	if r := recv(t, down); !errors.Is(r, errBoom) {
+	if r := gotptest.Recv(t, down); !errors.Is(r, errBoom) {
 		t.Fatalf("stopped with %v", r)
 	}
 	if n.IsAlive(stopper) {
@@ -164,12 +165,12 @@ func TestRunInlineStopAndPanic(t *testing.T) {
 	}
 
 	panicker, _ := n.SpawnHandler(h, nil, gotp.AllowInline(), gotp.Resident())
-	down = watch(n, panicker)
+	down = gotptest.Watch(t, n, panicker)
 	if !n.RunInline(panicker, "panic") {
 		t.Fatal("RunInline = false")
 	}
 	var pe *gotp.PanicError
-	if r := recv(t, down); !errors.As(r, &pe) || pe.Value != "inline panic" {
+	if r := gotptest.Recv(t, down); !errors.As(r, &pe) || pe.Value != "inline panic" {
 		t.Fatalf("panicked inline, exited with %v", r)
 	}
 }
@@ -179,7 +180,7 @@ func TestRunInlineStopAndPanic(t *testing.T) {
 // goroutine ends with it however it ends (goleak checks at the end of the
 // package).
 func TestResidentProcess(t *testing.T) {
-	n := newNode(t)
+	n := gotptest.NewNode(t)
 	got := make(chan any, 100)
 	h := gotp.HandlerFunc(func(p *gotp.Process, msg any) (bool, error) {
 		if msg == "stop" {
@@ -204,22 +205,22 @@ func TestResidentProcess(t *testing.T) {
 			n.Send(pid, round*10+i)
 		}
 		for i := range 10 {
-			if m := recv(t, got); m != round*10+i {
+			if m := gotptest.Recv(t, got); m != round*10+i {
 				t.Fatalf("handled %v, want %d", m, round*10+i)
 			}
 		}
 	}
-	down := watch(n, pid)
+	down := gotptest.Watch(t, n, pid)
 	n.Send(pid, "stop")
-	if r := recv(t, down); r != nil {
+	if r := gotptest.Recv(t, down); r != nil {
 		t.Fatalf("stopped with %v", r)
 	}
 
 	// Killed while idle, and failing in init.
 	idle, _ := n.SpawnHandler(h, nil, gotp.Resident())
-	down = watch(n, idle)
+	down = gotptest.Watch(t, n, idle)
 	n.Exit(idle, gotp.ErrKill)
-	recv(t, down)
+	gotptest.Recv(t, down)
 	if _, err := n.SpawnHandler(h, func(*gotp.Process) error { return errBoom }, gotp.Resident()); !errors.Is(err, errBoom) {
 		t.Fatalf("init error: %v", err)
 	}
@@ -250,7 +251,7 @@ func TestStopWaitsForInlineHandler(t *testing.T) {
 				n.Send(pid, "run")
 			}
 		}()
-		recv(t, entered)
+		gotptest.Recv(t, entered)
 		ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 		err = n.Stop(ctx)
 		cancel()
@@ -258,8 +259,8 @@ func TestStopWaitsForInlineHandler(t *testing.T) {
 		if !errors.Is(err, context.DeadlineExceeded) {
 			t.Errorf("inline=%v: Stop while the handler runs = %v, want %v", inline, err, context.DeadlineExceeded)
 		}
-		recv(t, returned)
-		ctx, cancel = context.WithTimeout(context.Background(), waitLong)
+		gotptest.Recv(t, returned)
+		ctx, cancel = context.WithTimeout(context.Background(), gotptest.Timeout)
 		if err := n.Stop(ctx); err != nil {
 			t.Errorf("second Stop: %v", err)
 		}
@@ -272,7 +273,7 @@ func TestStopWaitsForInlineHandler(t *testing.T) {
 // returns true, later messages are dropped, and the resident goroutine
 // ends (goleak checks at the end of the package).
 func TestRunInlineResidentKilled(t *testing.T) {
-	n := newNode(t)
+	n := gotptest.NewNode(t)
 	entered := make(chan struct{})
 	release := make(chan struct{})
 	got := make(chan any, 10)
@@ -289,22 +290,22 @@ func TestRunInlineResidentKilled(t *testing.T) {
 	}
 	ran := make(chan bool, 1)
 	go func() { ran <- n.RunInline(pid, "inline") }()
-	recv(t, entered)
+	gotptest.Recv(t, entered)
 	n.Send(pid, "queued") // waits for the inline run, then dropped by the kill
-	down := watch(n, pid)
+	down := gotptest.Watch(t, n, pid)
 	n.Exit(pid, gotp.ErrKill)
-	if r := recv(t, down); !errors.Is(r, gotp.ErrKilled) {
+	if r := gotptest.Recv(t, down); !errors.Is(r, gotp.ErrKilled) {
 		t.Fatalf("killed with %v", r)
 	}
 	n.Send(pid, "after")
 	close(release)
-	if !recv(t, ran) {
+	if !gotptest.Recv(t, ran) {
 		t.Fatal("RunInline = false")
 	}
-	if m := recv(t, got); m != "inline" {
+	if m := gotptest.Recv(t, got); m != "inline" {
 		t.Fatalf("handled %v", m)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), waitLong)
+	ctx, cancel := context.WithTimeout(context.Background(), gotptest.Timeout)
 	defer cancel()
 	if err := n.Stop(ctx); err != nil {
 		t.Fatal(err)

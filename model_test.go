@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/gotp/gotp"
+	"github.com/gotp/gotp/gotptest"
 	"pgregory.net/rapid"
 )
 
@@ -114,7 +115,7 @@ func TestLinksAgainstModel(t *testing.T) {
 				rt.Fatal(err)
 			}
 			m.pids[i], m.alive[i], m.trap[i] = pid, true, trap
-			downs[i] = exitDone(t, n, pid)
+			downs[i] = gotptest.Watch(t, n, pid)
 		}
 		reasons := []error{nil, errBoom, gotp.ErrShutdown, gotp.ErrKill}
 		live := func(rt *rapid.T, label string) int {
@@ -132,7 +133,7 @@ func TestLinksAgainstModel(t *testing.T) {
 		do := func(i int, f func(p *gotp.Process) (bool, error)) {
 			done := make(chan struct{})
 			n.Send(m.pids[i], modelCmd{f: f, done: done})
-			recv(t, done)
+			gotptest.Recv(t, done)
 		}
 
 		rt.Repeat(map[string]func(*rapid.T){
@@ -181,7 +182,7 @@ func TestLinksAgainstModel(t *testing.T) {
 				r := rapid.SampledFrom(reasons[:3]).Draw(rt, "reason")
 				do(i, func(p *gotp.Process) (bool, error) { return true, r })
 				// Once its Down arrives, its exit and every exit it caused are done.
-				if got := recv(t, downs[i]); got != r {
+				if got := gotptest.Recv(t, downs[i]); got != r {
 					rt.Fatalf("process %d returned %v but died of %v", i, r, got)
 				}
 				m.checked[i] = true
@@ -195,7 +196,7 @@ func TestLinksAgainstModel(t *testing.T) {
 					if !m.alive[i] {
 						if !m.checked[i] {
 							m.checked[i] = true
-							if r := recv(t, downs[i]); r != m.reason[i] {
+							if r := gotptest.Recv(t, downs[i]); r != m.reason[i] {
 								rt.Fatalf("process %d died of %v, model says %v", i, r, m.reason[i])
 							}
 						}
@@ -203,7 +204,7 @@ func TestLinksAgainstModel(t *testing.T) {
 					}
 					reply := make(chan []gotp.Exit, 1)
 					n.Send(m.pids[i], modelSync{reply})
-					got, want := recv(t, reply), m.exits[i]
+					got, want := gotptest.Recv(t, reply), m.exits[i]
 					m.exits[i] = nil
 					if exitSet(got) != exitSet(want) {
 						rt.Fatalf("process %d received %v, model says %v", i, got, want)

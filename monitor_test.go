@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/gotp/gotp"
+	"github.com/gotp/gotp/gotptest"
 )
 
 // monitorer spawns a process that monitors target and forwards what it
@@ -27,7 +28,7 @@ func monitorer(t *testing.T, n *gotp.Node, target gotp.PID) (gotp.PID, gotp.Ref,
 	if err != nil {
 		t.Fatal(err)
 	}
-	return pid, recv(t, refc), ch
+	return pid, gotptest.Recv(t, refc), ch
 }
 
 type marker struct{}
@@ -48,7 +49,7 @@ func TestMonitorDownReasons(t *testing.T) {
 		{"shutdown", func(n *gotp.Node, pid gotp.PID) { n.Exit(pid, gotp.ErrShutdown) }, func(r error) bool { return r == gotp.ErrShutdown }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			n := newNode(t)
+			n := gotptest.NewNode(t)
 			target, err := n.Spawn(func(p *gotp.Process) error {
 				m, err := p.Receive(context.Background())
 				if err != nil {
@@ -67,20 +68,20 @@ func TestMonitorDownReasons(t *testing.T) {
 			}
 			w, ref, got := monitorer(t, n, target)
 			w2, ref2, got2 := monitorer(t, n, target) // a second monitor, its own Down
-			down := watch(n, target)
+			down := gotptest.Watch(t, n, target)
 			tc.end(n, target)
-			recv(t, down)
+			gotptest.Recv(t, down)
 			for _, c := range []struct {
 				w   gotp.PID
 				ref gotp.Ref
 				got <-chan any
 			}{{w, ref, got}, {w2, ref2, got2}} {
-				d, ok := recv(t, c.got).(gotp.Down)
+				d, ok := gotptest.Recv(t, c.got).(gotp.Down)
 				if !ok || d.Ref != c.ref || d.PID != target || !tc.is(d.Reason) {
 					t.Fatalf("got %#v, want Down{Ref: %v, PID: %v} with the %s reason", d, c.ref, target, tc.name)
 				}
 				n.Send(c.w, marker{})
-				if m := recv(t, c.got); m != (marker{}) {
+				if m := gotptest.Recv(t, c.got); m != (marker{}) {
 					t.Fatalf("after the Down came %#v, not the marker", m)
 				}
 			}
@@ -92,11 +93,11 @@ func TestMonitorDownReasons(t *testing.T) {
 }
 
 func TestMonitorDeadPIDDownAtOnce(t *testing.T) {
-	n := newNode(t)
+	n := gotptest.NewNode(t)
 	dead := waiter(t, n)
-	d0 := watch(n, dead)
+	d0 := gotptest.Watch(t, n, dead)
 	n.Send(dead, nil)
-	recv(t, d0)
+	gotptest.Recv(t, d0)
 	for _, target := range []gotp.PID{
 		dead,
 		{},
@@ -117,7 +118,7 @@ func TestMonitorDeadPIDDownAtOnce(t *testing.T) {
 			}
 			return nil
 		})
-		if r := recv(t, res); r != nil {
+		if r := gotptest.Recv(t, res); r != nil {
 			t.Errorf("Monitor(%v): got %#v", target, r)
 		}
 		// MonitorFunc calls fn before it returns.
@@ -130,7 +131,7 @@ func TestMonitorDeadPIDDownAtOnce(t *testing.T) {
 }
 
 func TestDemonitor(t *testing.T) {
-	n := newNode(t)
+	n := gotptest.NewNode(t)
 	target := waiter(t, n)
 	cmd := make(chan func(p *gotp.Process) any)
 	out := make(chan any)
@@ -144,7 +145,7 @@ func TestDemonitor(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer close(cmd)
-	do := func(f func(p *gotp.Process) any) any { cmd <- f; return recv(t, out) }
+	do := func(f func(p *gotp.Process) any) any { cmd <- f; return gotptest.Recv(t, out) }
 
 	ref := do(func(p *gotp.Process) any { return p.Monitor(target) }).(gotp.Ref)
 	if in, _ := n.ProcessInfo(target); len(in.MonitoredBy) != 1 || in.MonitoredBy[0] != w {
@@ -175,7 +176,7 @@ func TestDemonitor(t *testing.T) {
 }
 
 func TestDemonitorFlush(t *testing.T) {
-	n := newNode(t)
+	n := gotptest.NewNode(t)
 	cmd := make(chan func(p *gotp.Process) any)
 	out := make(chan any)
 	_, err := n.Spawn(func(p *gotp.Process) error {
@@ -188,7 +189,7 @@ func TestDemonitorFlush(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer close(cmd)
-	do := func(f func(p *gotp.Process) any) any { cmd <- f; return recv(t, out) }
+	do := func(f func(p *gotp.Process) any) any { cmd <- f; return gotptest.Recv(t, out) }
 
 	for _, buffered := range []bool{false, true} {
 		a, b := waiter(t, n), waiter(t, n)
@@ -232,7 +233,7 @@ func TestDemonitorFlush(t *testing.T) {
 }
 
 func TestMonitorFuncAndNodeDemonitor(t *testing.T) {
-	n := newNode(t)
+	n := gotptest.NewNode(t)
 	target := waiter(t, n)
 	called := 0
 	ref := n.MonitorFunc(target, func(gotp.Down) { called++ })
@@ -261,7 +262,7 @@ func TestMonitorFuncAndNodeDemonitor(t *testing.T) {
 
 // A watcher that dies drops its monitors: the target no longer lists it.
 func TestWatcherExitDropsItsMonitors(t *testing.T) {
-	n := newNode(t)
+	n := gotptest.NewNode(t)
 	target := waiter(t, n)
 	w, _, _ := monitorer(t, n, target)
 	if in, _ := n.ProcessInfo(target); len(in.MonitoredBy) != 1 {
@@ -279,7 +280,7 @@ func TestWatcherExitDropsItsMonitors(t *testing.T) {
 // that (depending on map order) the watcher's Down is still to come when
 // the watcher demonitors.
 func TestDemonitorFlushWhileTargetExits(t *testing.T) {
-	n := newNode(t)
+	n := gotptest.NewNode(t)
 	cmd := make(chan func(p *gotp.Process) any)
 	out := make(chan any)
 	_, err := n.Spawn(func(p *gotp.Process) error {
@@ -292,7 +293,7 @@ func TestDemonitorFlushWhileTargetExits(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer close(cmd)
-	do := func(f func(p *gotp.Process) any) any { cmd <- f; return recv(t, out) }
+	do := func(f func(p *gotp.Process) any) any { cmd <- f; return gotptest.Recv(t, out) }
 
 	for i := range 40 {
 		target := waiter(t, n)
@@ -301,11 +302,11 @@ func TestDemonitorFlushWhileTargetExits(t *testing.T) {
 		n.MonitorFunc(target, func(gotp.Down) { close(firing); <-release })
 		exited := make(chan struct{})
 		go func() { n.Exit(target, errBoom); close(exited) }()
-		recv(t, firing)
+		gotptest.Recv(t, firing)
 		flush := i%2 == 0
 		active := do(func(p *gotp.Process) any { return p.Demonitor(ref, flush) }).(bool)
 		close(release)
-		recv(t, exited)
+		gotptest.Recv(t, exited)
 		want := 0 // flushed, or demonitored before the Down was delivered
 		if !flush && !active {
 			want = 1 // reported as fired: its Down is in the mailbox
@@ -326,7 +327,7 @@ func TestDemonitorFlushWhileTargetExits(t *testing.T) {
 // before any Down message is delivered, so what they do is visible to
 // every process that learns of the exit.
 func TestMonitorFuncRunsBeforeLinksAndDowns(t *testing.T) {
-	n := newNode(t)
+	n := gotptest.NewNode(t)
 	target := waiter(t, n)
 	linked := waiter(t, n, gotp.LinkTo(target))
 	w, _, got := monitorer(t, n, target)
@@ -335,16 +336,16 @@ func TestMonitorFuncRunsBeforeLinksAndDowns(t *testing.T) {
 		in, _ := n.ProcessInfo(w)
 		seen <- []any{n.IsAlive(linked), in.MailboxLen, len(got)}
 	})
-	done := exitDone(t, n, target)
+	done := gotptest.Watch(t, n, target)
 	n.Send(target, errBoom)
-	if s := recv(t, seen); s[0] != true || s[1] != 0 || s[2] != 0 {
+	if s := gotptest.Recv(t, seen); s[0] != true || s[1] != 0 || s[2] != 0 {
 		t.Fatalf("when fn ran: linked alive %v, watcher mailbox %v, Downs forwarded %v", s[0], s[1], s[2])
 	}
-	recv(t, done)
+	gotptest.Recv(t, done)
 	if n.IsAlive(linked) {
 		t.Fatal("the linked process survived")
 	}
-	if d := recv(t, got).(gotp.Down); d.Reason != errBoom {
+	if d := gotptest.Recv(t, got).(gotp.Down); d.Reason != errBoom {
 		t.Fatalf("Down %v", d)
 	}
 }

@@ -7,10 +7,11 @@ import (
 	"testing"
 
 	"github.com/gotp/gotp"
+	"github.com/gotp/gotp/gotptest"
 )
 
 func TestRegisterWhereisAndTakenName(t *testing.T) {
-	n := newNode(t)
+	n := gotptest.NewNode(t)
 	a, b := waiter(t, n), waiter(t, n)
 	if err := n.Register("db", a); err != nil {
 		t.Fatal(err)
@@ -48,7 +49,7 @@ func TestRegisterWhereisAndTakenName(t *testing.T) {
 }
 
 func TestNameFreedAtExit(t *testing.T) {
-	n := newNode(t)
+	n := gotptest.NewNode(t)
 	for _, end := range []func(pid gotp.PID){
 		func(pid gotp.PID) { n.Send(pid, nil) },
 		func(pid gotp.PID) { n.Send(pid, errBoom) },
@@ -58,9 +59,9 @@ func TestNameFreedAtExit(t *testing.T) {
 		if got, _ := n.Whereis("worker"); got != pid {
 			t.Fatalf("Whereis = %v, want %v", got, pid)
 		}
-		d := watch(n, pid)
+		d := gotptest.Watch(t, n, pid)
 		end(pid)
-		recv(t, d)
+		gotptest.Recv(t, d)
 		if got, ok := n.Whereis("worker"); ok {
 			t.Fatalf("name still held by %v after exit", got)
 		}
@@ -73,7 +74,7 @@ func TestNameFreedAtExit(t *testing.T) {
 }
 
 func TestNamedSpawnOption(t *testing.T) {
-	n := newNode(t)
+	n := gotptest.NewNode(t)
 	a := waiter(t, n, gotp.Named("svc"))
 	before := n.ProcessCount()
 	_, err := n.Spawn(func(*gotp.Process) error { return nil }, gotp.Named("svc"))
@@ -99,14 +100,14 @@ func TestNamedSpawnOption(t *testing.T) {
 	_, res := run(t, n, func(p *gotp.Process) []error {
 		return []error{p.Register("self-named"), p.Register("again")}
 	})
-	errs := recv(t, res)
+	errs := gotptest.Recv(t, res)
 	if errs[0] != nil || !errors.Is(errs[1], gotp.ErrAlreadyNamed) {
 		t.Fatalf("Process.Register = %v", errs)
 	}
 }
 
 func TestUnregister(t *testing.T) {
-	n := newNode(t)
+	n := gotptest.NewNode(t)
 	a := waiter(t, n, gotp.Named("x"))
 	if !n.Unregister("x") {
 		t.Fatal("Unregister of a held name = false")
@@ -129,9 +130,9 @@ func TestUnregister(t *testing.T) {
 		t.Fatal(err)
 	}
 	// a's exit must not free b's name x.
-	d := watch(n, a)
+	d := gotptest.Watch(t, n, a)
 	n.Send(a, nil)
-	recv(t, d)
+	gotptest.Recv(t, d)
 	if got, _ := n.Whereis("x"); got != b {
 		t.Fatalf("Whereis(x) = %v, want %v", got, b)
 	}
@@ -141,11 +142,11 @@ func TestUnregister(t *testing.T) {
 }
 
 func TestRegisterDeadOrUnknown(t *testing.T) {
-	n := newNode(t)
+	n := gotptest.NewNode(t)
 	a := waiter(t, n)
-	d := watch(n, a)
+	d := gotptest.Watch(t, n, a)
 	n.Send(a, nil)
-	recv(t, d)
+	gotptest.Recv(t, d)
 	for _, pid := range []gotp.PID{a, {}, gotp.NewPID("elsewhere", 1, 1)} {
 		if err := n.Register("z", pid); !errors.Is(err, gotp.ErrNoProc) {
 			t.Errorf("Register(%v) = %v, want ErrNoProc", pid, err)
@@ -160,7 +161,7 @@ func TestRegisterDeadOrUnknown(t *testing.T) {
 // hanging on the PID it briefly had: a monitor made on that PID while the
 // spawn was failing still fires.
 func TestFailedSpawnFiresMonitorsOfItsPID(t *testing.T) {
-	n := newNode(t)
+	n := gotptest.NewNode(t)
 	waiter(t, n, gotp.Named("taken"))
 	h := gotp.HandlerFunc(func(*gotp.Process, any) (bool, error) { return false, nil })
 	var lost int
@@ -199,7 +200,7 @@ func TestFailedSpawnFiresMonitorsOfItsPID(t *testing.T) {
 			t.Fatal("spawn under a taken name succeeded")
 		}
 		close(stop)
-		lost += recv(t, calls)
+		lost += gotptest.Recv(t, calls)
 		n.Exit(probe, gotp.ErrKill)
 	}
 	if lost > 0 {
@@ -211,7 +212,7 @@ func TestFailedSpawnFiresMonitorsOfItsPID(t *testing.T) {
 // (a monitor set while it is exiting fires at once) finds its name free,
 // so that a successor can take it at once, as a supervisor's restart does.
 func TestNameFreeWhenDeathIsSeen(t *testing.T) {
-	n := newNode(t)
+	n := gotptest.NewNode(t)
 	for i := range 500 {
 		pid, err := n.SpawnHandler(gotp.HandlerFunc(func(*gotp.Process, any) (bool, error) { return false, nil }), nil, gotp.Named("x"))
 		if err != nil {
@@ -234,7 +235,7 @@ func TestNameFreeWhenDeathIsSeen(t *testing.T) {
 			}
 		}()
 		n.Exit(pid, gotp.ErrKill)
-		if !recv(t, seen) {
+		if !gotptest.Recv(t, seen) {
 			t.Fatalf("round %d: the name was still held when the death was seen", i)
 		}
 	}

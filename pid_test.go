@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/gotp/gotp"
+	"github.com/gotp/gotp/gotptest"
 )
 
 func TestPIDStringParseRoundTrip(t *testing.T) {
@@ -129,7 +130,7 @@ func TestPIDText(t *testing.T) {
 }
 
 func TestRefComparableAndUnique(t *testing.T) {
-	n := newNode(t)
+	n := gotptest.NewNode(t)
 	seen := make(map[gotp.Ref]bool)
 	for range 1000 {
 		r := n.MakeRef()

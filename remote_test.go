@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/gotp/gotp"
+	"github.com/gotp/gotp/gotptest"
 )
 
 // memNet joins nodes in one program through the Transport and Gateway
@@ -120,7 +121,8 @@ func twoNodes(t *testing.T) (a, b *gotp.Node, net *memNet) {
 
 func TestRemoteSend(t *testing.T) {
 	a, b, _ := twoNodes(t)
-	to, got := sink(t, b)
+	toSink := gotptest.NewSink(t, b)
+	to, got := toSink.PID(), toSink.C()
 	a.Send(to, "from a's node")
 	_, res := run(t, a, func(p *gotp.Process) bool {
 		for i := range 100 {
@@ -128,12 +130,12 @@ func TestRemoteSend(t *testing.T) {
 		}
 		return true
 	})
-	recv(t, res)
-	if m := recv(t, got); m != "from a's node" {
+	gotptest.Recv(t, res)
+	if m := gotptest.Recv(t, got); m != "from a's node" {
 		t.Fatal(m)
 	}
 	for i := range 100 {
-		if m := recv(t, got); m != i {
+		if m := gotptest.Recv(t, got); m != i {
 			t.Fatalf("message %d = %v", i, m)
 		}
 	}
@@ -152,10 +154,10 @@ func TestRemoteMonitor(t *testing.T) {
 		t.Fatalf("target's MonitoredBy = %v, want the remote watcher and a zero PID", in.MonitoredBy)
 	}
 	b.Send(target, errBoom)
-	if d := recv(t, got); d != (gotp.Down{Ref: ref, PID: target, Reason: errBoom}) {
+	if d := gotptest.Recv(t, got); d != (gotp.Down{Ref: ref, PID: target, Reason: errBoom}) {
 		t.Fatalf("got %#v", d)
 	}
-	if d := recv(t, fnDowns); d.PID != target || d.Reason != errBoom {
+	if d := gotptest.Recv(t, fnDowns); d.PID != target || d.Reason != errBoom {
 		t.Fatalf("MonitorFunc got %#v", d)
 	}
 	if in, _ := a.ProcessInfo(w); len(in.Monitors) != 0 {
@@ -163,7 +165,7 @@ func TestRemoteMonitor(t *testing.T) {
 	}
 	// Monitoring a remote process that is gone: Down with ErrNoProc.
 	_, ref2, got2 := monitorer(t, a, target)
-	if d := recv(t, got2); d != (gotp.Down{Ref: ref2, PID: target, Reason: gotp.ErrNoProc}) {
+	if d := gotptest.Recv(t, got2); d != (gotp.Down{Ref: ref2, PID: target, Reason: gotp.ErrNoProc}) {
 		t.Fatalf("got %#v", d)
 	}
 }
@@ -183,7 +185,7 @@ func TestRemoteDemonitor(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer close(cmd)
-	do := func(f func(p *gotp.Process) any) any { cmd <- f; return recv(t, out) }
+	do := func(f func(p *gotp.Process) any) any { cmd <- f; return gotptest.Recv(t, out) }
 	ref := do(func(p *gotp.Process) any { return p.Monitor(target) }).(gotp.Ref)
 	if got := do(func(p *gotp.Process) any { return p.Demonitor(ref, false) }); got != true {
 		t.Fatalf("Demonitor = %v", got)
@@ -210,17 +212,18 @@ func TestRemoteLinks(t *testing.T) {
 	if in, _ := a.ProcessInfo(ra); len(in.Links) != 1 || in.Links[0] != rb {
 		t.Fatalf("a's side of the link: %v", in.Links)
 	}
-	d := exitDone(t, b, rb)
+	d := gotptest.Watch(t, b, rb)
 	a.Send(ra, errBoom)
-	if r := recv(t, d); r != errBoom {
+	if r := gotptest.Recv(t, d); r != errBoom {
 		t.Fatalf("remote linked process died of %v", r)
 	}
 
 	// A trapping process gets an Exit message from the remote process.
-	trapper, got := sink(t, a, gotp.TrapExit(true))
+	trapperSink := gotptest.NewSink(t, a, gotp.TrapExit(true))
+	trapper, got := trapperSink.PID(), trapperSink.C()
 	child := waiter(t, b, gotp.LinkTo(trapper))
 	b.Send(child, errBoom)
-	if m := recv(t, got); m != (gotp.Exit{From: child, Reason: errBoom}) {
+	if m := gotptest.Recv(t, got); m != (gotp.Exit{From: child, Reason: errBoom}) {
 		t.Fatalf("got %#v", m)
 	}
 
@@ -236,7 +239,7 @@ func TestRemoteLinks(t *testing.T) {
 		_, err := p.Receive(context.Background())
 		return err
 	})
-	recv(t, unlinked)
+	gotptest.Recv(t, unlinked)
 	if in, _ := b.ProcessInfo(x); len(in.Links) != 0 {
 		t.Fatalf("remote Unlink left %v", in.Links)
 	}
@@ -256,9 +259,9 @@ func TestRemoteLinks(t *testing.T) {
 		_, err := p.Receive(context.Background())
 		return err
 	})
-	ld := exitDone(t, a, linker)
+	ld := gotptest.Watch(t, a, linker)
 	close(gate)
-	if r := recv(t, ld); r != gotp.ErrNoProc {
+	if r := gotptest.Recv(t, ld); r != gotp.ErrNoProc {
 		t.Fatalf("linker died of %v, want ErrNoProc", r)
 	}
 }
@@ -270,7 +273,8 @@ func TestNodeDown(t *testing.T) {
 	fnDowns := make(chan gotp.Down, 1)
 	a.MonitorFunc(target, func(d gotp.Down) { fnDowns <- d })
 	linked := waiter(t, a, gotp.LinkTo(target))
-	trapper, trapGot := sink(t, a, gotp.TrapExit(true), gotp.LinkTo(target))
+	trapperSink := gotptest.NewSink(t, a, gotp.TrapExit(true), gotp.LinkTo(target))
+	trapper, trapGot := trapperSink.PID(), trapperSink.C()
 	// b's processes also watch a's: those monitors go when b is lost.
 	local := waiter(t, a)
 	monitorer(t, b, local)
@@ -278,19 +282,19 @@ func TestNodeDown(t *testing.T) {
 		t.Fatalf("MonitoredBy %v", in.MonitoredBy)
 	}
 
-	d := exitDone(t, a, linked)
+	d := gotptest.Watch(t, a, linked)
 	net.cut("b")
 
-	if m := recv(t, got); m != (gotp.Down{Ref: ref, PID: target, Reason: gotp.ErrNoConnection}) {
+	if m := gotptest.Recv(t, got); m != (gotp.Down{Ref: ref, PID: target, Reason: gotp.ErrNoConnection}) {
 		t.Fatalf("got %#v", m)
 	}
-	if m := recv(t, fnDowns); m.Reason != gotp.ErrNoConnection {
+	if m := gotptest.Recv(t, fnDowns); m.Reason != gotp.ErrNoConnection {
 		t.Fatalf("MonitorFunc got %#v", m)
 	}
-	if r := recv(t, d); r != gotp.ErrNoConnection {
+	if r := gotptest.Recv(t, d); r != gotp.ErrNoConnection {
 		t.Fatalf("linked process died of %v", r)
 	}
-	if m := recv(t, trapGot); m != (gotp.Exit{From: target, Reason: gotp.ErrNoConnection}) {
+	if m := gotptest.Recv(t, trapGot); m != (gotp.Exit{From: target, Reason: gotp.ErrNoConnection}) {
 		t.Fatalf("trapping process got %#v", m)
 	}
 	if !a.IsAlive(trapper) {

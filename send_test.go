@@ -11,14 +11,15 @@ import (
 	"weak"
 
 	"github.com/gotp/gotp"
+	"github.com/gotp/gotp/gotptest"
 )
 
 func TestSendToDeadUnknownOrZeroPIDIsNoOp(t *testing.T) {
-	n := newNode(t)
+	n := gotptest.NewNode(t)
 	dead := waiter(t, n)
-	down := watch(n, dead)
+	down := gotptest.Watch(t, n, dead)
 	n.Send(dead, nil)
-	recv(t, down)
+	gotptest.Recv(t, down)
 
 	other := gotp.NewNode(gotp.Options{Name: "other"})
 	defer other.Stop(t.Context())
@@ -43,7 +44,7 @@ func TestSendToDeadUnknownOrZeroPIDIsNoOp(t *testing.T) {
 			}
 		}
 	}()
-	recv(t, done)
+	gotptest.Recv(t, done)
 	// The same from a process.
 	_, res := run(t, n, func(p *gotp.Process) bool {
 		for _, to := range []gotp.PID{dead, {}, gotp.NewPID("elsewhere", 1, 1), foreign, dead} {
@@ -53,29 +54,31 @@ func TestSendToDeadUnknownOrZeroPIDIsNoOp(t *testing.T) {
 		}
 		return true
 	})
-	recv(t, res)
+	gotptest.Recv(t, res)
 	if in, ok := other.ProcessInfo(foreign); !ok || in.MailboxLen != 0 {
 		t.Errorf("a message crossed between nodes without a transport: %+v", in)
 	}
 }
 
 func TestSendFIFOFromOneSender(t *testing.T) {
-	n := newNode(t)
-	to, got := sink(t, n)
+	n := gotptest.NewNode(t)
+	toSink := gotptest.NewSink(t, n)
+	to, got := toSink.PID(), toSink.C()
 	const count = 10000
 	for i := range count {
 		n.Send(to, i)
 	}
 	for i := range count {
-		if v := recv(t, got); v != i {
+		if v := gotptest.Recv(t, got); v != i {
 			t.Fatalf("message %d = %v", i, v)
 		}
 	}
 }
 
 func TestSendFIFOFromProcessSender(t *testing.T) {
-	n := newNode(t)
-	to, got := sink(t, n)
+	n := gotptest.NewNode(t)
+	toSink := gotptest.NewSink(t, n)
+	to, got := toSink.PID(), toSink.C()
 	const count = 5000
 	_, done := run(t, n, func(p *gotp.Process) error {
 		for i := range count {
@@ -83,9 +86,9 @@ func TestSendFIFOFromProcessSender(t *testing.T) {
 		}
 		return nil
 	})
-	recv(t, done)
+	gotptest.Recv(t, done)
 	for i := range count {
-		if v := recv(t, got); v != i {
+		if v := gotptest.Recv(t, got); v != i {
 			t.Fatalf("message %d = %v", i, v)
 		}
 	}
@@ -94,8 +97,9 @@ func TestSendFIFOFromProcessSender(t *testing.T) {
 type seq struct{ sender, n int }
 
 func TestManySendersOneReceiver(t *testing.T) {
-	n := newNode(t)
-	to, got := sink(t, n)
+	n := gotptest.NewNode(t)
+	toSink := gotptest.NewSink(t, n)
+	to, got := toSink.PID(), toSink.C()
 	const senders, each = 16, 2000
 	var wg sync.WaitGroup
 	for s := range senders {
@@ -121,7 +125,7 @@ func TestManySendersOneReceiver(t *testing.T) {
 	}
 	next := make([]int, senders)
 	for range senders * each {
-		m := recv(t, got).(seq)
+		m := gotptest.Recv(t, got).(seq)
 		if m.n != next[m.sender] {
 			t.Fatalf("sender %d: got message %d, want %d", m.sender, m.n, next[m.sender])
 		}
@@ -136,7 +140,7 @@ func TestManySendersOneReceiver(t *testing.T) {
 }
 
 func TestSendNeverBlocksOnSlowReceiver(t *testing.T) {
-	n := newNode(t)
+	n := gotptest.NewNode(t)
 	release := make(chan struct{})
 	slow := blocker(t, n, release) // never receives until released
 	defer close(release)
@@ -148,7 +152,7 @@ func TestSendNeverBlocksOnSlowReceiver(t *testing.T) {
 			n.Send(slow, i)
 		}
 	}()
-	recv(t, done)
+	gotptest.Recv(t, done)
 	in, ok := n.ProcessInfo(slow)
 	if !ok || in.MailboxLen != count {
 		t.Fatalf("mailbox length = %d (ok %v), want %d", in.MailboxLen, ok, count)
@@ -156,7 +160,7 @@ func TestSendNeverBlocksOnSlowReceiver(t *testing.T) {
 }
 
 func TestReceiveContextDeadline(t *testing.T) {
-	n := newNode(t)
+	n := gotptest.NewNode(t)
 	start := time.Now()
 	_, res := run(t, n, func(p *gotp.Process) error {
 		ctx, cancel := context.WithTimeout(p.Context(), 20*time.Millisecond)
@@ -167,7 +171,7 @@ func TestReceiveContextDeadline(t *testing.T) {
 		}
 		return err
 	})
-	if err := recv(t, res); !errors.Is(err, context.DeadlineExceeded) {
+	if err := gotptest.Recv(t, res); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("Receive = %v, want DeadlineExceeded", err)
 	}
 	if d := time.Since(start); d < 20*time.Millisecond {
@@ -188,17 +192,17 @@ func TestReceiveContextDeadline(t *testing.T) {
 		}
 		return nil
 	})
-	eventually(t, "the process to wait", func() bool { return status(n, pid) == gotp.StatusWaiting })
+	gotptest.Eventually(t, "the process to wait", func() bool { return status(n, pid) == gotp.StatusWaiting })
 	cancel()
-	recv(t, between)
+	gotptest.Recv(t, between)
 	n.Send(pid, "after")
-	if err := recv(t, res2); err != nil {
+	if err := gotptest.Recv(t, res2); err != nil {
 		t.Fatal(err)
 	}
 }
 
 func TestReceiveFuncSelective(t *testing.T) {
-	n := newNode(t)
+	n := gotptest.NewNode(t)
 	start := make(chan struct{})
 	pid, res := run(t, n, func(p *gotp.Process) []any {
 		<-start
@@ -219,14 +223,14 @@ func TestReceiveFuncSelective(t *testing.T) {
 		n.Send(pid, i)
 	}
 	close(start)
-	eventually(t, "the scan for go to wait", func() bool {
+	gotptest.Eventually(t, "the scan for go to wait", func() bool {
 		in, _ := n.ProcessInfo(pid)
 		return in.Status == gotp.StatusWaiting && in.Handled == 1
 	})
 	n.Send(pid, 6)
 	n.Send(pid, "go")
 	n.Send(pid, 7)
-	got := recv(t, res)
+	got := gotptest.Recv(t, res)
 	want := []any{4, "go", 1, 2, 3, 5, 6, 7}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("received %v, want %v", got, want)
@@ -234,7 +238,7 @@ func TestReceiveFuncSelective(t *testing.T) {
 }
 
 func TestReceiveFuncDeadlineKeepsMessages(t *testing.T) {
-	n := newNode(t)
+	n := gotptest.NewNode(t)
 	pid, res := run(t, n, func(p *gotp.Process) []any {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
 		defer cancel()
@@ -251,13 +255,13 @@ func TestReceiveFuncDeadlineKeepsMessages(t *testing.T) {
 	for i := range 3 {
 		n.Send(pid, i)
 	}
-	if got := recv(t, res); fmt.Sprint(got) != "[0 1 2]" {
+	if got := gotptest.Recv(t, res); fmt.Sprint(got) != "[0 1 2]" {
 		t.Fatalf("got %v, want [0 1 2]", got)
 	}
 }
 
 func TestReceiveInHandlerModeIsNotAllowed(t *testing.T) {
-	n := newNode(t)
+	n := gotptest.NewNode(t)
 	errs := make(chan error, 2)
 	pid, err := n.SpawnHandler(gotp.HandlerFunc(func(p *gotp.Process, msg any) (bool, error) {
 		_, err := p.Receive(context.Background())
@@ -271,21 +275,21 @@ func TestReceiveInHandlerModeIsNotAllowed(t *testing.T) {
 	}
 	n.Send(pid, "x")
 	for range 2 {
-		if err := recv(t, errs); !errors.Is(err, gotp.ErrNotProcess) {
+		if err := gotptest.Recv(t, errs); !errors.Is(err, gotp.ErrNotProcess) {
 			t.Fatalf("Receive in a handler = %v, want ErrNotProcess", err)
 		}
 	}
 }
 
 func TestReceiveAfterKillReturnsExitedError(t *testing.T) {
-	n := newNode(t)
+	n := gotptest.NewNode(t)
 	pid, res := run(t, n, func(p *gotp.Process) error {
 		_, err := p.Receive(context.Background())
 		return err
 	})
-	eventually(t, "the process to wait", func() bool { return status(n, pid) == gotp.StatusWaiting })
+	gotptest.Eventually(t, "the process to wait", func() bool { return status(n, pid) == gotp.StatusWaiting })
 	n.Exit(pid, errBoom)
-	err := recv(t, res)
+	err := gotptest.Recv(t, res)
 	var ee *gotp.ExitedError
 	if !errors.As(err, &ee) || !errors.Is(err, errBoom) || ee.Reason != errBoom {
 		t.Fatalf("Receive = %v, want *ExitedError wrapping boom", err)
@@ -296,7 +300,7 @@ func TestReceiveAfterKillReturnsExitedError(t *testing.T) {
 // killed, must learn of its death from its next Receive rather than be
 // handed the rest of a mailbox that is gone.
 func TestReceiveAfterKillWithBufferedMessages(t *testing.T) {
-	n := newNode(t)
+	n := gotptest.NewNode(t)
 	first := make(chan struct{})
 	release := make(chan struct{})
 	pid, res := run(t, n, func(p *gotp.Process) error {
@@ -317,7 +321,7 @@ func TestReceiveAfterKillWithBufferedMessages(t *testing.T) {
 	<-first
 	n.Exit(pid, gotp.ErrKill)
 	close(release)
-	if err := recv(t, res); !errors.Is(err, gotp.ErrKilled) {
+	if err := gotptest.Recv(t, res); !errors.Is(err, gotp.ErrKilled) {
 		t.Fatalf("Receive after kill = %v, want *ExitedError wrapping ErrKilled", err)
 	}
 }
@@ -325,9 +329,10 @@ func TestReceiveAfterKillWithBufferedMessages(t *testing.T) {
 // A process that keeps sending to one peer, which then dies: the sends
 // after its death are dropped, and sends to others still arrive.
 func TestProcessSendToPeerThatDies(t *testing.T) {
-	n := newNode(t)
+	n := gotptest.NewNode(t)
 	a := waiter(t, n)
-	b, got := sink(t, n)
+	bSink := gotptest.NewSink(t, n)
+	b, got := bSink.PID(), bSink.C()
 	cmd := make(chan string)
 	_, res := run(t, n, func(p *gotp.Process) error {
 		for c := range cmd {
@@ -341,7 +346,7 @@ func TestProcessSendToPeerThatDies(t *testing.T) {
 		return nil
 	})
 	cmd <- "b"
-	if m := recv(t, got); m != "to b" {
+	if m := gotptest.Recv(t, got); m != "to b" {
 		t.Fatal(m)
 	}
 	n.Exit(a, gotp.ErrKill)
@@ -350,8 +355,8 @@ func TestProcessSendToPeerThatDies(t *testing.T) {
 	}
 	cmd <- "b"
 	close(cmd)
-	recv(t, res)
-	if m := recv(t, got); m != "to b" {
+	gotptest.Recv(t, res)
+	if m := gotptest.Recv(t, got); m != "to b" {
 		t.Fatal(m)
 	}
 	// A process that sends, then is sent to after its death, is not revived.
@@ -360,8 +365,8 @@ func TestProcessSendToPeerThatDies(t *testing.T) {
 		p.Send(c, "first") // c ends with nil on its first message
 		return nil
 	})
-	recv(t, res2)
-	eventually(t, "c to exit", func() bool { return !n.IsAlive(c) })
+	gotptest.Recv(t, res2)
+	gotptest.Eventually(t, "c to exit", func() bool { return !n.IsAlive(c) })
 }
 
 type bulky struct{ data [1 << 16]byte }
@@ -369,7 +374,7 @@ type bulky struct{ data [1 << 16]byte }
 // Messages a process never took are not kept alive by a *Process that is
 // still reachable after its death.
 func TestDeadProcessLetsGoOfItsMessages(t *testing.T) {
-	n := newNode(t)
+	n := gotptest.NewNode(t)
 	for _, handler := range []bool{false, true} {
 		first := make(chan *gotp.Process, 1)
 		release := make(chan struct{})
@@ -399,10 +404,10 @@ func TestDeadProcessLetsGoOfItsMessages(t *testing.T) {
 		n.Send(pid, m1)
 		n.Send(pid, m2)
 		m1, m2 = nil, nil
-		p := recv(t, first) // kept reachable below
+		p := gotptest.Recv(t, first) // kept reachable below
 		close(release)
-		recv(t, p.Done())
-		eventually(t, "the process's goroutine to let go of its buffer", func() bool {
+		gotptest.Recv(t, p.Done())
+		gotptest.Eventually(t, "the process's goroutine to let go of its buffer", func() bool {
 			runtime.GC()
 			return w2.Value() == nil
 		})
@@ -413,7 +418,7 @@ func TestDeadProcessLetsGoOfItsMessages(t *testing.T) {
 // Receives whose deadlines keep expiring while messages arrive: no message
 // is lost or reordered when a deadline and a delivery meet.
 func TestReceiveDeadlinesRacingDeliveries(t *testing.T) {
-	n := newNode(t)
+	n := gotptest.NewNode(t)
 	const count = 10000
 	for _, selective := range []bool{false, true} {
 		pid, res := run(t, n, func(p *gotp.Process) []int {
@@ -445,7 +450,7 @@ func TestReceiveDeadlinesRacingDeliveries(t *testing.T) {
 				}
 			}
 		}()
-		got := recv(t, res)
+		got := gotptest.Recv(t, res)
 		for i, m := range got {
 			if m != i {
 				t.Fatalf("selective=%v: message %d is %d", selective, i, m)

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/gotp/gotp"
+	"github.com/gotp/gotp/gotptest"
 )
 
 // A panicking MonitorFunc callback is logged, and the exit goes on: the
@@ -16,7 +17,7 @@ import (
 // keeps inline) and whatever the order of the others, one of which panics
 // too; and a Down is delivered.
 func TestMonitorFuncPanicIsContained(t *testing.T) {
-	n := newNode(t)
+	n := gotptest.NewNode(t)
 	pid, _ := n.Spawn(func(p *gotp.Process) error { _, err := p.Receive(p.Context()); return err })
 	n.MonitorFunc(pid, func(gotp.Down) { panic("watcher bug") })
 	after := make(chan gotp.Down, 3)
@@ -26,17 +27,17 @@ func TestMonitorFuncPanicIsContained(t *testing.T) {
 	_, ref, msgs := monitorer(t, n, pid)
 	n.Exit(pid, errors.New("bye")) // would crash the test binary without the recover
 	for range 2 {
-		if d := recv(t, after); d.PID != pid {
+		if d := gotptest.Recv(t, after); d.PID != pid {
 			t.Fatalf("a later watcher got %+v", d)
 		}
 	}
-	if d, ok := recv(t, msgs).(gotp.Down); !ok || d.Ref != ref || d.Reason.Error() != "bye" {
+	if d, ok := gotptest.Recv(t, msgs).(gotp.Down); !ok || d.Ref != ref || d.Reason.Error() != "bye" {
 		t.Fatalf("the monitoring process got %+v", d)
 	}
 }
 
 func TestWrappedKillIsUntrappable(t *testing.T) {
-	n := newNode(t)
+	n := gotptest.NewNode(t)
 	downs := make(chan gotp.Down, 1)
 	pid, _ := n.Spawn(func(p *gotp.Process) error { _, err := p.Receive(p.Context()); return err }, gotp.TrapExit(true))
 	n.MonitorFunc(pid, func(d gotp.Down) { downs <- d })
@@ -65,14 +66,14 @@ func TestMonitorFuncGoexitFinishesTheExit(t *testing.T) {
 // first, then by three returning callbacks and two of kind later, and
 // checks that the exit finished once (see TestMonitorFuncGoexitFinishesTheExit).
 func exitWithCallbacks(t *testing.T, first, later string) {
-	n := newNode(t)
+	n := gotptest.NewNode(t)
 	procc := make(chan *gotp.Process, 1)
 	pid, _ := n.Spawn(func(p *gotp.Process) error {
 		procc <- p
 		_, err := p.Receive(p.Context())
 		return err
 	})
-	proc := recv(t, procc)
+	proc := gotptest.Recv(t, procc)
 	returned := make(chan gotp.Down, 8)
 	callback := func(kind string) func(gotp.Down) {
 		return func(d gotp.Down) {
@@ -93,7 +94,8 @@ func exitWithCallbacks(t *testing.T, first, later string) {
 		n.MonitorFunc(pid, callback(kind))
 	}
 	watcher, ref, msgs := monitorer(t, n, pid)
-	linked, linkedMsgs := sink(t, n, gotp.TrapExit(true), gotp.LinkTo(pid))
+	linkedSink := gotptest.NewSink(t, n, gotp.TrapExit(true), gotp.LinkTo(pid))
+	linked, linkedMsgs := linkedSink.PID(), linkedSink.C()
 	done := proc.Done()               // made now, so that the exit closes it (twice would panic)
 	go n.Exit(pid, errors.New("bye")) // this goroutine may end in a callback
 	want := 3
@@ -104,26 +106,26 @@ func exitWithCallbacks(t *testing.T, first, later string) {
 		want += 2
 	}
 	for range want {
-		if d := recv(t, returned); d.PID != pid {
+		if d := gotptest.Recv(t, returned); d.PID != pid {
 			t.Fatalf("a callback got %+v", d)
 		}
 	}
-	if d, ok := recv(t, msgs).(gotp.Down); !ok || d.Ref != ref {
+	if d, ok := gotptest.Recv(t, msgs).(gotp.Down); !ok || d.Ref != ref {
 		t.Fatalf("the monitoring process got %+v", d)
 	}
-	if e, ok := recv(t, linkedMsgs).(gotp.Exit); !ok || e.From != pid {
+	if e, ok := gotptest.Recv(t, linkedMsgs).(gotp.Exit); !ok || e.From != pid {
 		t.Fatalf("the linked process got %+v", e)
 	}
-	recv(t, done)
+	gotptest.Recv(t, done)
 	// Nothing was sent twice: a local send is in the mailbox when it
 	// returns, so a second Down or exit signal, sent before Done closed,
 	// would come before these.
 	n.Send(watcher, "probe")
 	n.Send(linked, "probe")
-	if m := recv(t, msgs); m != "probe" {
+	if m := gotptest.Recv(t, msgs); m != "probe" {
 		t.Fatalf("a second message to the monitoring process: %+v", m)
 	}
-	if m := recv(t, linkedMsgs); m != "probe" {
+	if m := gotptest.Recv(t, linkedMsgs); m != "probe" {
 		t.Fatalf("a second message to the linked process: %+v", m)
 	}
 	select {

@@ -8,11 +8,12 @@ import (
 	"time"
 
 	"github.com/gotp/gotp"
+	"github.com/gotp/gotp/gotptest"
 	"go.uber.org/goleak"
 )
 
 func stopCtx(t *testing.T) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), waitLong)
+	ctx, cancel := context.WithTimeout(context.Background(), gotptest.Timeout)
 	t.Cleanup(cancel)
 	return ctx
 }
@@ -99,7 +100,7 @@ func TestStopOldestFirstWaitingForTrappingProcesses(t *testing.T) {
 	young := trapping("young", false)
 	stopped := make(chan error)
 	go func() { stopped <- n.Stop(stopCtx(t)) }()
-	if e := recv(t, events); e != "old" {
+	if e := gotptest.Recv(t, events); e != "old" {
 		t.Fatalf("first to hear of shutdown: %q", e)
 	}
 	// old is still running: young must not have been signalled yet.
@@ -107,10 +108,10 @@ func TestStopOldestFirstWaitingForTrappingProcesses(t *testing.T) {
 		t.Fatalf("young signalled before old ended: %+v, %d events", in, len(events))
 	}
 	close(release)
-	if e := recv(t, events); e != "young" {
+	if e := gotptest.Recv(t, events); e != "young" {
 		t.Fatalf("second: %q", e)
 	}
-	if err := recv(t, stopped); err != nil {
+	if err := gotptest.Recv(t, stopped); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -163,7 +164,7 @@ func TestSpawnDuringStop(t *testing.T) {
 	if err := n.Stop(stopCtx(t)); err != nil {
 		t.Fatal(err)
 	}
-	if err := recv(t, res); !errors.Is(err, gotp.ErrNodeStopped) {
+	if err := gotptest.Recv(t, res); !errors.Is(err, gotp.ErrNodeStopped) {
 		t.Fatalf("Spawn during Stop = %v", err)
 	}
 }
@@ -180,7 +181,7 @@ func TestStopDeadlineWithTrappingProcessIgnoringShutdown(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d := watch(n, stubborn)
+	d := gotptest.Watch(t, n, stubborn)
 	start := time.Now() // before the deadline is set, so that it is at least 50ms after start
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()
@@ -190,7 +191,7 @@ func TestStopDeadlineWithTrappingProcessIgnoringShutdown(t *testing.T) {
 	if time.Since(start) < 50*time.Millisecond {
 		t.Fatal("Stop gave up before its deadline")
 	}
-	if r := recv(t, d); r != gotp.ErrKilled {
+	if r := gotptest.Recv(t, d); r != gotp.ErrKilled {
 		t.Fatalf("stubborn process ended with %v, want ErrKilled", r)
 	}
 	if err := n.Stop(stopCtx(t)); err != nil {
@@ -209,7 +210,7 @@ func TestStopDeadlineWithGoroutineIgnoringShutdown(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	recv(t, started)
+	gotptest.Recv(t, started)
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()
 	if err := n.Stop(ctx); !errors.Is(err, context.DeadlineExceeded) {
@@ -229,7 +230,8 @@ func TestTwoNodesAreIndependent(t *testing.T) {
 	b := gotp.NewNode(gotp.Options{Name: "b"})
 	defer b.Stop(context.Background())
 	pa := waiter(t, a, gotp.Named("svc"))
-	pb, got := sink(t, b, gotp.Named("svc")) // the same name on each node
+	pbSink := gotptest.NewSink(t, b, gotp.Named("svc")) // the same name on each node
+	pb, got := pbSink.PID(), pbSink.C()
 	if wa, _ := a.Whereis("svc"); wa != pa {
 		t.Fatal("a's name")
 	}
@@ -249,7 +251,7 @@ func TestTwoNodesAreIndependent(t *testing.T) {
 		t.Fatal("stopping a disturbed b")
 	}
 	b.Send(pb, "still here")
-	if m := recv(t, got); m != "still here" {
+	if m := gotptest.Recv(t, got); m != "still here" {
 		t.Fatal(m)
 	}
 	if _, err := b.Spawn(func(*gotp.Process) error { return nil }); err != nil {
@@ -259,7 +261,8 @@ func TestTwoNodesAreIndependent(t *testing.T) {
 	// Same name, different creation: PIDs of one never reach the other.
 	c := gotp.NewNode(gotp.Options{Name: "b", Creation: b.Creation() + 1})
 	defer c.Stop(context.Background())
-	pc, gotc := sink(t, c)
+	pcSink := gotptest.NewSink(t, c)
+	pc, gotc := pcSink.PID(), pcSink.C()
 	b.Send(pc, "cross")
 	c.Send(pb, "cross")
 	if pc == pb || len(got) != 0 || len(gotc) != 0 {

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/gotp/gotp"
+	"github.com/gotp/gotp/gotptest"
 )
 
 type (
@@ -133,7 +134,7 @@ func TestStressLinksMonitorsExits(t *testing.T) {
 	if os.Getenv("GOTP_STRESS") != "" {
 		targets, drivers, ops = 2000, 8, 50000
 	}
-	n := newNode(t)
+	n := gotptest.NewNode(t)
 	var (
 		mu   sync.Mutex
 		pids []gotp.PID
@@ -235,14 +236,14 @@ func TestStressLinksMonitorsExits(t *testing.T) {
 	for _, pid := range pids {
 		n.Exit(pid, gotp.ErrKill)
 	}
-	eventually(t, "every target to be gone", func() bool { return n.ProcessCount() == watchers })
+	gotptest.Eventually(t, "every target to be gone", func() bool { return n.ProcessCount() == watchers })
 	total := 0
 	for _, w := range ws {
 		var r watcherReport
-		eventually(t, "every owed Down", func() bool {
+		gotptest.Eventually(t, "every owed Down", func() bool {
 			reply := make(chan watcherReport, 1)
 			n.Send(w, reportCmd{reply})
-			r = recv(t, reply)
+			r = gotptest.Recv(t, reply)
 			return r.pending == 0 || len(r.problems) > 0
 		})
 		for _, p := range r.problems {

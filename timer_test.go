@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/gotp/gotp"
+	"github.com/gotp/gotp/gotptest"
 )
 
 // The timer tests run in a synctest bubble: time is fake, and
@@ -15,7 +16,8 @@ func TestSendAfter(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		n := gotp.NewNode(gotp.Options{})
 		defer n.Stop(context.Background())
-		to, got := sink(t, n)
+		toSink := gotptest.NewSink(t, n)
+		to, got := toSink.PID(), toSink.C()
 
 		n.SendAfter(time.Second, to, "tick")
 		time.Sleep(time.Second - time.Nanosecond)
@@ -35,7 +37,8 @@ func TestCancelTimer(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		n := gotp.NewNode(gotp.Options{})
 		defer n.Stop(context.Background())
-		to, got := sink(t, n)
+		toSink := gotptest.NewSink(t, n)
+		to, got := toSink.PID(), toSink.C()
 
 		ref := n.SendAfter(time.Second, to, "cancelled")
 		time.Sleep(time.Second / 2)
@@ -75,7 +78,9 @@ func TestSendAfterToDeadProcessAndStop(t *testing.T) {
 		time.Sleep(2 * time.Second) // the timer fires into nothing
 		synctest.Wait()
 
-		live, got := sink(t, n)
+		liveSink := gotptest.NewSink(t, n)
+
+		live, got := liveSink.PID(), liveSink.C()
 		ref := n.SendAfter(time.Second, live, "never")
 		if err := n.Stop(context.Background()); err != nil {
 			t.Fatal(err)
@@ -96,11 +101,12 @@ func TestSendAfterToDeadProcessAndStop(t *testing.T) {
 }
 
 func TestSendAfterRealClock(t *testing.T) {
-	n := newNode(t)
-	to, got := sink(t, n)
+	n := gotptest.NewNode(t)
+	toSink := gotptest.NewSink(t, n)
+	to, got := toSink.PID(), toSink.C()
 	start := time.Now()
 	n.SendAfter(20*time.Millisecond, to, "tick")
-	if m := recv(t, got); m != "tick" {
+	if m := gotptest.Recv(t, got); m != "tick" {
 		t.Fatalf("got %v", m)
 	}
 	if d := time.Since(start); d < 20*time.Millisecond {

@@ -339,3 +339,26 @@ func TestNoLeaks(t *testing.T) {
 		NewSink(f, n)
 	}))
 }
+
+// A Node.Stop whose deadline runs out kills Watch's process too; the
+// reason still arrives, from a MonitorFunc.
+func TestWatchThroughStopDeadline(t *testing.T) {
+	n := NewNode(t)
+	stubborn, err := n.Spawn(func(p *gotp.Process) error {
+		for {
+			if _, err := p.Receive(context.Background()); err != nil {
+				return err // only a kill gets through
+			}
+		}
+	}, gotp.TrapExit(true))
+	Must(t, err)
+	exited := Watch(t, n, stubborn)
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	if err := n.Stop(ctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Stop = %v, want DeadlineExceeded", err)
+	}
+	if got := Recv(t, exited); !errors.Is(got, gotp.ErrKilled) {
+		t.Fatalf("Watch = %v, want killed", got)
+	}
+}

@@ -2,6 +2,7 @@ package gotptest
 
 import (
 	"context"
+	"sync"
 	"reflect"
 	"time"
 
@@ -74,13 +75,20 @@ func EventuallyWithin(t TB, d time.Duration, what string, cond func() bool) {
 // caused in other processes has begun.
 //
 // Watch monitors pid from a process of its own on n, which traps exits so
-// that it outlives a Node.Stop long enough to report pid's exit. Nothing
-// arrives if pid outlives [Timeout] after the node began to stop.
+// that it outlives a Node.Stop long enough to see pid's exit. If that
+// process is killed first (a Node.Stop whose deadline ran out), the reason
+// still arrives, once pid has exited, from a Node.MonitorFunc: then only
+// what MonitorFunc promises holds (the links may not have been signalled
+// yet). Either way Watch's process is gone when the reason arrives, so it
+// is not counted among the node's processes.
 func Watch(t TB, n *gotp.Node, pid gotp.PID) <-chan error {
 	t.Helper()
-	ch := make(chan error, 1)
+	w := &watch{ch: make(chan error, 1)}
+	if pid.Node() == n.Name() {
+		n.MonitorFunc(pid, w.exited)
+	}
 	ready := make(chan struct{})
-	_, err := n.Spawn(func(p *gotp.Process) error {
+	watcher, err := n.Spawn(func(p *gotp.Process) error {
 		ref := p.Monitor(pid)
 		close(ready)
 		ctx, stopping := p.Context(), false
@@ -99,7 +107,7 @@ func Watch(t TB, n *gotp.Node, pid gotp.PID) <-chan error {
 			}
 			switch m := msg.(type) {
 			case gotp.Down:
-				ch <- m.Reason
+				w.fromDown(m.Reason)
 				return nil
 			case gotp.Exit:
 				// Node.Stop signals pid before this younger process: wait a
@@ -117,5 +125,53 @@ func Watch(t TB, n *gotp.Node, pid gotp.PID) <-chan error {
 		t.Fatalf("gotptest: Watch %v: %v", pid, err)
 	}
 	<-ready
-	return ch
+	n.MonitorFunc(watcher, func(gotp.Down) { w.watcherGone() })
+	return w.ch
+}
+
+// watch is the state of one Watch. The reason is sent once the watcher
+// process is gone, so that it is not among the node's processes by then:
+// the reason of its Down, or, if it was killed without one, the reason
+// a MonitorFunc learnt.
+type watch struct {
+	mu       sync.Mutex
+	ch       chan error
+	sent     bool
+	down     error // from the watcher's Down
+	haveDown bool
+	mf       error // from MonitorFunc
+	haveMF   bool
+	gone     bool // the watcher process has exited
+}
+
+func (w *watch) fromDown(reason error) {
+	w.mu.Lock()
+	w.down, w.haveDown = reason, true
+	w.mu.Unlock()
+}
+
+func (w *watch) exited(d gotp.Down) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.mf, w.haveMF = d.Reason, true
+	w.sendLocked()
+}
+
+func (w *watch) watcherGone() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.gone = true
+	w.sendLocked()
+}
+
+func (w *watch) sendLocked() {
+	switch {
+	case w.sent || !w.gone:
+	case w.haveDown:
+		w.sent = true
+		w.ch <- w.down
+	case w.haveMF:
+		w.sent = true
+		w.ch <- w.mf
+	}
 }
