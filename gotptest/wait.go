@@ -2,8 +2,8 @@ package gotptest
 
 import (
 	"context"
-	"sync"
 	"reflect"
+	"sync"
 	"time"
 
 	"github.com/gotp/gotp"
