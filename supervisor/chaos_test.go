@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/gotp/gotp"
+	"github.com/gotp/gotp/gotptest"
 	"github.com/gotp/gotp/server"
 	"github.com/gotp/gotp/supervisor"
 )
@@ -126,7 +127,7 @@ func chaosKills(t *testing.T) int {
 // the end, that WhichChildren at every level agrees and nothing leaks.
 func TestChaos(t *testing.T) {
 	n := gotp.NewNode(gotp.Options{Name: "chaos", Logger: discard})
-	ctx := tctx(t)
+	ctx := gotptest.Context(t)
 	spec, bp := chaosTree()
 	root, err := supervisor.Start(ctx, n, spec)
 	if err != nil {
@@ -214,11 +215,11 @@ func TestChaos(t *testing.T) {
 	if in.Restarts == 0 {
 		t.Fatal("no failure ever reached the root: the tree is not exercised")
 	}
-	down := watchDown(n, root)
+	down := gotptest.Watch(t, n, root)
 	if err := n.Stop(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if r := recvReason(t, down); !errors.Is(r, gotp.ErrShutdown) {
+	if r := gotptest.Recv(t, down); !errors.Is(r, gotp.ErrShutdown) {
 		t.Fatalf("root exit %v", r)
 	}
 	if c := n.ProcessCount(); c != 0 {

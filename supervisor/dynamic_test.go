@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/gotp/gotp"
+	"github.com/gotp/gotp/gotptest"
 	"github.com/gotp/gotp/server"
 	"github.com/gotp/gotp/supervisor"
 )
@@ -50,7 +51,7 @@ func startConns(t *testing.T, n *gotp.Node, sup gotp.PID, users ...string) []got
 	t.Helper()
 	var out []gotp.PID
 	for _, u := range users {
-		pid, err := supervisor.StartDynamicChild(tctx(t), n, sup, u)
+		pid, err := supervisor.StartDynamicChild(gotptest.Context(t), n, sup, u)
 		if err != nil {
 			t.Fatalf("StartDynamicChild(%s): %v", u, err)
 		}
@@ -64,17 +65,17 @@ func startConns(t *testing.T, n *gotp.Node, sup gotp.PID, users ...string) []got
 func TestDynamicTemporary(t *testing.T) {
 	for _, ec := range exitCases {
 		t.Run(ec.name, func(t *testing.T) {
-			n := newNode(t)
+			n := gotptest.NewNode(t)
 			c := &conns{}
-			sup, err := supervisor.StartDynamic(tctx(t), n, c.spec(supervisor.Temporary))
+			sup, err := supervisor.StartDynamic(gotptest.Context(t), n, c.spec(supervisor.Temporary))
 			if err != nil {
 				t.Fatal(err)
 			}
 			ps := startConns(t, n, sup, "alice", "bob", "carol")
 			wantCounts(t, n, sup, supervisor.Counts{Specs: 3, Active: 3, Workers: 3})
-			down := waitDown(n, ps[1])
+			down := gotptest.Watch(t, n, ps[1])
 			ec.cause(n, ps[1])
-			recvReason(t, down)
+			gotptest.Recv(t, down)
 			which := mustWhich(t, n, sup)
 			got := []gotp.PID{which[0].PID, which[1].PID}
 			if len(which) != 2 || !slices.Equal(got, []gotp.PID{ps[0], ps[2]}) || which[0].ID != "" || which[0].Restart != supervisor.Temporary {
@@ -94,16 +95,16 @@ func TestDynamicRestartTypes(t *testing.T) {
 	for _, restart := range []supervisor.Restart{supervisor.Permanent, supervisor.Transient} {
 		for _, ec := range exitCases {
 			t.Run(restart.String()+"/"+ec.name, func(t *testing.T) {
-				n := newNode(t)
+				n := gotptest.NewNode(t)
 				c := &conns{}
-				sup, err := supervisor.StartDynamic(tctx(t), n, c.spec(restart))
+				sup, err := supervisor.StartDynamic(gotptest.Context(t), n, c.spec(restart))
 				if err != nil {
 					t.Fatal(err)
 				}
 				ps := startConns(t, n, sup, "alice", "bob")
-				down := waitDown(n, ps[1])
+				down := gotptest.Watch(t, n, ps[1])
 				ec.cause(n, ps[1])
-				recvReason(t, down)
+				gotptest.Recv(t, down)
 				which := mustWhich(t, n, sup)
 				restarted := restart == supervisor.Permanent || ec.abnormal
 				if !restarted {
@@ -124,8 +125,8 @@ func TestDynamicRestartTypes(t *testing.T) {
 }
 
 func TestDynamicManagement(t *testing.T) {
-	n := newNode(t)
-	ctx := tctx(t)
+	n := gotptest.NewNode(t)
+	ctx := gotptest.Context(t)
 	c := &conns{}
 	spec := c.spec(supervisor.Permanent)
 	spec.MaxChildren = 2
@@ -201,7 +202,7 @@ func TestDynamicStopAllAtOnce(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			downs = append(downs, waitDown(n, pid))
+			downs = append(downs, gotptest.Watch(t, n, pid))
 		}
 		synctest.Wait()
 		start := time.Now()

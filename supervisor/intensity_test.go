@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/gotp/gotp"
+	"github.com/gotp/gotp/gotptest"
 	"github.com/gotp/gotp/supervisor"
 )
 
@@ -19,7 +20,7 @@ func killChild(t *testing.T, n *gotp.Node, sup gotp.PID, id string) {
 	if pid.IsZero() {
 		t.Fatalf("child %s not running", id)
 	}
-	down := waitDown(n, pid)
+	down := gotptest.Watch(t, n, pid)
 	n.Exit(pid, gotp.ErrKill)
 	<-down
 }
@@ -64,8 +65,8 @@ func TestIntensityReached(t *testing.T) {
 		}
 		t.Run("", func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				rec := &logRecorder{}
-				n := gotp.NewNode(gotp.Options{Name: "t", Logger: newLogger(rec)})
+				rec := gotptest.NewLogRecorder()
+				n := gotp.NewNode(gotp.Options{Name: "t", Logger: rec.Logger()})
 				defer n.Stop(context.Background())
 				sup, err := supervisor.Start(context.Background(), n, supervisor.Spec{
 					Intensity: intensity, // Period: the default 5 s
@@ -74,7 +75,7 @@ func TestIntensityReached(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				supDown := waitDown(n, sup)
+				supDown := gotptest.Watch(t, n, sup)
 				for range allowed {
 					time.Sleep(time.Second)
 					killChild(t, n, sup, "w")
@@ -93,7 +94,7 @@ func TestIntensityReached(t *testing.T) {
 				if n.IsAlive(x) {
 					t.Fatal("sibling still running after the supervisor gave up")
 				}
-				if got := rec.find("supervisor: reached max restart intensity, shutting down"); len(got) != 1 || got[0].attrs["child"] != "w" || !errors.Is(got[0].attrs["reason"].(error), gotp.ErrKilled) {
+				if got := rec.Find("supervisor: reached max restart intensity, shutting down"); len(got) != 1 || got[0].Attrs["child"] != "w" || !errors.Is(got[0].Attrs["reason"].(error), gotp.ErrKilled) {
 					t.Fatalf("give-up log: %+v", got)
 				}
 			})
@@ -126,7 +127,7 @@ func TestIntensityWindowSlides(t *testing.T) {
 		for range 3 {
 			killChild(t, n, sup, "w")
 		}
-		down := waitDown(n, sup)
+		down := gotptest.Watch(t, n, sup)
 		n.Exit(pids(mustWhich(t, n, sup))["w"], gotp.ErrKill)
 		if r := <-down; !errors.Is(r, supervisor.ErrMaxIntensity) {
 			t.Fatalf("exit %v", r)

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/gotp/gotp"
+	"github.com/gotp/gotp/gotptest"
 	"github.com/gotp/gotp/supervisor"
 )
 
@@ -27,7 +28,7 @@ func recoverAfterRetries(t *testing.T, n *gotp.Node, sup gotp.PID, tries *atomic
 
 func wantCounts(t *testing.T, n *gotp.Node, sup gotp.PID, want supervisor.Counts) {
 	t.Helper()
-	k, err := supervisor.CountChildren(tctx(t), n, sup)
+	k, err := supervisor.CountChildren(gotptest.Context(t), n, sup)
 	if err != nil || k != want {
 		t.Fatalf("CountChildren = %+v, %v; want %+v", k, err, want)
 	}
@@ -36,8 +37,8 @@ func wantCounts(t *testing.T, n *gotp.Node, sup gotp.PID, want supervisor.Counts
 // TestManagement walks StartChild, TerminateChild, RestartChild and
 // DeleteChild through OTP's answers, with which/count children after each.
 func TestManagement(t *testing.T) {
-	n := newNode(t)
-	ctx := tctx(t)
+	n := gotptest.NewNode(t)
+	ctx := gotptest.Context(t)
 	sup, err := supervisor.Start(ctx, n, supervisor.Spec{})
 	if err != nil {
 		t.Fatal(err)
@@ -160,8 +161,9 @@ func TestManagement(t *testing.T) {
 // restarting, is retried (each try a restart against the intensity), and
 // runs again once its start succeeds.
 func TestRestarting(t *testing.T) {
-	n, logs := newNodeLog(t)
-	ctx := tctx(t)
+	logs := gotptest.NewLogRecorder()
+	n := gotptest.NewNode(t, gotptest.Logger(logs.Logger()))
+	ctx := gotptest.Context(t)
 	var failing atomic.Bool
 	var tries atomic.Int64
 	spec := supervisor.ChildSpec{ID: "f", Start: func(_ context.Context, sup *gotp.Process) (gotp.PID, error) {
@@ -177,9 +179,9 @@ func TestRestarting(t *testing.T) {
 	}
 	failing.Store(true)
 	w := pids(mustWhich(t, n, sup))["f"]
-	down := waitDown(n, w)
+	down := gotptest.Watch(t, n, w)
 	n.Exit(w, gotp.ErrKill)
-	recvReason(t, down)
+	gotptest.Recv(t, down)
 	which := mustWhich(t, n, sup)
 	if which[0].State != supervisor.ChildRestarting || !which[0].PID.IsZero() {
 		t.Fatalf("which %+v", which[0])
@@ -199,7 +201,7 @@ func TestRestarting(t *testing.T) {
 	if f := int(tries.Load()); in.StartFailures != uint64(f) || in.Children[0].StartFailures != f {
 		t.Fatalf("start failures counted %d (child %d), want %d", in.StartFailures, in.Children[0].StartFailures, f)
 	}
-	if len(logs.find("supervisor: child failed to start")) < 3 {
+	if len(logs.Find("supervisor: child failed to start")) < 3 {
 		t.Fatal("failed restarts not logged")
 	}
 }
@@ -207,7 +209,7 @@ func TestRestarting(t *testing.T) {
 // TestRestartingGivesUp: a child whose restart always fails makes the
 // supervisor give up once the retries exceed the intensity.
 func TestRestartingGivesUp(t *testing.T) {
-	n := newNode(t)
+	n := gotptest.NewNode(t)
 	var failing atomic.Bool
 	spec := supervisor.ChildSpec{ID: "f", Start: func(_ context.Context, sup *gotp.Process) (gotp.PID, error) {
 		if failing.Load() {
@@ -215,14 +217,14 @@ func TestRestartingGivesUp(t *testing.T) {
 		}
 		return sup.SpawnLink(worker)
 	}}
-	sup, err := supervisor.Start(tctx(t), n, supervisor.Spec{Intensity: 5, Children: []supervisor.ChildSpec{spec}})
+	sup, err := supervisor.Start(gotptest.Context(t), n, supervisor.Spec{Intensity: 5, Children: []supervisor.ChildSpec{spec}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	failing.Store(true)
-	down := waitDown(n, sup)
+	down := gotptest.Watch(t, n, sup)
 	n.Exit(pids(mustWhich(t, n, sup))["f"], gotp.ErrKill)
-	if r := recvReason(t, down); !errors.Is(r, supervisor.ErrMaxIntensity) {
+	if r := gotptest.Recv(t, down); !errors.Is(r, supervisor.ErrMaxIntensity) {
 		t.Fatalf("exit %v", r)
 	}
 }
@@ -232,8 +234,9 @@ func TestRestartingGivesUp(t *testing.T) {
 // with its argument until a start succeeds; each failure is counted and
 // logged.
 func TestDynamicRestarting(t *testing.T) {
-	n, logs := newNodeLog(t)
-	ctx := tctx(t)
+	logs := gotptest.NewLogRecorder()
+	n := gotptest.NewNode(t, gotptest.Logger(logs.Logger()))
+	ctx := gotptest.Context(t)
 	var failing atomic.Bool
 	var tries atomic.Int64
 	var args []string
@@ -259,9 +262,9 @@ func TestDynamicRestarting(t *testing.T) {
 		t.Fatal(err)
 	}
 	failing.Store(true)
-	down := waitDown(n, w)
+	down := gotptest.Watch(t, n, w)
 	n.Exit(w, gotp.ErrKill)
-	recvReason(t, down)
+	gotptest.Recv(t, down)
 	which := mustWhich(t, n, sup)
 	if len(which) != 1 || which[0].State != supervisor.ChildRestarting || !which[0].PID.IsZero() {
 		t.Fatalf("which %+v, want one restarting child", which)
@@ -280,7 +283,7 @@ func TestDynamicRestarting(t *testing.T) {
 	if f := uint64(tries.Load()); in.StartFailures != f {
 		t.Fatalf("start failures counted %d, want %d", in.StartFailures, f)
 	}
-	if len(logs.find("supervisor: child failed to start")) < 3 {
+	if len(logs.Find("supervisor: child failed to start")) < 3 {
 		t.Fatal("failed restarts not logged")
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"pgregory.net/rapid"
 
 	"github.com/gotp/gotp"
+	"github.com/gotp/gotp/gotptest"
 	"github.com/gotp/gotp/supervisor"
 )
 
@@ -160,7 +161,7 @@ func TestSupervisorMatchesModel(t *testing.T) {
 				}
 				abnormal := rapid.Bool().Draw(rt, "abnormal")
 				pid := pids[id]
-				down := waitDown(n, pid)
+				down := gotptest.Watch(rt, n, pid)
 				if abnormal {
 					n.Exit(pid, gotp.ErrKill)
 				} else {

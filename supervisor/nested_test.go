@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/gotp/gotp"
+	"github.com/gotp/gotp/gotptest"
 	"github.com/gotp/gotp/supervisor"
 )
 
@@ -13,29 +14,29 @@ import (
 // restarted with fresh children, which counts against the parent's own
 // intensity; beyond that the parent gives up too, and its watcher sees it.
 func TestEscalationToParent(t *testing.T) {
-	n := newNode(t)
+	n := gotptest.NewNode(t)
 	mid := supervisor.Spec{Intensity: 1, Children: []supervisor.ChildSpec{supervisor.Func("w", worker)}}
-	root, err := supervisor.Start(tctx(t), n, supervisor.Spec{
+	root, err := supervisor.Start(gotptest.Context(t), n, supervisor.Spec{
 		Intensity: 1,
 		Children:  []supervisor.ChildSpec{supervisor.Func("a", worker), mid.ChildSpec("mid")},
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	rootDown := waitDown(n, root)
+	rootDown := gotptest.Watch(t, n, root)
 	a := pids(mustWhich(t, n, root))["a"]
 
 	giveUp := func() gotp.PID {
 		t.Helper()
 		m := pids(mustWhich(t, n, root))["mid"]
-		midDown := waitDown(n, m)
+		midDown := gotptest.Watch(t, n, m)
 		killChild(t, n, m, "w") // restart 1 of 1: fine
 		if !n.IsAlive(m) {
 			t.Fatal("mid gave up too early")
 		}
 		w := pids(mustWhich(t, n, m))["w"]
 		n.Exit(w, gotp.ErrKill) // one too many
-		if r := recvReason(t, midDown); !errors.Is(r, supervisor.ErrMaxIntensity) || !errors.Is(r, gotp.ErrShutdown) {
+		if r := gotptest.Recv(t, midDown); !errors.Is(r, supervisor.ErrMaxIntensity) || !errors.Is(r, gotp.ErrShutdown) {
 			t.Fatalf("mid exited with %v", r)
 		}
 		if n.IsAlive(w) {
@@ -59,7 +60,7 @@ func TestEscalationToParent(t *testing.T) {
 	}
 
 	giveUp() // root's second restart within 5 s: root gives up
-	if r := recvReason(t, rootDown); !errors.Is(r, supervisor.ErrMaxIntensity) {
+	if r := gotptest.Recv(t, rootDown); !errors.Is(r, supervisor.ErrMaxIntensity) {
 		t.Fatalf("root exited with %v", r)
 	}
 	if n.IsAlive(a) {
@@ -70,23 +71,23 @@ func TestEscalationToParent(t *testing.T) {
 // TestTransientChildSupervisorNotRestarted: a Transient child supervisor
 // that gives up exited with a shutdown, which is not abnormal.
 func TestTransientChildSupervisorNotRestarted(t *testing.T) {
-	n := newNode(t)
+	n := gotptest.NewNode(t)
 	mid := supervisor.Spec{Intensity: supervisor.NoRestarts, Children: []supervisor.ChildSpec{supervisor.Func("w", worker)}}
 	cs := mid.ChildSpec("mid")
 	cs.Restart = supervisor.Transient
-	root, err := supervisor.Start(tctx(t), n, supervisor.Spec{Children: []supervisor.ChildSpec{cs}})
+	root, err := supervisor.Start(gotptest.Context(t), n, supervisor.Spec{Children: []supervisor.ChildSpec{cs}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	m := pids(mustWhich(t, n, root))["mid"]
-	down := waitDown(n, m)
+	down := gotptest.Watch(t, n, m)
 	n.Exit(pids(mustWhich(t, n, m))["w"], gotp.ErrKill)
-	recvReason(t, down)
+	gotptest.Recv(t, down)
 	w := mustWhich(t, n, root)
 	if w[0].State != supervisor.ChildNotRunning {
 		t.Fatalf("transient child supervisor after giving up: %+v", w[0])
 	}
-	k, _ := supervisor.CountChildren(tctx(t), n, root)
+	k, _ := supervisor.CountChildren(gotptest.Context(t), n, root)
 	if k != (supervisor.Counts{Specs: 1, Active: 0, Supervisors: 1}) {
 		t.Fatalf("counts %+v", k)
 	}

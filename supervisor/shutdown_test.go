@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/gotp/gotp"
+	"github.com/gotp/gotp/gotptest"
 	"github.com/gotp/gotp/server"
 	"github.com/gotp/gotp/supervisor"
 )
@@ -56,8 +57,8 @@ func TestShutdownTimeouts(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				rec := &logRecorder{}
-				n := gotp.NewNode(gotp.Options{Name: "t", Logger: newLogger(rec)})
+				rec := gotptest.NewLogRecorder()
+				n := gotp.NewNode(gotp.Options{Name: "t", Logger: rec.Logger()})
 				defer n.Stop(context.Background())
 				ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
 				defer cancel()
@@ -69,7 +70,7 @@ func TestShutdownTimeouts(t *testing.T) {
 				}
 				synctest.Wait() // the child is waiting in Receive (it trapped exits)
 				pid := pids(mustWhich(t, n, sup))["c"]
-				down := waitDown(n, pid)
+				down := gotptest.Watch(t, n, pid)
 				start := time.Now()
 				if err := supervisor.TerminateChild(ctx, n, sup, "c"); err != nil {
 					t.Fatal(err)
@@ -80,7 +81,7 @@ func TestShutdownTimeouts(t *testing.T) {
 				if r := <-down; !errors.Is(r, tc.reason) {
 					t.Fatalf("child exited with %v, want %v", r, tc.reason)
 				}
-				if got := len(rec.find("supervisor: child did not shut down in time, killing it")); (got == 1) != tc.killLog {
+				if got := len(rec.Find("supervisor: child did not shut down in time, killing it")); (got == 1) != tc.killLog {
 					t.Fatalf("kill logged %d times", got)
 				}
 				w := mustWhich(t, n, sup)
@@ -112,8 +113,8 @@ func TestStopKillsStubbornChildren(t *testing.T) {
 		}
 		synctest.Wait()
 		sp := pids(mustWhich(t, n, sup))["s"]
-		sDown := waitDown(n, sp)
-		supDown := waitDown(n, sup)
+		sDown := gotptest.Watch(t, n, sp)
+		supDown := gotptest.Watch(t, n, sup)
 		start := time.Now()
 		if err := server.Stop(ctx, n, sup, errBoom); err != nil {
 			t.Fatal(err)
@@ -139,7 +140,7 @@ func TestStopKillsStubbornChildren(t *testing.T) {
 func TestStopOrderTopDown(t *testing.T) {
 	n := gotp.NewNode(gotp.Options{Name: "t", Logger: discard})
 	rec := &recorder{}
-	ctx := tctx(t)
+	ctx := gotptest.Context(t)
 	sub := supervisor.Spec{Children: []supervisor.ChildSpec{recChild("x", rec), recChild("y", rec)}}
 	dyn := supervisor.DynamicSpec[string]{
 		Start: func(ctx context.Context, sup *gotp.Process, id string) (gotp.PID, error) {
@@ -155,7 +156,7 @@ func TestStopOrderTopDown(t *testing.T) {
 	if _, err := supervisor.StartDynamicChild(ctx, n, gotp.Name("dyn"), "d1"); err != nil {
 		t.Fatal(err)
 	}
-	rootDown := watchDown(n, root)
+	rootDown := gotptest.Watch(t, n, root)
 	if err := n.Stop(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -163,7 +164,7 @@ func TestStopOrderTopDown(t *testing.T) {
 	if got := rec.get(); !slices.Equal(got, want) {
 		t.Fatalf("events\n got %v\nwant %v", got, want)
 	}
-	if r := recvReason(t, rootDown); !errors.Is(r, gotp.ErrShutdown) {
+	if r := gotptest.Recv(t, rootDown); !errors.Is(r, gotp.ErrShutdown) {
 		t.Fatalf("root exited with %v", r)
 	}
 	if c := n.ProcessCount(); c != 0 {
@@ -174,7 +175,7 @@ func TestStopOrderTopDown(t *testing.T) {
 // TestParentExitStopsSupervisor: an exit signal from the parent stops the
 // children and the supervisor with the parent's reason.
 func TestParentExitStopsSupervisor(t *testing.T) {
-	n := newNode(t)
+	n := gotptest.NewNode(t)
 	rec := &recorder{}
 	supCh := make(chan gotp.PID, 1)
 	parent, err := n.Spawn(func(p *gotp.Process) error {
@@ -195,9 +196,9 @@ func TestParentExitStopsSupervisor(t *testing.T) {
 		t.Fatal(err)
 	}
 	sup := <-supCh
-	down := waitDown(n, sup)
+	down := gotptest.Watch(t, n, sup)
 	n.Send(parent, exitWith{errBoom})
-	if r := recvReason(t, down); !errors.Is(r, errBoom) {
+	if r := gotptest.Recv(t, down); !errors.Is(r, errBoom) {
 		t.Fatalf("supervisor exited with %v, want the parent's reason", r)
 	}
 	if got := rec.get(); !slices.Equal(got, []string{"start a", "start b", "stop b", "stop a"}) {
@@ -213,7 +214,7 @@ func TestNodeStopDeadlineWithInfiniteShutdown(t *testing.T) {
 	n := gotp.NewNode(gotp.Options{Name: "t", Logger: discard})
 	s := supervisor.Func("s", stubborn, gotp.TrapExit(true)) // trapping before any signal can arrive
 	s.Shutdown = supervisor.Infinity
-	sup, err := supervisor.Start(tctx(t), n, supervisor.Spec{Children: []supervisor.ChildSpec{s}})
+	sup, err := supervisor.Start(gotptest.Context(t), n, supervisor.Spec{Children: []supervisor.ChildSpec{s}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -223,7 +224,7 @@ func TestNodeStopDeadlineWithInfiniteShutdown(t *testing.T) {
 	if err := n.Stop(ctx); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("Stop = %v, want the deadline", err)
 	}
-	if err := n.Stop(tctx(t)); err != nil {
+	if err := n.Stop(gotptest.Context(t)); err != nil {
 		t.Fatalf("second Stop: %v", err)
 	}
 	if c := n.ProcessCount(); c != 0 {

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/gotp/gotp"
+	"github.com/gotp/gotp/gotptest"
 	"github.com/gotp/gotp/server"
 	"github.com/gotp/gotp/supervisor"
 )
@@ -23,9 +24,10 @@ func failing(id string, rec *recorder, err error) supervisor.ChildSpec {
 // fails, the started ones stop in reverse order, later ones never start,
 // and Start fails with that child's error.
 func TestStartFailureStopsStartedInReverse(t *testing.T) {
-	n, logs := newNodeLog(t)
+	logs := gotptest.NewLogRecorder()
+	n := gotptest.NewNode(t, gotptest.Logger(logs.Logger()))
 	rec := &recorder{}
-	_, err := supervisor.Start(tctx(t), n, supervisor.Spec{Children: []supervisor.ChildSpec{
+	_, err := supervisor.Start(gotptest.Context(t), n, supervisor.Spec{Children: []supervisor.ChildSpec{
 		recChild("a", rec), recChild("b", rec), failing("c", rec, errBoom), recChild("d", rec),
 	}})
 	var se *supervisor.ChildStartError
@@ -38,7 +40,7 @@ func TestStartFailureStopsStartedInReverse(t *testing.T) {
 	if c := n.ProcessCount(); c != 0 {
 		t.Fatalf("%d processes left after a failed start", c)
 	}
-	if l := logs.find("supervisor: child failed to start"); len(l) != 1 || l[0].attrs["child"] != "c" {
+	if l := logs.Find("supervisor: child failed to start"); len(l) != 1 || l[0].Attrs["child"] != "c" {
 		t.Fatalf("start failure log %+v", l)
 	}
 }
@@ -53,26 +55,26 @@ func (f failInit) Init(context.Context, *gotp.Process) error { return f.err }
 // TestStartFailureKinds: a panic, a server whose Init fails, and a server
 // whose Init returns server.ErrIgnore (kept, not running).
 func TestStartFailureKinds(t *testing.T) {
-	n := newNode(t)
-	_, err := supervisor.Start(tctx(t), n, supervisor.Spec{Children: []supervisor.ChildSpec{
+	n := gotptest.NewNode(t)
+	_, err := supervisor.Start(gotptest.Context(t), n, supervisor.Spec{Children: []supervisor.ChildSpec{
 		{ID: "p", Start: func(context.Context, *gotp.Process) (gotp.PID, error) { panic("in start") }},
 	}})
 	if _, ok := errors.AsType[*gotp.PanicError](err); !ok {
 		t.Fatalf("panicking start: %v", err)
 	}
-	_, err = supervisor.Start(tctx(t), n, supervisor.Spec{Children: []supervisor.ChildSpec{
+	_, err = supervisor.Start(gotptest.Context(t), n, supervisor.Spec{Children: []supervisor.ChildSpec{
 		supervisor.Server("s", func() server.Behaviour { return failInit{err: errBoom} }),
 	}})
 	if !errors.Is(err, errBoom) {
 		t.Fatalf("failing Init: %v", err)
 	}
-	_, err = supervisor.Start(tctx(t), n, supervisor.Spec{Children: []supervisor.ChildSpec{
+	_, err = supervisor.Start(gotptest.Context(t), n, supervisor.Spec{Children: []supervisor.ChildSpec{
 		{ID: "z", Start: func(context.Context, *gotp.Process) (gotp.PID, error) { return gotp.PID{}, nil }},
 	}})
 	if err == nil {
 		t.Fatal("a start returning the zero PID without an error must fail")
 	}
-	sup, err := supervisor.Start(tctx(t), n, supervisor.Spec{Children: []supervisor.ChildSpec{
+	sup, err := supervisor.Start(gotptest.Context(t), n, supervisor.Spec{Children: []supervisor.ChildSpec{
 		supervisor.Func("a", worker),
 		supervisor.Server("i", func() server.Behaviour { return failInit{err: server.ErrIgnore} }),
 		supervisor.Func("b", worker),
@@ -84,13 +86,13 @@ func TestStartFailureKinds(t *testing.T) {
 	if w[1].ID != "i" || w[1].State != supervisor.ChildNotRunning || w[0].State != supervisor.ChildRunning || w[2].State != supervisor.ChildRunning {
 		t.Fatalf("which %+v", w)
 	}
-	if pid, err := supervisor.RestartChild(tctx(t), n, sup, "i"); err != nil || !pid.IsZero() {
+	if pid, err := supervisor.RestartChild(gotptest.Context(t), n, sup, "i"); err != nil || !pid.IsZero() {
 		t.Fatalf("RestartChild of an ignoring child = %v, %v; want zero PID, nil", pid, err)
 	}
 }
 
 func TestInvalidSpecs(t *testing.T) {
-	n := newNode(t)
+	n := gotptest.NewNode(t)
 	w := supervisor.Func("w", worker)
 	bad := []supervisor.Spec{
 		{Children: []supervisor.ChildSpec{w, w}},
@@ -103,11 +105,11 @@ func TestInvalidSpecs(t *testing.T) {
 		{Period: -1},
 	}
 	for i, spec := range bad {
-		if _, err := supervisor.Start(tctx(t), n, spec); !errors.As(err, new(*supervisor.SpecError)) {
+		if _, err := supervisor.Start(gotptest.Context(t), n, spec); !errors.As(err, new(*supervisor.SpecError)) {
 			t.Errorf("spec %d: got %v, want *SpecError", i, err)
 		}
 	}
-	if _, err := supervisor.StartDynamic(tctx(t), n, supervisor.DynamicSpec[int]{}); !errors.As(err, new(*supervisor.SpecError)) {
+	if _, err := supervisor.StartDynamic(gotptest.Context(t), n, supervisor.DynamicSpec[int]{}); !errors.As(err, new(*supervisor.SpecError)) {
 		t.Errorf("dynamic without Start: %v", err)
 	}
 	if c := n.ProcessCount(); c != 0 {
@@ -118,15 +120,15 @@ func TestInvalidSpecs(t *testing.T) {
 // TestNamedSupervisor: a supervisor can be named; a second start under
 // the same name fails with already started naming the first.
 func TestNamedSupervisor(t *testing.T) {
-	n := newNode(t)
-	sup, err := supervisor.Start(tctx(t), n, supervisor.Spec{}, server.Named("root"))
+	n := gotptest.NewNode(t)
+	sup, err := supervisor.Start(gotptest.Context(t), n, supervisor.Spec{}, server.Named("root"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := supervisor.StartChild(tctx(t), n, gotp.Name("root"), supervisor.Func("w", worker)); err != nil {
+	if _, err := supervisor.StartChild(gotptest.Context(t), n, gotp.Name("root"), supervisor.Func("w", worker)); err != nil {
 		t.Fatal(err)
 	}
-	_, err = supervisor.Start(tctx(t), n, supervisor.Spec{}, server.Named("root"))
+	_, err = supervisor.Start(gotptest.Context(t), n, supervisor.Spec{}, server.Named("root"))
 	if e, ok := errors.AsType[*server.AlreadyStartedError](err); !ok || e.PID != sup {
 		t.Fatalf("second start: %v", err)
 	}
@@ -179,22 +181,22 @@ func (v mapVia) UnregisterName(*gotp.Node) {
 // reached through it, and a second start under the name fails naming the
 // first.
 func TestViaNamedSupervisor(t *testing.T) {
-	n := newNode(t)
+	n := gotptest.NewNode(t)
 	via := mapVia{mu: &sync.Mutex{}, names: map[string]gotp.PID{}, name: "conns"}
-	sup, err := supervisor.StartDynamic(tctx(t), n, supervisor.DynamicSpec[int]{
+	sup, err := supervisor.StartDynamic(gotptest.Context(t), n, supervisor.DynamicSpec[int]{
 		Start: func(_ context.Context, sup *gotp.Process, _ int) (gotp.PID, error) { return sup.SpawnLink(worker) },
 	}, server.WithVia(via))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := supervisor.StartDynamicChild(tctx(t), n, via, 1); err != nil {
+	if _, err := supervisor.StartDynamicChild(gotptest.Context(t), n, via, 1); err != nil {
 		t.Fatal(err)
 	}
-	k, err := supervisor.CountChildren(tctx(t), n, via)
+	k, err := supervisor.CountChildren(gotptest.Context(t), n, via)
 	if err != nil || k.Active != 1 {
 		t.Fatalf("CountChildren via: %+v, %v", k, err)
 	}
-	_, err = supervisor.Start(tctx(t), n, supervisor.Spec{}, server.WithVia(via))
+	_, err = supervisor.Start(gotptest.Context(t), n, supervisor.Spec{}, server.WithVia(via))
 	if e, ok := errors.AsType[*server.AlreadyStartedError](err); !ok || e.PID != sup {
 		t.Fatalf("second start under the via name: %v", err)
 	}

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/gotp/gotp"
+	"github.com/gotp/gotp/gotptest"
 	"github.com/gotp/gotp/supervisor"
 )
 
@@ -51,10 +52,11 @@ func TestStrategyRestartReason(t *testing.T) {
 }
 
 func testStrategyCase(t *testing.T, strategy supervisor.Strategy, restart supervisor.Restart, ec exitCase) {
-	n, logs := newNodeLog(t)
+	logs := gotptest.NewLogRecorder()
+	n := gotptest.NewNode(t, gotptest.Logger(logs.Logger()))
 	b := supervisor.Func("b", worker)
 	b.Restart = restart
-	sup, err := supervisor.Start(tctx(t), n, supervisor.Spec{
+	sup, err := supervisor.Start(gotptest.Context(t), n, supervisor.Spec{
 		Strategy:  strategy,
 		Intensity: 10,
 		Children:  []supervisor.ChildSpec{supervisor.Func("a", worker), b, supervisor.Func("c", worker)},
@@ -63,9 +65,9 @@ func testStrategyCase(t *testing.T, strategy supervisor.Strategy, restart superv
 		t.Fatal(err)
 	}
 	before := pids(mustWhich(t, n, sup))
-	down := waitDown(n, before["b"])
+	down := gotptest.Watch(t, n, before["b"])
 	ec.cause(n, before["b"])
-	if r := recvReason(t, down); !ec.check(r) {
+	if r := gotptest.Recv(t, down); !ec.check(r) {
 		t.Fatalf("b exited with %v, not the %s reason", r, ec.name)
 	}
 	// b's exit signal reached the supervisor before the Down: the call
@@ -74,7 +76,7 @@ func testStrategyCase(t *testing.T, strategy supervisor.Strategy, restart superv
 	after := pids(which)
 	restarted := restart == supervisor.Permanent || (restart == supervisor.Transient && ec.abnormal)
 
-	counts, err := supervisor.CountChildren(tctx(t), n, sup)
+	counts, err := supervisor.CountChildren(gotptest.Context(t), n, sup)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -102,7 +104,7 @@ func testStrategyCase(t *testing.T, strategy supervisor.Strategy, restart superv
 		if info.Restarts != 0 {
 			t.Fatalf("Inspect counts %d restarts, want 0", info.Restarts)
 		}
-		if len(logs.find("supervisor: child restarted")) != 0 {
+		if len(logs.Find("supervisor: child restarted")) != 0 {
 			t.Fatal("a restart was logged")
 		}
 	} else {
@@ -128,19 +130,19 @@ func testStrategyCase(t *testing.T, strategy supervisor.Strategy, restart superv
 		if info.Restarts != 1 || info.Children[1].Restarts != 1 {
 			t.Fatalf("Inspect: %d restarts, b restarted %d times; want 1, 1", info.Restarts, info.Children[1].Restarts)
 		}
-		recs := logs.find("supervisor: child restarted")
-		if !slices.ContainsFunc(recs, func(r logRec) bool { return r.attrs["child"] == "b" && r.attrs["pid"] == after["b"] }) {
+		recs := logs.Find("supervisor: child restarted")
+		if !slices.ContainsFunc(recs, func(r gotptest.Record) bool { return r.Attrs["child"] == "b" && r.Attrs["pid"] == after["b"] }) {
 			t.Fatalf("restart of b not logged: %+v", recs)
 		}
 	}
-	term := logs.find("supervisor: child terminated")
+	term := logs.Find("supervisor: child terminated")
 	wantLogged := restart == supervisor.Permanent || ec.abnormal
 	if wantLogged != (len(term) == 1) {
 		t.Fatalf("child terminated logged %d times, want logged=%v", len(term), wantLogged)
 	}
 	if wantLogged {
-		if term[0].attrs["child"] != "b" || term[0].attrs["pid"] != before["b"] || term[0].attrs["supervisor"] == nil {
-			t.Fatalf("log attrs %+v", term[0].attrs)
+		if term[0].Attrs["child"] != "b" || term[0].Attrs["pid"] != before["b"] || term[0].Attrs["supervisor"] == nil {
+			t.Fatalf("log attrs %+v", term[0].Attrs)
 		}
 	}
 	if !n.IsAlive(sup) {
@@ -161,9 +163,9 @@ func TestGroupRestartOrder(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.strategy.String(), func(t *testing.T) {
-			n := newNode(t)
+			n := gotptest.NewNode(t)
 			rec := &recorder{}
-			sup, err := supervisor.Start(tctx(t), n, supervisor.Spec{
+			sup, err := supervisor.Start(gotptest.Context(t), n, supervisor.Spec{
 				Strategy: tc.strategy,
 				Children: []supervisor.ChildSpec{recChild("a", rec), recChild("b", rec), recChild("c", rec), recChild("d", rec)},
 			})
@@ -174,9 +176,9 @@ func TestGroupRestartOrder(t *testing.T) {
 				t.Fatalf("start order %v", got)
 			}
 			b := pids(mustWhich(t, n, sup))["b"]
-			down := waitDown(n, b)
+			down := gotptest.Watch(t, n, b)
 			n.Exit(b, gotp.ErrKill) // no Terminate for b
-			recvReason(t, down)
+			gotptest.Recv(t, down)
 			mustWhich(t, n, sup)
 			if got := rec.get()[4:]; !slices.Equal(got, tc.want) {
 				t.Fatalf("events after b died: %v, want %v", got, tc.want)
@@ -191,12 +193,12 @@ func TestGroupRestartOrder(t *testing.T) {
 func TestGroupRestartDropsTemporary(t *testing.T) {
 	for _, strategy := range []supervisor.Strategy{supervisor.OneForAll, supervisor.RestForOne} {
 		t.Run(strategy.String(), func(t *testing.T) {
-			n := newNode(t)
+			n := gotptest.NewNode(t)
 			tmp := supervisor.Func("tmp", worker)
 			tmp.Restart = supervisor.Temporary
 			tr := supervisor.Func("tr", worker)
 			tr.Restart = supervisor.Transient
-			sup, err := supervisor.Start(tctx(t), n, supervisor.Spec{
+			sup, err := supervisor.Start(gotptest.Context(t), n, supervisor.Spec{
 				Strategy: strategy, Intensity: 5,
 				Children: []supervisor.ChildSpec{supervisor.Func("a", worker), tmp, tr},
 			})
@@ -204,12 +206,12 @@ func TestGroupRestartDropsTemporary(t *testing.T) {
 				t.Fatal(err)
 			}
 			before := pids(mustWhich(t, n, sup))
-			down := waitDown(n, before["tr"])
+			down := gotptest.Watch(t, n, before["tr"])
 			n.Send(before["tr"], exitWith{nil})
-			recvReason(t, down)
-			down = waitDown(n, before["a"])
+			gotptest.Recv(t, down)
+			down = gotptest.Watch(t, n, before["a"])
 			n.Exit(before["a"], gotp.ErrKill)
-			recvReason(t, down)
+			gotptest.Recv(t, down)
 			which := mustWhich(t, n, sup)
 			if got := ids(which); !slices.Equal(got, []string{"a", "tr"}) {
 				t.Fatalf("children %v, want [a tr]", got)
