@@ -43,6 +43,12 @@
 // delivers one [Down] message. [Node.Exit] sends an exit signal; ErrKill
 // cannot be trapped.
 //
+// A process whose own code ends it abnormally logs a crash report first,
+// at level Error on the node's logger ([Options.Logger]): which process,
+// its name and behaviour, the reason, the stack of a panic, the message a
+// handler was handling. Normal exits, ErrShutdown and exits caused by an
+// exit signal are not reported; a normal exit costs nothing for it.
+//
 // # Messages
 //
 // Send never blocks and never fails: a message to a process that is gone is

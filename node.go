@@ -26,8 +26,24 @@ type Options struct {
 	// random non-zero value.
 	Creation uint32
 
-	// Logger receives the runtime's logs (processes that crash, for
-	// example). Defaults to slog.Default().
+	// Logger receives the runtime's logs, crash reports first. A process
+	// whose own code ends it abnormally (its function returns an error or
+	// panics, its handler stops it with an error or panics, its init
+	// panics) logs one record at level Error, message CrashReportMsg,
+	// before it exits, with these attributes: pid; name and behaviour
+	// when it has them; reason; panic and stack for a panic; last_message
+	// for a handler (a CrashReporter handler, such as package server's,
+	// adds its own, such as the server's state); in_init for a panic in
+	// init; handled, mailbox_len, trap_exit, started; links (at most 32,
+	// with links_total when there are more). Normal exits (nil and
+	// ErrShutdown, wrapped or not) are not reported, nor a process ended
+	// by an exit signal (a link, Exit, a kill): what caused the signal
+	// reports for itself, as in Erlang. An init that returns an error is
+	// not reported either: SpawnHandler returns the error to its caller.
+	//
+	// Defaults to slog.Default(). A logger whose handler is not enabled
+	// for level Error turns crash reports off; a normal exit never
+	// touches the logger.
 	Logger *slog.Logger
 }
 

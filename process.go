@@ -279,6 +279,7 @@ func (p *Process) runInit(init func(p *Process) error) (err error) {
 	defer func() {
 		if v := recover(); v != nil {
 			err = &PanicError{Value: v, Stack: debug.Stack()}
+			p.crashed(err, nil, false, true)
 		}
 	}()
 	return init(p)
@@ -338,6 +339,7 @@ func (p *Process) runFunc(fn func(p *Process) error) {
 	returned := false
 	defer func() {
 		if !returned { // runtime.Goexit: the goroutine ends, and the process with it
+			p.crashed(ErrGoexit, nil, false, false)
 			p.exit(ErrGoexit)
 			p.dropBuffer()
 		}
@@ -346,6 +348,9 @@ func (p *Process) runFunc(fn func(p *Process) error) {
 		defer func() {
 			if v := recover(); v != nil {
 				reason = &PanicError{Value: v, Stack: debug.Stack()}
+				p.crashed(reason, nil, false, false)
+			} else if reason != nil {
+				p.crashed(reason, nil, false, false)
 			}
 		}()
 		reason = fn(p)
@@ -442,8 +447,12 @@ func (p *Process) handle(msg any) (stop bool, reason error) {
 	defer func() {
 		if v := recover(); v != nil {
 			stop, reason = true, &PanicError{Value: v, Stack: debug.Stack()}
+			p.crashed(reason, msg, true, false)
 		} else if !returned {
+			p.crashed(ErrGoexit, msg, true, false)
 			p.exit(ErrGoexit)
+		} else if reason != nil && stop {
+			p.crashed(reason, msg, true, false)
 		}
 	}()
 	stop, reason = p.handler.HandleMessage(p, msg)

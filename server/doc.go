@@ -38,6 +38,18 @@
 // process is dead. Like Erlang's, it does not run when the server is killed
 // or when an exit signal ends a server that does not trap exits.
 //
+// # Crash reports
+//
+// A server that stops with an abnormal reason (a callback's error or
+// panic, or Stop with an error) is reported by the runtime as any process
+// is (see gotp.Options.Logger), with the server's part added:
+// last_message (the request, cast or message it was handling, bounded),
+// last_message_kind (call, cast, info, stop or exit), caller (for a call
+// from another node) and state, the behaviour as StateFormatter chooses
+// to show it (Erlang's format_status) or, by default, its own value,
+// bounded by StateLimit. FormatState asks a running server for the same
+// rendering. A stop with nil or gotp.ErrShutdown is not reported.
+//
 // # Concurrency
 //
 // Start, Call, Cast, Stop and Reply are safe from any goroutine. The

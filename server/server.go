@@ -247,9 +247,12 @@ func StartLink(ctx context.Context, parent *gotp.Process, b Behaviour, opts ...O
 	return start(ctx, parent.Node(), b, &c)
 }
 
+// labelPrefix starts the gotp.Behaviour label of every server.
+const labelPrefix = "server "
+
 func behaviourLabel(b Behaviour) string {
 	t := reflect.TypeOf(b)
-	return "server " + t.String()
+	return labelPrefix + t.String()
 }
 
 // gen is the gotp.Handler that runs a Behaviour.
@@ -302,6 +305,9 @@ func (g *gen) HandleMessage(p *gotp.Process, msg any) (stop bool, reason error) 
 			return g.b.HandleCast(p, m.Body)
 		case StopRequest:
 			return stopping{m.Reason}
+		case stateQuery:
+			m.a.set(g.formatState())
+			return nil
 		case gotp.Exit:
 			if m.From == g.parent || m.From.IsZero() {
 				return stopping{m.Reason}

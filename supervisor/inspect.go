@@ -74,3 +74,35 @@ func Tree(n *gotp.Node, sup gotp.Dest) (Info, bool) {
 	}
 	return in, true
 }
+
+// State is how a supervisor shows itself in its crash report and to
+// server.FormatState: a summary, not its bookkeeping (which Inspect
+// reads, under a lock).
+type State struct {
+	Strategy  Strategy
+	Dynamic   bool
+	Intensity int
+	Period    time.Duration
+	Children  int // children known: running, restarting or not running
+	Running   int
+	Restarts  uint64
+}
+
+// FormatState returns the supervisor's State (server.StateFormatter). It
+// runs as the supervisor, which alone writes what it reads.
+func (s *sup) FormatState() any {
+	st := State{
+		Strategy:  s.strategy,
+		Dynamic:   s.dynamic,
+		Intensity: s.intensity,
+		Period:    s.period,
+		Running:   s.byPID.len(),
+		Restarts:  s.restarts,
+	}
+	if s.dynamic {
+		st.Children = st.Running + len(s.dynRestarting)
+	} else {
+		st.Children = len(s.children)
+	}
+	return st
+}
