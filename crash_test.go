@@ -9,25 +9,30 @@ import (
 	"runtime"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/gotp/gotp"
-	"github.com/gotp/gotp/internal/logtest"
+	"github.com/gotp/gotp/gotptest"
 )
 
-// crashNode returns a node whose logs a Recorder keeps.
-func crashNode(t *testing.T) (*gotp.Node, *logtest.Recorder) {
+// crashNode returns a node whose logs a LogRecorder keeps.
+func crashNode(t *testing.T) (*gotp.Node, *gotptest.LogRecorder) {
 	t.Helper()
-	rec := logtest.New(slog.LevelDebug)
-	n := gotp.NewNode(gotp.Options{Name: "crash", Logger: rec.Logger()})
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), waitLong)
-		defer cancel()
-		if err := n.Stop(ctx); err != nil {
-			t.Errorf("Stop: %v", err)
-		}
-	})
-	return n, rec
+	rec := gotptest.NewLogRecorder()
+	return gotptest.NewNode(t, gotptest.Name("crash"), gotptest.Logger(rec.Logger())), rec
+}
+
+// str returns the attribute key of r as text ("" if absent).
+func str(r gotptest.Record, key string) string {
+	v, ok := r.Attrs[key]
+	if !ok {
+		return ""
+	}
+	return fmt.Sprint(v)
+}
+
+func has(r gotptest.Record, key string) bool {
+	_, ok := r.Attrs[key]
+	return ok
 }
 
 // exitOfFunc spawns fn and returns its PID and its exit reason, once its
@@ -42,16 +47,16 @@ func exitOfFunc(t *testing.T, n *gotp.Node, fn func(p *gotp.Process) error, opts
 	if err != nil {
 		t.Fatal(err)
 	}
-	done := exitDone(t, n, pid)
+	done := gotptest.Watch(t, n, pid)
 	close(start)
-	return pid, recv(t, done)
+	return pid, gotptest.Recv(t, done)
 }
 
 // reports returns the crash reports of pid.
-func reports(rec *logtest.Recorder, pid gotp.PID) []logtest.Record {
-	var out []logtest.Record
-	for _, r := range rec.Records(gotp.CrashReportMsg) {
-		if r.String("pid") == pid.String() {
+func reports(rec *gotptest.LogRecorder, pid gotp.PID) []gotptest.Record {
+	var out []gotptest.Record
+	for _, r := range rec.Find(gotp.CrashReportMsg) {
+		if r.Attrs["pid"] == pid {
 			out = append(out, r)
 		}
 	}
@@ -60,11 +65,11 @@ func reports(rec *logtest.Recorder, pid gotp.PID) []logtest.Record {
 
 // oneReport returns the only crash report of pid, which is already logged
 // when the process's exit is complete.
-func oneReport(t *testing.T, rec *logtest.Recorder, pid gotp.PID) logtest.Record {
+func oneReport(t *testing.T, rec *gotptest.LogRecorder, pid gotp.PID) gotptest.Record {
 	t.Helper()
 	rs := reports(rec, pid)
 	if len(rs) != 1 {
-		t.Fatalf("crash reports of %v: %d, want 1 (all records: %v)", pid, len(rs), rec.Records(""))
+		t.Fatalf("crash reports of %v: %d, want 1 (all records: %v)", pid, len(rs), rec.Records())
 	}
 	if rs[0].Level != slog.LevelError {
 		t.Errorf("level %v, want ERROR", rs[0].Level)
@@ -87,37 +92,37 @@ func TestCrashReportPanicInFunction(t *testing.T) {
 		"reason":    "panic: boom in a function",
 		"panic":     `"boom in a function"`,
 	} {
-		if got := r.String(key); got != want {
+		if got := str(r, key); got != want {
 			t.Errorf("%s = %q, want %q", key, got, want)
 		}
 	}
 	// The stack is the panicking goroutine's, down to the function that
 	// panicked.
-	if st := r.String("stack"); !strings.Contains(st, "gotp_test.panicky") || !strings.Contains(st, "crash_test.go") {
+	if st := str(r, "stack"); !strings.Contains(st, "gotp_test.panicky") || !strings.Contains(st, "crash_test.go") {
 		t.Errorf("stack does not show the panic:\n%s", st)
 	}
-	if r.Has("last_message") {
+	if has(r, "last_message") {
 		t.Errorf("a function process has no last message: %v", r.Attrs)
 	}
 }
 
 func TestCrashReportErrorReturned(t *testing.T) {
 	n, rec := crashNode(t)
-	watcher, _ := sink(t, n)
+	watcher := gotptest.NewSink(t, n).PID()
 	pid, _ := exitOfFunc(t, n, func(p *gotp.Process) error {
 		p.Link(watcher)
 		p.TrapExit(true)
 		return fmt.Errorf("import: %w", errBoom)
 	})
 	r := oneReport(t, rec, pid)
-	if got := r.String("reason"); got != "import: boom" {
+	if got := str(r, "reason"); got != "import: boom" {
 		t.Errorf("reason %q", got)
 	}
-	if r.Has("stack") || r.Has("panic") || r.Has("name") {
+	if has(r, "stack") || has(r, "panic") || has(r, "name") {
 		t.Errorf("an error is not a panic, and the process has no name: %v", r.Attrs)
 	}
-	if r.String("trap_exit") != "true" || !strings.Contains(r.String("links"), watcher.String()) {
-		t.Errorf("trap_exit %q links %q, want true and %v", r.String("trap_exit"), r.String("links"), watcher)
+	if str(r, "trap_exit") != "true" || !strings.Contains(str(r, "links"), watcher.String()) {
+		t.Errorf("trap_exit %q links %q, want true and %v", str(r, "trap_exit"), str(r, "links"), watcher)
 	}
 }
 
@@ -138,19 +143,19 @@ func TestCrashReportHandlerPanicHasLastMessage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	done := exitDone(t, n, pid)
+	done := gotptest.Watch(t, n, pid)
 	n.Send(pid, order{ID: 1})
 	n.Send(pid, order{ID: 7, Items: []string{"tea", "cups"}})
-	recv(t, done)
+	gotptest.Recv(t, done)
 	r := oneReport(t, rec, pid)
-	if got, want := r.String("last_message"), `gotp_test.order{ID: 7, Items: []string{"tea", "cups"}}`; got != want {
+	if got, want := str(r, "last_message"), `gotp_test.order{ID: 7, Items: []string{"tea", "cups"}}`; got != want {
 		t.Errorf("last_message %q, want %q", got, want)
 	}
-	if got := r.String("handled"); got != "2" {
+	if got := str(r, "handled"); got != "2" {
 		t.Errorf("handled %q, want 2", got)
 	}
-	if !strings.Contains(r.String("stack"), "crash_test.go") {
-		t.Errorf("stack:\n%s", r.String("stack"))
+	if !strings.Contains(str(r, "stack"), "crash_test.go") {
+		t.Errorf("stack:\n%s", str(r, "stack"))
 	}
 }
 
@@ -161,11 +166,11 @@ func TestCrashReportHandlerStopsWithError(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	done := exitDone(t, n, pid)
+	done := gotptest.Watch(t, n, pid)
 	n.Send(pid, "the last straw")
-	recv(t, done)
+	gotptest.Recv(t, done)
 	r := oneReport(t, rec, pid)
-	if r.String("reason") != "boom" || r.String("last_message") != `"the last straw"` {
+	if str(r, "reason") != "boom" || str(r, "last_message") != `"the last straw"` {
 		t.Errorf("report %v", r.Attrs)
 	}
 }
@@ -177,12 +182,12 @@ func TestCrashReportInlineHandler(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	done := exitDone(t, n, pid)
+	done := gotptest.Watch(t, n, pid)
 	if !n.RunInline(pid, 42) {
 		t.Fatal("RunInline refused an idle process")
 	}
-	recv(t, done)
-	if r := oneReport(t, rec, pid); r.String("last_message") != "42" {
+	gotptest.Recv(t, done)
+	if r := oneReport(t, rec, pid); str(r, "last_message") != "42" {
 		t.Errorf("report %v", r.Attrs)
 	}
 }
@@ -193,7 +198,7 @@ func TestCrashReportGoexit(t *testing.T) {
 	if !errors.Is(reason, gotp.ErrGoexit) {
 		t.Fatalf("reason %v", reason)
 	}
-	if r := oneReport(t, rec, pid); r.String("reason") != gotp.ErrGoexit.Error() {
+	if r := oneReport(t, rec, pid); str(r, "reason") != gotp.ErrGoexit.Error() {
 		t.Errorf("report %v", r.Attrs)
 	}
 }
@@ -210,7 +215,7 @@ func TestCrashReportInitPanicButNotInitError(t *testing.T) {
 	if !errors.Is(err, errBoom) {
 		t.Fatalf("SpawnHandler: %v", err)
 	}
-	if r := oneReport(t, rec, panicked); r.String("in_init") != "true" || !strings.Contains(r.String("stack"), "crash_test.go") {
+	if r := oneReport(t, rec, panicked); str(r, "in_init") != "true" || !strings.Contains(str(r, "stack"), "crash_test.go") {
 		t.Errorf("report %v", r.Attrs)
 	}
 	if rs := reports(rec, failed); len(rs) != 0 {
@@ -242,17 +247,17 @@ func TestCrashReporterAddsAttributes(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			done := exitDone(t, n, pid)
+			done := gotptest.Watch(t, n, pid)
 			n.Send(pid, "req")
-			recv(t, done)
+			gotptest.Recv(t, done)
 			r := oneReport(t, rec, pid)
 			if panics {
-				if r.String("crash_report_panic") != `"report failed"` || r.String("last_message") != `"req"` {
+				if str(r, "crash_report_panic") != `"report failed"` || str(r, "last_message") != `"req"` {
 					t.Errorf("report %v", r.Attrs)
 				}
 				return
 			}
-			if r.String("request") != "unwrapped req" || r.String("why") != "boom" || r.Has("last_message") {
+			if str(r, "request") != "unwrapped req" || str(r, "why") != "boom" || has(r, "last_message") {
 				t.Errorf("report %v", r.Attrs)
 			}
 		})
@@ -275,28 +280,28 @@ func TestNoCrashReportForNormalExits(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		done := exitDone(t, n, pid)
+		done := gotptest.Watch(t, n, pid)
 		n.Send(pid, reason)
-		recv(t, done)
+		gotptest.Recv(t, done)
 	}
 
 	// Killed from outside, and killed by a link: no report.
 	victim := waiter(t, n)
-	done := exitDone(t, n, victim)
+	done := gotptest.Watch(t, n, victim)
 	n.Exit(victim, gotp.ErrKill)
-	recv(t, done)
+	gotptest.Recv(t, done)
 
 	linked := waiter(t, n)
-	linkedDone := exitDone(t, n, linked)
+	linkedDone := gotptest.Watch(t, n, linked)
 	crasher, reason := exitOfFunc(t, n, func(p *gotp.Process) error {
 		p.Link(linked)
 		return errBoom
 	})
-	if !errors.Is(reason, errBoom) || !errors.Is(recv(t, linkedDone), errBoom) {
+	if !errors.Is(reason, errBoom) || !errors.Is(gotptest.Recv(t, linkedDone), errBoom) {
 		t.Fatal("the link did not carry the crash")
 	}
-	all := rec.Records(gotp.CrashReportMsg)
-	if len(all) != 1 || all[0].String("pid") != crasher.String() {
+	all := rec.Find(gotp.CrashReportMsg)
+	if len(all) != 1 || all[0].Attrs["pid"] != crasher {
 		t.Fatalf("want one report, of the crasher %v; got %v", crasher, all)
 	}
 }
@@ -304,14 +309,18 @@ func TestNoCrashReportForNormalExits(t *testing.T) {
 // TestCrashReportOffWhenErrorDisabled: a logger not enabled for Error
 // turns reports off (the handler's Handle is never called).
 func TestCrashReportOffWhenErrorDisabled(t *testing.T) {
-	rec := logtest.New(slog.LevelError + 1)
-	n := gotp.NewNode(gotp.Options{Name: "quiet", Logger: rec.Logger()})
-	defer n.Stop(context.Background())
+	rec := gotptest.NewLogRecorder()
+	n := gotptest.NewNode(t, gotptest.Logger(slog.New(aboveError{rec})))
 	exitOfFunc(t, n, panicky)
-	if rs := rec.Records(""); len(rs) != 0 {
+	if rs := rec.Records(); len(rs) != 0 {
 		t.Fatalf("records: %v", rs)
 	}
 }
+
+// aboveError is a handler enabled only above level Error.
+type aboveError struct{ slog.Handler }
+
+func (aboveError) Enabled(_ context.Context, l slog.Level) bool { return l > slog.LevelError }
 
 // TestCrashReportBoundsStack: a long stack is cut. (Go's own tracebacks
 // stop at 100 frames, so the long one is made here.)
@@ -319,7 +328,7 @@ func TestCrashReportBoundsStack(t *testing.T) {
 	n, rec := crashNode(t)
 	long := bytes.Repeat([]byte("main.f()\n\t/src/main.go:1 +0x1\n"), 2000)
 	pid, _ := exitOfFunc(t, n, func(*gotp.Process) error { return &gotp.PanicError{Value: "deep", Stack: long} })
-	st := oneReport(t, rec, pid).String("stack")
+	st := str(oneReport(t, rec, pid), "stack")
 	if len(st) > gotp.CrashStackLimit+64 || !strings.HasSuffix(st, "(stack cut at 16 KiB)") || !strings.HasPrefix(st, "main.f()") {
 		t.Errorf("stack of %d bytes, ending %q", len(st), st[max(0, len(st)-40):])
 	}
@@ -328,16 +337,12 @@ func TestCrashReportBoundsStack(t *testing.T) {
 // TestCrashReportsDefaultLogger: a node without Options.Logger reports to
 // slog.Default.
 func TestCrashReportsDefaultLogger(t *testing.T) {
-	rec := logtest.New(slog.LevelInfo)
+	rec := gotptest.NewLogRecorder()
 	old := slog.Default()
 	slog.SetDefault(rec.Logger())
 	defer slog.SetDefault(old)
 	n := gotp.NewNode(gotp.Options{Name: "default"})
 	defer n.Stop(context.Background())
 	pid, _ := exitOfFunc(t, n, panicky)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-	defer cancel()
-	if _, ok := rec.Wait(ctx, gotp.CrashReportMsg, func(r logtest.Record) bool { return r.String("pid") == pid.String() }); !ok {
-		t.Fatal("no crash report on slog.Default")
-	}
+	oneReport(t, rec, pid)
 }

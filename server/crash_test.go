@@ -1,31 +1,31 @@
 package server_test
 
 import (
-	"context"
 	"errors"
-	"log/slog"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/gotp/gotp"
-	"github.com/gotp/gotp/internal/logtest"
+	"github.com/gotp/gotp/gotptest"
 	"github.com/gotp/gotp/server"
 )
 
-// logNode returns a node whose logs a Recorder keeps.
-func logNode(t *testing.T) (*gotp.Node, *logtest.Recorder) {
+// logNode returns a node whose logs a LogRecorder keeps.
+func logNode(t *testing.T) (*gotp.Node, *gotptest.LogRecorder) {
 	t.Helper()
-	rec := logtest.New(slog.LevelDebug)
-	n := gotp.NewNode(gotp.Options{Name: "t", Logger: rec.Logger()})
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if err := n.Stop(ctx); err != nil {
-			t.Errorf("Stop: %v", err)
-		}
-	})
-	return n, rec
+	rec := gotptest.NewLogRecorder()
+	return gotptest.NewNode(t, gotptest.Name("t"), gotptest.Logger(rec.Logger())), rec
+}
+
+// str returns the attribute key of r as text ("" if absent).
+func str(r gotptest.Record, key string) string {
+	v, ok := r.Attrs[key]
+	if !ok {
+		return ""
+	}
+	return fmt.Sprint(v)
 }
 
 // ledger is a server with some state to show; it crashes on request.
@@ -73,7 +73,7 @@ func (l *formattedLedger) FormatState() any {
 
 // crashOf starts b, runs act on it, waits for it to exit and returns its
 // only crash report.
-func crashOf(t *testing.T, b server.Behaviour, act func(n *gotp.Node, pid gotp.PID)) (gotp.PID, logtest.Record) {
+func crashOf(t *testing.T, b server.Behaviour, act func(n *gotp.Node, pid gotp.PID)) (gotp.PID, gotptest.Record) {
 	t.Helper()
 	n, rec := logNode(t)
 	pid, err := server.Start(ctx(t), n, b, server.Named("ledger"))
@@ -88,14 +88,14 @@ func crashOf(t *testing.T, b server.Behaviour, act func(n *gotp.Node, pid gotp.P
 	case <-time.After(10 * time.Second):
 		t.Fatal("the server did not exit")
 	}
-	var rs []logtest.Record
-	for _, r := range rec.Records(gotp.CrashReportMsg) {
-		if r.String("pid") == pid.String() {
+	var rs []gotptest.Record
+	for _, r := range rec.Find(gotp.CrashReportMsg) {
+		if r.Attrs["pid"] == pid {
 			rs = append(rs, r)
 		}
 	}
 	if len(rs) != 1 {
-		t.Fatalf("%d crash reports, want 1: %v", len(rs), rec.Records(""))
+		t.Fatalf("%d crash reports, want 1: %v", len(rs), rec.Records())
 	}
 	return pid, rs[0]
 }
@@ -116,15 +116,15 @@ func TestCrashReportOfServerPanicInCall(t *testing.T) {
 		"last_message":      "server_test.deposit{Amount: -3}",
 		"last_message_kind": "call",
 	} {
-		if got := r.String(key); got != want {
+		if got := str(r, key); got != want {
 			t.Errorf("%s = %q, want %q", key, got, want)
 		}
 	}
 	// The default rendering of the state is the behaviour itself.
-	if st := r.String("state"); !strings.Contains(st, `Owner: "ana"`) || !strings.Contains(st, "Entries: []int{5}") {
+	if st := str(r, "state"); !strings.Contains(st, `Owner: "ana"`) || !strings.Contains(st, "Entries: []int{5}") {
 		t.Errorf("state %q", st)
 	}
-	if st := r.String("stack"); !strings.Contains(st, "(*ledger).HandleCall") {
+	if st := str(r, "stack"); !strings.Contains(st, "(*ledger).HandleCall") {
 		t.Errorf("the stack does not show the callback that panicked:\n%s", st)
 	}
 }
@@ -133,14 +133,14 @@ func TestCrashReportOfServerCastError(t *testing.T) {
 	_, r := crashOf(t, &formattedLedger{ledger{Owner: "bob", secret: "s3cr3t"}}, func(n *gotp.Node, pid gotp.PID) {
 		server.Cast(n, pid, explode{Why: "disk full"})
 	})
-	if r.String("reason") != "disk full" || r.String("last_message") != `server_test.explode{Why: "disk full"}` || r.String("last_message_kind") != "cast" {
+	if str(r, "reason") != "disk full" || str(r, "last_message") != `server_test.explode{Why: "disk full"}` || str(r, "last_message_kind") != "cast" {
 		t.Errorf("report %v", r.Attrs)
 	}
 	// FormatState chose what is shown: the secret is not.
-	if st := r.String("state"); st != `map[string]interface {}{"owner": "bob", "entries": 0}` && st != `map[string]interface {}{"entries": 0, "owner": "bob"}` {
+	if st := str(r, "state"); st != `map[string]interface {}{"owner": "bob", "entries": 0}` && st != `map[string]interface {}{"entries": 0, "owner": "bob"}` {
 		t.Errorf("state %q", st)
 	}
-	if r.Has("stack") {
+	if r.Attrs["stack"] != nil {
 		t.Errorf("an error has no stack: %v", r.Attrs)
 	}
 }
@@ -150,7 +150,7 @@ func TestCrashReportOfServerStateFormatterPanics(t *testing.T) {
 	_, r := crashOf(t, b, func(n *gotp.Node, pid gotp.PID) {
 		n.Send(pid, server.StopRequest{Reason: errors.New("stopped with an error")})
 	})
-	if r.String("state") != `(FormatState panicked: "cannot format")` || r.String("last_message_kind") != "stop" {
+	if str(r, "state") != `(FormatState panicked: "cannot format")` || str(r, "last_message_kind") != "stop" {
 		t.Errorf("report %v", r.Attrs)
 	}
 }
@@ -178,7 +178,7 @@ func TestNoCrashReportForNormalServerStops(t *testing.T) {
 		stop(pid)
 		<-down
 	}
-	if rs := rec.Records(gotp.CrashReportMsg); len(rs) != 0 {
+	if rs := rec.Find(gotp.CrashReportMsg); len(rs) != 0 {
 		t.Fatalf("normal stops reported: %v", rs)
 	}
 }
