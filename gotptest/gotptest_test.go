@@ -252,6 +252,23 @@ func TestSinkDo(t *testing.T) {
 	wantFatal(t, runFake(func(f *fakeT) { s.Do(f, func(*gotp.Process) {}) }), "exited")
 }
 
+func TestSinkStopAndExit(t *testing.T) {
+	n := NewNode(t)
+	a, b := NewSink(t, n), NewSink(t, n)
+	n.Send(a.PID(), "before")
+	a.Stop(t)
+	if reason, _ := a.Process().ExitReason(); reason != nil {
+		t.Fatalf("Stop: exit reason %v, want nil", reason)
+	}
+	if got := a.Next(t); got != "before" {
+		t.Fatalf("got %v, want the message sent before Stop", got)
+	}
+	b.Exit(t, errBoom)
+	if reason, _ := b.Process().ExitReason(); reason != errBoom {
+		t.Fatalf("Exit: exit reason %v, want boom", reason)
+	}
+}
+
 // A Sink that traps exits hands over every Exit, and ends at Node.Stop's.
 func TestSinkTrapping(t *testing.T) {
 	n := NewNode(t)

@@ -12,7 +12,8 @@ import (
 const sinkBuffer = 1 << 14
 
 // A Sink is a process that hands the test every message it receives, in
-// the order it received them, and runs functions as itself ([Sink.Do]), so
+// the order it received them (it holds up to 16,384 for the test; past
+// that it stops receiving, and the rest wait in its mailbox), and runs functions as itself ([Sink.Do]), so
 // that a test can play a process: be linked, monitor, join a group, own a
 // registry key. Create it with [NewSink]; it lives until it is killed or
 // its node stops.
@@ -28,6 +29,9 @@ type Sink struct {
 	p    *gotp.Process
 	msgs chan any
 }
+
+// sinkStop asks a Sink to end normally.
+type sinkStop struct{}
 
 // sinkDo is a function a Sink runs as itself.
 type sinkDo struct {
@@ -47,6 +51,9 @@ func NewSink(t TB, n *gotp.Node, opts ...gotp.SpawnOption) *Sink {
 			msg, err := p.Receive(p.Context())
 			if err != nil {
 				return nil // killed: its exit reason says why
+			}
+			if _, ok := msg.(sinkStop); ok {
+				return nil
 			}
 			if do, ok := msg.(sinkDo); ok {
 				do.f(p)
@@ -122,10 +129,40 @@ func (s *Sink) Do(t TB, f func(p *gotp.Process)) {
 	}
 }
 
-// Kill kills the Sink with gotp.ErrKill and waits until its exit is
-// complete, failing t if that takes longer than [Timeout].
+// Stop makes the Sink end normally (reason nil), after the messages
+// already in its mailbox, and waits until its exit is complete, failing t
+// if that takes longer than [Timeout].
+func (s *Sink) Stop(t TB) {
+	t.Helper()
+	s.p.Node().Send(s.pid, sinkStop{})
+	s.wait(t)
+}
+
+// Exit sends the Sink an exit signal with reason from outside any process
+// (as gotp.Node.Exit does) and waits until its exit is complete, failing t
+// if that takes longer than [Timeout]. A Sink that traps exits hands the
+// signal to the test as an Exit message instead, and does not end; nor
+// does any Sink for a nil reason: use [Sink.Stop].
+func (s *Sink) Exit(t TB, reason error) {
+	t.Helper()
+	s.p.Node().Exit(s.pid, reason)
+	s.wait(t)
+}
+
+// Kill is Exit with gotp.ErrKill, which ends even a Sink that traps exits
+// (its exit reason is then gotp.ErrKilled).
 func (s *Sink) Kill(t TB) {
 	t.Helper()
-	s.p.Node().Exit(s.pid, gotp.ErrKill)
-	RecvWithin(t, Timeout, s.p.Done())
+	s.Exit(t, gotp.ErrKill)
+}
+
+func (s *Sink) wait(t TB) {
+	t.Helper()
+	timer := time.NewTimer(Timeout)
+	defer timer.Stop()
+	select {
+	case <-s.p.Done():
+	case <-timer.C:
+		t.Fatalf("gotptest: Sink %v did not exit within %v", s.pid, Timeout)
+	}
 }

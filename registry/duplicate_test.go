@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/gotp/gotp"
+	"github.com/gotp/gotp/gotptest"
 	"github.com/gotp/gotp/registry"
 )
 
@@ -22,10 +23,10 @@ func dupOpts(parts int) registry.Options {
 
 func TestDuplicateRegistrations(t *testing.T) {
 	eachPartitions(t, func(t *testing.T, parts int) {
-		n := newNode(t)
+		n := gotptest.NewNode(t)
 		r := start[string, string](t, n, dupOpts(parts))
-		a := spawnActor(t, n)
-		a.do(func(p *gotp.Process) {
+		a := gotptest.NewSink(t, n)
+		a.Do(t, func(p *gotp.Process) {
 			self := p.Self()
 			mustEqual(t, "keys", len(r.Keys(self)), 0)
 			if err := r.Register(p, "hello", "value"); err != nil {
@@ -53,19 +54,19 @@ func TestDuplicateRegistrations(t *testing.T) {
 
 func TestDuplicateRegistrationsAcrossProcesses(t *testing.T) {
 	eachPartitions(t, func(t *testing.T, parts int) {
-		n := newNode(t)
+		n := gotptest.NewNode(t)
 		r := start[string, int](t, n, dupOpts(parts))
-		var actors []*actor
+		var actors []*gotptest.Sink
 		var want []registry.Entry[int]
 		for i := range 10 {
-			a := spawnActor(t, n)
+			a := gotptest.NewSink(t, n)
 			actors = append(actors, a)
-			a.do(func(p *gotp.Process) {
+			a.Do(t, func(p *gotp.Process) {
 				if err := r.Register(p, "hello", i); err != nil {
 					t.Fatal(err)
 				}
 			})
-			want = append(want, registry.Entry[int]{PID: a.pid, Value: i})
+			want = append(want, registry.Entry[int]{PID: a.PID(), Value: i})
 		}
 		mustEqual(t, "lookup", sortEntries(r.Lookup("hello")), sortEntries(want))
 		// Find on a duplicate registry returns one of the key's entries.
@@ -76,10 +77,10 @@ func TestDuplicateRegistrationsAcrossProcesses(t *testing.T) {
 			t.Fatalf("Find of a key without entries = %v", e)
 		}
 		for i, a := range actors {
-			mustEqual(t, "keys", r.Keys(a.pid), []string{"hello"})
-			mustEqual(t, "values", r.Values("hello", a.pid), []int{i})
+			mustEqual(t, "keys", r.Keys(a.PID()), []string{"hello"})
+			mustEqual(t, "values", r.Values("hello", a.PID()), []int{i})
 		}
-		actors[3].stop()
+		actors[3].Stop(t)
 		mustEqual(t, "lookup after exit", len(r.Lookup("hello")), 9)
 		mustEqual(t, "count", r.Count(), 9)
 	})
@@ -87,10 +88,10 @@ func TestDuplicateRegistrationsAcrossProcesses(t *testing.T) {
 
 func TestDuplicateMatchPatterns(t *testing.T) {
 	eachPartitions(t, func(t *testing.T, parts int) {
-		n := newNode(t)
+		n := gotptest.NewNode(t)
 		r := start[string, triple](t, n, dupOpts(parts))
-		a := spawnActor(t, n)
-		a.do(func(p *gotp.Process) {
+		a := gotptest.NewSink(t, n)
+		a.Do(t, func(p *gotp.Process) {
 			self := p.Self()
 			v1, v2 := triple{1, "atom", 1}, triple{2, "atom", 2}
 			_ = r.Register(p, "hello", v1)
@@ -114,17 +115,17 @@ func TestDuplicateMatchPatterns(t *testing.T) {
 
 func TestDuplicateUnregister(t *testing.T) {
 	eachPartitions(t, func(t *testing.T, parts int) {
-		n := newNode(t)
+		n := gotptest.NewNode(t)
 		r := start[string, string](t, n, dupOpts(parts))
-		a, b := spawnActor(t, n), spawnActor(t, n)
-		b.do(func(p *gotp.Process) { _ = r.Register(p, "hello", "b") })
-		a.do(func(p *gotp.Process) {
+		a, b := gotptest.NewSink(t, n), gotptest.NewSink(t, n)
+		b.Do(t, func(p *gotp.Process) { _ = r.Register(p, "hello", "b") })
+		a.Do(t, func(p *gotp.Process) {
 			_ = r.Register(p, "hello", "foo")
 			_ = r.Register(p, "hello", "bar")
 			_ = r.Register(p, "world", "baz")
 			r.Unregister(p, "hello")
 			mustEqual(t, "keys", r.Keys(p.Self()), []string{"world"})
-			mustEqual(t, "lookup", r.Lookup("hello"), []registry.Entry[string]{{PID: b.pid, Value: "b"}})
+			mustEqual(t, "lookup", r.Lookup("hello"), []registry.Entry[string]{{PID: b.PID(), Value: "b"}})
 			r.Unregister(p, "world")
 			r.Unregister(p, "world")
 			mustEqual(t, "keys", len(r.Keys(p.Self())), 0)
@@ -135,11 +136,11 @@ func TestDuplicateUnregister(t *testing.T) {
 
 func TestDuplicateUnregisterMatch(t *testing.T) {
 	eachPartitions(t, func(t *testing.T, parts int) {
-		n := newNode(t)
+		n := gotptest.NewNode(t)
 		r := start[string, string](t, n, dupOpts(parts))
-		a, b := spawnActor(t, n), spawnActor(t, n)
-		b.do(func(p *gotp.Process) { _ = r.Register(p, "hello", "foo") })
-		a.do(func(p *gotp.Process) {
+		a, b := gotptest.NewSink(t, n), gotptest.NewSink(t, n)
+		b.Do(t, func(p *gotp.Process) { _ = r.Register(p, "hello", "foo") })
+		a.Do(t, func(p *gotp.Process) {
 			self := p.Self()
 			_ = r.Register(p, "hello", "foo")
 			_ = r.Register(p, "hello", "bar")
@@ -148,7 +149,7 @@ func TestDuplicateUnregisterMatch(t *testing.T) {
 			mustEqual(t, "removed foo twice", r.UnregisterMatch(p, "hello", registry.Eq("foo")), 2)
 			mustEqual(t, "keys", r.Keys(self), []string{"hello"})
 			mustEqual(t, "values", r.Values("hello", self), []string{"bar"})
-			mustEqual(t, "b untouched", r.Values("hello", b.pid), []string{"foo"})
+			mustEqual(t, "b untouched", r.Values("hello", b.PID()), []string{"foo"})
 			_ = r.Register(p, "hello", "baz")
 			mustEqual(t, "guard", r.UnregisterMatchFunc(p, "hello", func(v string) bool { return v > "bar" }), 1)
 			mustEqual(t, "values after guard", r.Values("hello", self), []string{"bar"})
@@ -160,10 +161,10 @@ func TestDuplicateUnregisterMatch(t *testing.T) {
 }
 
 func TestDuplicateUpdateValueAndViaRefused(t *testing.T) {
-	n := newNode(t)
+	n := gotptest.NewNode(t)
 	r := start[string, int](t, n, dupOpts(2))
-	a := spawnActor(t, n)
-	a.do(func(p *gotp.Process) {
+	a := gotptest.NewSink(t, n)
+	a.Do(t, func(p *gotp.Process) {
 		_ = r.Register(p, "hello", 1)
 		if _, _, err := r.UpdateValue(p, "hello", func(v int) int { return v }); !errors.Is(err, registry.ErrNotUnique) {
 			t.Fatalf("UpdateValue on a duplicate registry: %v", err)
@@ -181,22 +182,22 @@ func TestDuplicateUpdateValueAndViaRefused(t *testing.T) {
 // has entries, in parallel, never for a key without entries.
 func TestDuplicateDispatchPerPartition(t *testing.T) {
 	eachPartitions(t, func(t *testing.T, parts int) {
-		n := newNode(t)
+		n := gotptest.NewNode(t)
 		r := start[string, int](t, n, dupOpts(parts))
 		var calls atomic.Int32
 		r.Dispatch("hello", func([]registry.Entry[int]) { calls.Add(1) })
 		mustEqual(t, "calls on missing key", calls.Load(), int32(0))
 
-		var actors []*actor
+		var actors []*gotptest.Sink
 		for i := range 20 {
-			a := spawnActor(t, n)
+			a := gotptest.NewSink(t, n)
 			actors = append(actors, a)
-			a.do(func(p *gotp.Process) { _ = r.Register(p, "hello", i) })
+			a.Do(t, func(p *gotp.Process) { _ = r.Register(p, "hello", i) })
 		}
 		// Partitions that hold entries: by the pids' partition.
 		want := map[int]bool{}
 		for _, a := range actors {
-			want[int(a.pid.ID()%uint64(parts))] = true
+			want[int(a.PID().ID()%uint64(parts))] = true
 		}
 		var mu sync.Mutex
 		var got []registry.Entry[int]
@@ -257,10 +258,10 @@ func TestDuplicateDispatchPerPartition(t *testing.T) {
 			calls.Store(0)
 			r2 := start[string, int](t, n, dupOpts(parts))
 			a := actors[0]
-			a.do(func(p *gotp.Process) { _ = r2.Register(p, "one", 1) })
+			a.Do(t, func(p *gotp.Process) { _ = r2.Register(p, "one", 1) })
 			r2.Dispatch("one", func(es []registry.Entry[int]) {
 				calls.Add(1)
-				mustEqual(t, "entries of the one partition", es, []registry.Entry[int]{{PID: a.pid, Value: 1}})
+				mustEqual(t, "entries of the one partition", es, []registry.Entry[int]{{PID: a.PID(), Value: 1}})
 			})
 			mustEqual(t, "calls with one partition of "+fmt.Sprint(parts)+" holding the key", calls.Load(), int32(1))
 		}
@@ -268,13 +269,13 @@ func TestDuplicateDispatchPerPartition(t *testing.T) {
 }
 
 func TestDispatchPanicReachesCaller(t *testing.T) {
-	n := newNode(t)
+	n := gotptest.NewNode(t)
 	r := start[string, int](t, n, dupOpts(4))
 	withEntries := map[uint64]bool{} // partitions holding entries under k
 	for range 8 {
-		a := spawnActor(t, n)
-		a.do(func(p *gotp.Process) { _ = r.Register(p, "k", 1) })
-		withEntries[a.pid.ID()%4] = true
+		a := gotptest.NewSink(t, n)
+		a.Do(t, func(p *gotp.Process) { _ = r.Register(p, "k", 1) })
+		withEntries[a.PID().ID()%4] = true
 	}
 	var returned atomic.Int32
 	func() {
@@ -313,13 +314,13 @@ func TestDispatchHelperPanicReachesCaller(t *testing.T) {
 	if runtime.GOMAXPROCS(0) < 2 {
 		t.Skip("needs two processors: the first call spins until the second starts")
 	}
-	n := newNode(t)
+	n := gotptest.NewNode(t)
 	r := start[string, int](t, n, dupOpts(2))
 	withEntries := map[uint64]bool{}
 	for len(withEntries) < 2 {
-		a := spawnActor(t, n)
-		a.do(func(p *gotp.Process) { _ = r.Register(p, "k", 1) })
-		withEntries[a.pid.ID()%2] = true
+		a := gotptest.NewSink(t, n)
+		a.Do(t, func(p *gotp.Process) { _ = r.Register(p, "k", 1) })
+		withEntries[a.PID().ID()%2] = true
 	}
 	for i := range 200 {
 		var entered atomic.Int32
@@ -350,13 +351,13 @@ func TestDispatchHelperPanicReachesCaller(t *testing.T) {
 // partition's call made; the helpers, started late, find nothing to do.
 func TestDispatchTakesCallsOfLateHelpers(t *testing.T) {
 	const parts = 4
-	n := newNode(t)
+	n := gotptest.NewNode(t)
 	r := start[string, int](t, n, dupOpts(parts))
 	withEntries := map[uint64]bool{}
 	for len(withEntries) < parts {
-		a := spawnActor(t, n)
-		a.do(func(p *gotp.Process) { _ = r.Register(p, "k", 1) })
-		withEntries[a.pid.ID()%parts] = true
+		a := gotptest.NewSink(t, n)
+		a.Do(t, func(p *gotp.Process) { _ = r.Register(p, "k", 1) })
+		withEntries[a.PID().ID()%parts] = true
 	}
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
 	runtime.GC() // so that no collection starts in the middle of Dispatch
@@ -390,22 +391,22 @@ func goroutineID() uint64 {
 // Many processes under one key in one partition: the bucket's index
 // (built past a few processes) must follow every removal.
 func TestDuplicateManyProcessesOneKey(t *testing.T) {
-	n := newNode(t)
+	n := gotptest.NewNode(t)
 	r := start[string, int](t, n, dupOpts(1))
-	var actors []*actor
+	var actors []*gotptest.Sink
 	want := map[gotp.PID][]int{}
 	for i := range 60 {
-		a := spawnActor(t, n)
+		a := gotptest.NewSink(t, n)
 		actors = append(actors, a)
-		a.do(func(p *gotp.Process) {
+		a.Do(t, func(p *gotp.Process) {
 			_ = r.Register(p, "k", i)
 			if i%3 == 0 {
 				_ = r.Register(p, "k", -i)
 			}
 		})
-		want[a.pid] = append(want[a.pid], i)
+		want[a.PID()] = append(want[a.PID()], i)
 		if i%3 == 0 {
-			want[a.pid] = append(want[a.pid], -i)
+			want[a.PID()] = append(want[a.PID()], -i)
 		}
 	}
 	check := func(what string) {
@@ -426,25 +427,25 @@ func TestDuplicateManyProcessesOneKey(t *testing.T) {
 	for i, a := range actors {
 		switch i % 4 {
 		case 0:
-			a.kill(gotp.ErrKill)
-			delete(want, a.pid)
+			a.Exit(t, gotp.ErrKill)
+			delete(want, a.PID())
 		case 1:
-			a.do(func(p *gotp.Process) { r.UnregisterMatch(p, "k", registry.Eq(i)) })
-			if vs := slices.DeleteFunc(want[a.pid], func(v int) bool { return v == i }); len(vs) > 0 {
-				want[a.pid] = vs
+			a.Do(t, func(p *gotp.Process) { r.UnregisterMatch(p, "k", registry.Eq(i)) })
+			if vs := slices.DeleteFunc(want[a.PID()], func(v int) bool { return v == i }); len(vs) > 0 {
+				want[a.PID()] = vs
 			} else {
-				delete(want, a.pid)
+				delete(want, a.PID())
 			}
 		case 2:
-			a.do(func(p *gotp.Process) { _ = r.Register(p, "k", 1000+i) })
-			want[a.pid] = append(want[a.pid], 1000+i)
+			a.Do(t, func(p *gotp.Process) { _ = r.Register(p, "k", 1000+i) })
+			want[a.PID()] = append(want[a.PID()], 1000+i)
 		}
 	}
 	check("after removals")
 	for _, a := range actors[:50] {
-		if _, ok := want[a.pid]; ok {
-			a.stop()
-			delete(want, a.pid)
+		if _, ok := want[a.PID()]; ok {
+			a.Stop(t)
+			delete(want, a.PID())
 		}
 	}
 	check("after most exited")
@@ -454,13 +455,13 @@ func TestDuplicateManyProcessesOneKey(t *testing.T) {
 // a change (register, unregister, exit) is seen by the next Dispatch, and
 // a callback that appends to its slice does not write into the snapshot.
 func TestDispatchSnapshotFollowsChanges(t *testing.T) {
-	n := newNode(t)
+	n := gotptest.NewNode(t)
 	r := start[string, int](t, n, dupOpts(1))
-	var actors []*actor
+	var actors []*gotptest.Sink
 	for i := range 3 {
-		a := spawnActor(t, n)
+		a := gotptest.NewSink(t, n)
 		actors = append(actors, a)
-		a.do(func(p *gotp.Process) { _ = r.Register(p, "k", i) })
+		a.Do(t, func(p *gotp.Process) { _ = r.Register(p, "k", i) })
 	}
 	dispatch := func() []registry.Entry[int] {
 		var got []registry.Entry[int]
@@ -479,15 +480,15 @@ func TestDispatchSnapshotFollowsChanges(t *testing.T) {
 		t.Errorf("snapshot has spare capacity %d: a callback's append would write into it", cap(second)-len(second))
 	}
 
-	a := spawnActor(t, n)
-	a.do(func(p *gotp.Process) { _ = r.Register(p, "k", 3) })
+	a := gotptest.NewSink(t, n)
+	a.Do(t, func(p *gotp.Process) { _ = r.Register(p, "k", 3) })
 	mustEqual(t, "after register", entriesText(dispatch()), entriesText(r.Lookup("k")))
 	mustEqual(t, "after register, count", len(dispatch()), 4)
 
-	actors[0].do(func(p *gotp.Process) { r.Unregister(p, "k") })
+	actors[0].Do(t, func(p *gotp.Process) { r.Unregister(p, "k") })
 	mustEqual(t, "after unregister", len(dispatch()), 3)
 
-	actors[1].stop()
+	actors[1].Stop(t)
 	mustEqual(t, "count after exit", r.Count(), 2)
 	got := dispatch()
 	mustEqual(t, "after exit", entriesText(got), entriesText(r.Lookup("k")))

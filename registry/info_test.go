@@ -4,11 +4,12 @@ import (
 	"testing"
 
 	"github.com/gotp/gotp"
+	"github.com/gotp/gotp/gotptest"
 	"github.com/gotp/gotp/registry"
 )
 
 func TestInfo(t *testing.T) {
-	n := newNode(t)
+	n := gotptest.NewNode(t)
 	for _, kind := range []registry.Kind{registry.Unique, registry.Duplicate} {
 		r := start[string, int](t, n, registry.Options{Kind: kind, Partitions: 4})
 		regs := make(chan struct{})

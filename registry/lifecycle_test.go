@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/gotp/gotp"
+	"github.com/gotp/gotp/gotptest"
 	"github.com/gotp/gotp/registry"
 	"github.com/gotp/gotp/server"
 	"github.com/gotp/gotp/supervisor"
@@ -26,12 +27,12 @@ func kinds(t *testing.T, f func(t *testing.T, opts registry.Options)) {
 // Cleanup on exit, for every kind of exit: entries, keys and count go.
 func TestCleansUpOnExit(t *testing.T) {
 	kinds(t, func(t *testing.T, opts registry.Options) {
-		n := newNode(t)
+		n := gotptest.NewNode(t)
 		r := start[string, int](t, n, opts)
 		reasons := []error{nil, gotp.ErrShutdown, gotp.ErrKill, errors.New("crash")}
 		for i, reason := range reasons {
-			a := spawnActor(t, n)
-			a.do(func(p *gotp.Process) {
+			a := gotptest.NewSink(t, n)
+			a.Do(t, func(p *gotp.Process) {
 				for _, k := range []string{"a", "b", "c"} {
 					if err := r.Register(p, k, i); err != nil {
 						t.Fatal(err)
@@ -40,12 +41,12 @@ func TestCleansUpOnExit(t *testing.T) {
 			})
 			mustEqual(t, "count before", r.Count(), 3)
 			if reason == nil {
-				a.stop()
+				a.Stop(t)
 			} else {
-				a.kill(reason)
+				a.Exit(t, reason)
 			}
 			mustEqual(t, "lookup", len(r.Lookup("a")), 0)
-			mustEqual(t, "keys", len(r.Keys(a.pid)), 0)
+			mustEqual(t, "keys", len(r.Keys(a.PID())), 0)
 			mustEqual(t, "count", r.Count(), 0)
 			mustEqual(t, "select", len(r.Select(nil)), 0)
 		}
@@ -56,31 +57,31 @@ func TestCleansUpOnExit(t *testing.T) {
 // left once the registry stops.
 func TestOneMonitorPerProcess(t *testing.T) {
 	kinds(t, func(t *testing.T, opts registry.Options) {
-		n := newNode(t)
+		n := gotptest.NewNode(t)
 		r := start[int, int](t, n, opts)
-		a := spawnActor(t, n)
-		a.do(func(p *gotp.Process) {
+		a := gotptest.NewSink(t, n)
+		a.Do(t, func(p *gotp.Process) {
 			for k := range 50 {
 				_ = r.Register(p, k, k)
 			}
 			r.Unregister(p, 3)
 			_ = r.Register(p, 3, 3)
 		})
-		info, _ := n.ProcessInfo(a.pid)
+		info, _ := n.ProcessInfo(a.PID())
 		mustEqual(t, "monitors of a registered process", len(info.MonitoredBy), 1)
 		// Still one after it gave up every key and registered again.
-		a.do(func(p *gotp.Process) {
+		a.Do(t, func(p *gotp.Process) {
 			for k := range 50 {
 				r.Unregister(p, k)
 			}
 			_ = r.Register(p, 7, 7)
 		})
-		info, _ = n.ProcessInfo(a.pid)
+		info, _ = n.ProcessInfo(a.PID())
 		mustEqual(t, "monitors after unregistering all and registering again", len(info.MonitoredBy), 1)
-		if err := r.Stop(testCtx(t)); err != nil {
+		if err := r.Stop(gotptest.Context(t)); err != nil {
 			t.Fatal(err)
 		}
-		info, _ = n.ProcessInfo(a.pid)
+		info, _ = n.ProcessInfo(a.PID())
 		mustEqual(t, "monitors after the registry stopped", len(info.MonitoredBy), 0)
 	})
 }
@@ -90,7 +91,7 @@ func TestOneMonitorPerProcess(t *testing.T) {
 // P. Repeated, since callback order would otherwise be left to chance.
 func TestNoStaleEntryAfterDownOrLinkExit(t *testing.T) {
 	kinds(t, func(t *testing.T, opts registry.Options) {
-		n := newNode(t)
+		n := gotptest.NewNode(t)
 		r := start[string, int](t, n, opts)
 		const rounds = 200
 		for i := range rounds {
@@ -163,18 +164,18 @@ func TestNoStaleEntryAfterDownOrLinkExit(t *testing.T) {
 }
 
 func TestStopAndRestart(t *testing.T) {
-	n := newNode(t)
+	n := gotptest.NewNode(t)
 	r, err := registry.New[string, int](n, registry.Options{Meta: map[any]any{"m": 1}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	a := spawnActor(t, n)
-	a.do(func(p *gotp.Process) {
+	a := gotptest.NewSink(t, n)
+	a.Do(t, func(p *gotp.Process) {
 		if err := r.Register(p, "k", 1); !errors.Is(err, registry.ErrNotRunning) {
 			t.Fatalf("register before start: %v", err)
 		}
 	})
-	pid1, err := r.Start(testCtx(t), gotp.Named("my_registry"))
+	pid1, err := r.Start(gotptest.Context(t), gotp.Named("my_registry"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -184,10 +185,10 @@ func TestStopAndRestart(t *testing.T) {
 	if in := r.Info(); !in.Running || in.Entries != 0 || in.Processes != 0 {
 		t.Fatalf("Info of an empty registry: %+v", in)
 	}
-	if _, err := r.Start(testCtx(t)); !errors.Is(err, registry.ErrAlreadyRunning) {
+	if _, err := r.Start(gotptest.Context(t)); !errors.Is(err, registry.ErrAlreadyRunning) {
 		t.Fatalf("second Start: %v", err)
 	}
-	a.do(func(p *gotp.Process) {
+	a.Do(t, func(p *gotp.Process) {
 		_ = r.Register(p, "k", 1)
 		_ = r.Register(p, "k2", 1)
 		_ = r.PutMeta("m", 2)
@@ -219,16 +220,16 @@ func TestStopAndRestart(t *testing.T) {
 	if err := r.PutMeta("m", 3); !errors.Is(err, registry.ErrNotRunning) {
 		t.Fatalf("PutMeta when stopped: %v", err)
 	}
-	a.do(func(p *gotp.Process) {
+	a.Do(t, func(p *gotp.Process) {
 		if err := r.Register(p, "k", 1); !errors.Is(err, registry.ErrNotRunning) {
 			t.Fatalf("register when stopped: %v", err)
 		}
 	})
-	info, _ := n.ProcessInfo(a.pid)
+	info, _ := n.ProcessInfo(a.PID())
 	mustEqual(t, "monitors after crash", len(info.MonitoredBy), 0)
 
 	// Restarted (as a supervisor would): empty, initial meta, usable.
-	pid2, err := r.Start(testCtx(t))
+	pid2, err := r.Start(gotptest.Context(t))
 	if err != nil || pid2 == pid1 {
 		t.Fatalf("restart: %v, %v", pid2, err)
 	}
@@ -236,31 +237,31 @@ func TestStopAndRestart(t *testing.T) {
 	if v, _ := r.Meta("m"); v != 1 {
 		t.Fatalf("meta after restart = %v, want the initial 1", v)
 	}
-	a.do(func(p *gotp.Process) {
+	a.Do(t, func(p *gotp.Process) {
 		if err := r.Register(p, "k", 5); err != nil {
 			t.Fatal(err)
 		}
 	})
-	mustEqual(t, "lookup after restart", r.Lookup("k"), []registry.Entry[int]{{PID: a.pid, Value: 5}})
-	if err := r.Stop(testCtx(t)); err != nil {
+	mustEqual(t, "lookup after restart", r.Lookup("k"), []registry.Entry[int]{{PID: a.PID(), Value: 5}})
+	if err := r.Stop(gotptest.Context(t)); err != nil {
 		t.Fatal(err)
 	}
 	if n.IsAlive(pid2) || r.Running() {
 		t.Fatal("Stop left the registry running")
 	}
-	if err := r.Stop(testCtx(t)); err != nil {
+	if err := r.Stop(gotptest.Context(t)); err != nil {
 		t.Fatalf("second Stop: %v", err)
 	}
 }
 
 func TestLinkedToParent(t *testing.T) {
-	n := newNode(t)
-	parent := spawnActor(t, n)
-	r, err := registry.Start[string, int](testCtx(t), n, registry.Options{}, gotp.LinkTo(parent.pid))
+	n := gotptest.NewNode(t)
+	parent := gotptest.NewSink(t, n)
+	r, err := registry.Start[string, int](gotptest.Context(t), n, registry.Options{}, gotp.LinkTo(parent.PID()))
 	if err != nil {
 		t.Fatal(err)
 	}
-	parent.kill(errors.New("parent crashed"))
+	parent.Exit(t, errors.New("parent crashed"))
 	deadline := time.Now().Add(10 * time.Second)
 	for r.Running() {
 		if time.Now().After(deadline) {
@@ -271,7 +272,7 @@ func TestLinkedToParent(t *testing.T) {
 }
 
 func TestBadOptionsAndMeta(t *testing.T) {
-	n := newNode(t)
+	n := gotptest.NewNode(t)
 	for _, o := range []registry.Options{
 		{Partitions: -1},
 		{Partitions: registry.MaxPartitions + 1},
@@ -312,11 +313,11 @@ func TestBadOptionsAndMeta(t *testing.T) {
 func TestUncomparableKeys(t *testing.T) {
 	type holder struct{ v any }
 	kinds(t, func(t *testing.T, opts registry.Options) {
-		n := newNode(t)
+		n := gotptest.NewNode(t)
 		r := start[any, int](t, n, opts)
 		r2 := start[holder, int](t, n, opts)
-		a := spawnActor(t, n)
-		a.do(func(p *gotp.Process) {
+		a := gotptest.NewSink(t, n)
+		a.Do(t, func(p *gotp.Process) {
 			if err := r.Register(p, []int{1}, 1); !errors.Is(err, registry.ErrBadKey) {
 				t.Fatalf("register of a slice key: %v", err)
 			}
@@ -334,7 +335,7 @@ func TestUncomparableKeys(t *testing.T) {
 		})
 		mustEqual(t, "lookup", len(r.Lookup([]int{1})), 0)
 		mustEqual(t, "match", len(r.Match([]int{1}, registry.Any())), 0)
-		mustEqual(t, "values", len(r.Values([]int{1}, a.pid)), 0)
+		mustEqual(t, "values", len(r.Values([]int{1}, a.PID())), 0)
 		r.Dispatch([]int{1}, func([]registry.Entry[int]) { t.Fatal("dispatched") })
 		if _, ok := r.Find([]int{1}); ok {
 			t.Fatal("found")
@@ -354,13 +355,13 @@ func TestNaNKeys(t *testing.T) {
 	type point struct{ X, Y float64 }
 	nan := math.NaN()
 	kinds(t, func(t *testing.T, opts registry.Options) {
-		n := newNode(t)
+		n := gotptest.NewNode(t)
 		rf := start[float64, int](t, n, opts)
 		rs := start[point, int](t, n, opts)
 		ra := start[any, int](t, n, opts)
 		ra2 := start[[2]complex128, int](t, n, opts)
-		a := spawnActor(t, n)
-		a.do(func(p *gotp.Process) {
+		a := gotptest.NewSink(t, n)
+		a.Do(t, func(p *gotp.Process) {
 			for what, err := range map[string]error{
 				"float":   rf.Register(p, nan, 1),
 				"struct":  rs.Register(p, point{1, nan}, 1),
@@ -383,8 +384,8 @@ func TestNaNKeys(t *testing.T) {
 		})
 		mustEqual(t, "count of NaN-keyed registries", rf.Count()+rs.Count()+ra.Count()+ra2.Count(), 2)
 		mustEqual(t, "lookup NaN", len(rf.Lookup(nan)), 0)
-		mustEqual(t, "+0 finds -0", rf.Lookup(0), []registry.Entry[int]{{PID: a.pid, Value: 7}})
-		a.stop()
+		mustEqual(t, "+0 finds -0", rf.Lookup(0), []registry.Entry[int]{{PID: a.PID(), Value: 7}})
+		a.Stop(t)
 		mustEqual(t, "count after the holder's exit", rf.Count()+rs.Count(), 0)
 	})
 }
@@ -396,10 +397,10 @@ func TestNaNKeys(t *testing.T) {
 // removes them.
 func TestUnregisterMatchPanics(t *testing.T) {
 	kinds(t, func(t *testing.T, opts registry.Options) {
-		n := newNode(t)
+		n := gotptest.NewNode(t)
 		r := start[string, int](t, n, opts)
-		a := spawnActor(t, n)
-		a.do(func(p *gotp.Process) {
+		a := gotptest.NewSink(t, n)
+		a.Do(t, func(p *gotp.Process) {
 			_ = r.Register(p, "k", 1)
 			for _, unregister := range []func(){
 				func() { r.UnregisterMatchFunc(p, "k", func(int) bool { panic("boom") }) },
@@ -430,17 +431,17 @@ func TestUnregisterMatchPanics(t *testing.T) {
 			t.Fatalf("process ended with %v", err)
 		}
 		mustEqual(t, "lookup after the panicking process's exit", len(r.Lookup("k2")), 0)
-		mustEqual(t, "lookup of the other process's key", r.Lookup("k"), []registry.Entry[int]{{PID: a.pid, Value: 1}})
+		mustEqual(t, "lookup of the other process's key", r.Lookup("k"), []registry.Entry[int]{{PID: a.PID(), Value: 1}})
 	})
 }
 
 func TestRegisterDeadProcess(t *testing.T) {
-	n := newNode(t)
+	n := gotptest.NewNode(t)
 	r := start[string, int](t, n, registry.Options{})
 	var handle *gotp.Process
-	a := spawnActor(t, n)
-	a.do(func(p *gotp.Process) { handle = p })
-	a.stop()
+	a := gotptest.NewSink(t, n)
+	a.Do(t, func(p *gotp.Process) { handle = p })
+	a.Stop(t)
 	if err := r.Register(handle, "k", 1); !errors.Is(err, gotp.ErrNoProc) {
 		t.Fatalf("register of an exited process: %v", err)
 	}
@@ -454,32 +455,33 @@ func TestRegisterDeadProcess(t *testing.T) {
 
 func TestListeners(t *testing.T) {
 	kinds(t, func(t *testing.T, opts registry.Options) {
-		n := newNode(t)
-		lpid, events := spawnListener(t, n, gotp.Named("listener"))
+		n := gotptest.NewNode(t)
+		lpidSink := gotptest.NewSink(t, n, gotp.Named("listener"))
+		lpid, events := lpidSink.PID(), lpidSink.C()
 		opts.Listeners = []gotp.Dest{gotp.Name("listener"), lpid}
 		r := start[string, int](t, n, opts)
-		a := spawnActor(t, n)
-		next := func() any { return nextEvent(t, events) }
-		a.do(func(p *gotp.Process) {
+		a := gotptest.NewSink(t, n)
+		next := func() any { return gotptest.Recv(t, events) }
+		a.Do(t, func(p *gotp.Process) {
 			_ = r.Register(p, "hello", 1)
 		})
-		want := registry.RegisterEvent[string, int]{Registry: r.PID(), Key: "hello", PID: a.pid, Value: 1}
+		want := registry.RegisterEvent[string, int]{Registry: r.PID(), Key: "hello", PID: a.PID(), Value: 1}
 		mustEqual(t, "register event (by name)", next(), any(want))
 		mustEqual(t, "register event (by pid)", next(), any(want))
-		a.do(func(p *gotp.Process) {
+		a.Do(t, func(p *gotp.Process) {
 			r.Unregister(p, "nothing") // removes nothing: no event
 			r.Unregister(p, "hello")
 		})
-		wantU := registry.UnregisterEvent[string]{Registry: r.PID(), Key: "hello", PID: a.pid}
+		wantU := registry.UnregisterEvent[string]{Registry: r.PID(), Key: "hello", PID: a.PID()}
 		mustEqual(t, "unregister event", next(), any(wantU))
 		mustEqual(t, "unregister event", next(), any(wantU))
 		// An exit is not an unregister event (listeners monitor if they care).
-		a.do(func(p *gotp.Process) { _ = r.Register(p, "bye", 2) })
+		a.Do(t, func(p *gotp.Process) { _ = r.Register(p, "bye", 2) })
 		next()
 		next()
-		a.stop()
-		a2 := spawnActor(t, n)
-		a2.do(func(p *gotp.Process) { _ = r.Register(p, "marker", 3) })
+		a.Stop(t)
+		a2 := gotptest.NewSink(t, n)
+		a2.Do(t, func(p *gotp.Process) { _ = r.Register(p, "marker", 3) })
 		if e, ok := next().(registry.RegisterEvent[string, int]); !ok || e.Key != "marker" {
 			t.Fatalf("event after an exit: %#v, want the marker's register", e)
 		}
@@ -508,26 +510,26 @@ func (g *agent) HandleCall(_ *gotp.Process, _ server.From, req any) (any, error)
 }
 
 func TestViaNamesAServer(t *testing.T) {
-	n := newNode(t)
+	n := gotptest.NewNode(t)
 	r := start[string, int](t, n, registry.Options{Partitions: 4})
 	name := r.Via("agent")
-	first, err := server.Start(testCtx(t), n, &agent{}, server.WithVia(name))
+	first, err := server.Start(gotptest.Context(t), n, &agent{}, server.WithVia(name))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if v, err := server.Call[int](testCtx(t), n, name, getCount{}); err != nil || v != 0 {
+	if v, err := server.Call[int](gotptest.Context(t), n, name, getCount{}); err != nil || v != 0 {
 		t.Fatalf("get = %v, %v", v, err)
 	}
-	if _, err := server.Call[int](testCtx(t), n, name, addCount{1}); err != nil {
+	if _, err := server.Call[int](gotptest.Context(t), n, name, addCount{1}); err != nil {
 		t.Fatal(err)
 	}
-	if v, _ := server.Call[int](testCtx(t), n, name, getCount{}); v != 1 {
+	if v, _ := server.Call[int](gotptest.Context(t), n, name, getCount{}); v != 1 {
 		t.Fatalf("get = %v, want 1", v)
 	}
 	mustEqual(t, "lookup", r.Lookup("agent"), []registry.Entry[int]{{PID: first, Value: 0}})
 	mustEqual(t, "keys", r.Keys(first), []string{"agent"})
 
-	_, err = server.Start(testCtx(t), n, &agent{}, server.WithVia(name))
+	_, err = server.Start(gotptest.Context(t), n, &agent{}, server.WithVia(name))
 	var ae *server.AlreadyStartedError
 	if !errors.As(err, &ae) || ae.PID != first {
 		t.Fatalf("second start: %v, want already started as %v", err, first)
@@ -535,7 +537,7 @@ func TestViaNamesAServer(t *testing.T) {
 	mustEqual(t, "count after a failed start", r.Count(), 1)
 
 	// Stopped, the name is free again; sends to it go nowhere.
-	if err := server.Stop(testCtx(t), n, name, nil); err != nil {
+	if err := server.Stop(gotptest.Context(t), n, name, nil); err != nil {
 		t.Fatal(err)
 	}
 	if _, ok := name.Resolve(n); ok {
@@ -544,7 +546,7 @@ func TestViaNamesAServer(t *testing.T) {
 	if n.SendTo(name, "x") {
 		t.Fatal("SendTo a free via name reported a destination")
 	}
-	second, err := server.Start(testCtx(t), n, &agent{}, server.WithVia(r.ViaValue("agent", 42)))
+	second, err := server.Start(gotptest.Context(t), n, &agent{}, server.WithVia(r.ViaValue("agent", 42)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -555,27 +557,27 @@ func TestViaNamesAServer(t *testing.T) {
 }
 
 func TestViaRegisterNameErrors(t *testing.T) {
-	n := newNode(t)
+	n := gotptest.NewNode(t)
 	r := start[int, int](t, n, registry.Options{})
-	a, b := spawnActor(t, n), spawnActor(t, n)
-	if err := r.Via(1).RegisterName(n, a.pid); err != nil {
+	a, b := gotptest.NewSink(t, n), gotptest.NewSink(t, n)
+	if err := r.Via(1).RegisterName(n, a.PID()); err != nil {
 		t.Fatal(err)
 	}
-	err := r.Via(1).RegisterName(n, b.pid)
+	err := r.Via(1).RegisterName(n, b.PID())
 	var ae *gotp.AlreadyRegisteredError
-	if !errors.As(err, &ae) || ae.Owner != a.pid || ae.Name != "1" {
+	if !errors.As(err, &ae) || ae.Owner != a.PID() || ae.Name != "1" {
 		t.Fatalf("taken via name: %v", err)
 	}
-	b.stop()
-	if err := r.Via(2).RegisterName(n, b.pid); !errors.Is(err, gotp.ErrNoProc) {
+	b.Stop(t)
+	if err := r.Via(2).RegisterName(n, b.PID()); !errors.Is(err, gotp.ErrNoProc) {
 		t.Fatalf("via name for a dead process: %v", err)
 	}
 	other := gotp.NewNode(gotp.Options{Name: "other"})
 	defer other.Stop(context.Background())
-	if err := r.Via(3).RegisterName(other, a.pid); err == nil {
+	if err := r.Via(3).RegisterName(other, a.PID()); err == nil {
 		t.Fatal("via name registered through another node")
 	}
-	if pid, ok := r.Via(1).Resolve(n); !ok || pid != a.pid {
+	if pid, ok := r.Via(1).Resolve(n); !ok || pid != a.PID() {
 		t.Fatalf("Resolve = %v, %v", pid, ok)
 	}
 }
@@ -585,21 +587,22 @@ func TestViaRegisterNameErrors(t *testing.T) {
 // UpdateValue; a listener that has exited simply misses events.
 func TestListenersOtherEvents(t *testing.T) {
 	kinds(t, func(t *testing.T, opts registry.Options) {
-		n := newNode(t)
-		lpid, events := spawnListener(t, n)
-		gone := spawnActor(t, n)
-		gone.stop()
-		opts.Listeners = []gotp.Dest{gone.pid, lpid}
+		n := gotptest.NewNode(t)
+		lpidSink := gotptest.NewSink(t, n)
+		lpid, events := lpidSink.PID(), lpidSink.C()
+		gone := gotptest.NewSink(t, n)
+		gone.Stop(t)
+		opts.Listeners = []gotp.Dest{gone.PID(), lpid}
 		r := start[string, int](t, n, opts)
-		next := func() any { return nextEvent(t, events) }
-		a := spawnActor(t, n)
-		a.do(func(p *gotp.Process) {
+		next := func() any { return gotptest.Recv(t, events) }
+		a := gotptest.NewSink(t, n)
+		a.Do(t, func(p *gotp.Process) {
 			if err := r.Register(p, "hello", 1); err != nil {
 				t.Fatalf("register with an exited listener: %v", err)
 			}
 		})
-		mustEqual(t, "register event", next(), any(registry.RegisterEvent[string, int]{Registry: r.PID(), Key: "hello", PID: a.pid, Value: 1}))
-		a.do(func(p *gotp.Process) {
+		mustEqual(t, "register event", next(), any(registry.RegisterEvent[string, int]{Registry: r.PID(), Key: "hello", PID: a.PID(), Value: 1}))
+		a.Do(t, func(p *gotp.Process) {
 			mustEqual(t, "unregister_match of nothing", r.UnregisterMatch(p, "hello", registry.Eq(2)), 0)
 			if opts.Kind == registry.Unique {
 				if _, _, err := r.UpdateValue(p, "hello", func(v int) int { return v + 1 }); err != nil {
@@ -610,17 +613,17 @@ func TestListenersOtherEvents(t *testing.T) {
 				t.Fatalf("unregister_match removed %d", got)
 			}
 		})
-		mustEqual(t, "unregister_match event", next(), any(registry.UnregisterEvent[string]{Registry: r.PID(), Key: "hello", PID: a.pid}))
+		mustEqual(t, "unregister_match event", next(), any(registry.UnregisterEvent[string]{Registry: r.PID(), Key: "hello", PID: a.PID()}))
 		if opts.Kind == registry.Unique {
-			if err := r.Via("name").RegisterName(n, a.pid); err != nil {
+			if err := r.Via("name").RegisterName(n, a.PID()); err != nil {
 				t.Fatal(err)
 			}
-			mustEqual(t, "via register event", next(), any(registry.RegisterEvent[string, int]{Registry: r.PID(), Key: "name", PID: a.pid}))
+			mustEqual(t, "via register event", next(), any(registry.RegisterEvent[string, int]{Registry: r.PID(), Key: "name", PID: a.PID()}))
 			r.Via("name").UnregisterName(n)
-			mustEqual(t, "via unregister event", next(), any(registry.UnregisterEvent[string]{Registry: r.PID(), Key: "name", PID: a.pid}))
+			mustEqual(t, "via unregister event", next(), any(registry.UnregisterEvent[string]{Registry: r.PID(), Key: "name", PID: a.PID()}))
 			r.Via("name").UnregisterName(n) // frees nothing: no event
 		}
-		a.do(func(p *gotp.Process) { _ = r.Register(p, "marker", 3) })
+		a.Do(t, func(p *gotp.Process) { _ = r.Register(p, "marker", 3) })
 		if e, ok := next().(registry.RegisterEvent[string, int]); !ok || e.Key != "marker" {
 			t.Fatalf("got %#v, want the marker's register event (no other event before it)", e)
 		}
@@ -630,12 +633,12 @@ func TestListenersOtherEvents(t *testing.T) {
 // The registry runs under a real supervisor: when its process crashes the
 // supervisor starts it again (the same *Registry), empty and usable.
 func TestSupervisedRestart(t *testing.T) {
-	n := newNode(t)
+	n := gotptest.NewNode(t)
 	r, err := registry.New[string, int](n, registry.Options{Kind: registry.Duplicate, Partitions: 2})
 	if err != nil {
 		t.Fatal(err)
 	}
-	sup, err := supervisor.Start(testCtx(t), n, supervisor.Spec{
+	sup, err := supervisor.Start(gotptest.Context(t), n, supervisor.Spec{
 		Strategy: supervisor.OneForOne,
 		Children: []supervisor.ChildSpec{{
 			ID: "registry",
@@ -651,10 +654,10 @@ func TestSupervisedRestart(t *testing.T) {
 	if w, _ := n.Whereis("supervised_registry"); w != first || !r.Running() {
 		t.Fatalf("registry not started by its supervisor: %v, %v", w, first)
 	}
-	a := spawnActor(t, n)
-	a.do(func(p *gotp.Process) { _ = r.Register(p, "k", 1) })
+	a := gotptest.NewSink(t, n)
+	a.Do(t, func(p *gotp.Process) { _ = r.Register(p, "k", 1) })
 	n.Exit(first, errors.New("crash"))
-	which, err := supervisor.WhichChildren(testCtx(t), n, sup)
+	which, err := supervisor.WhichChildren(gotptest.Context(t), n, sup)
 	if err != nil || len(which) != 1 || which[0].Restarts != 1 || which[0].PID == first {
 		t.Fatalf("children after the registry crashed: %+v, %v", which, err)
 	}
@@ -662,10 +665,10 @@ func TestSupervisedRestart(t *testing.T) {
 		t.Fatalf("registry's PID %v, running %v; supervisor's child %v", r.PID(), r.Running(), which[0].PID)
 	}
 	mustEqual(t, "entries after restart", r.Count(), 0)
-	a.do(func(p *gotp.Process) {
+	a.Do(t, func(p *gotp.Process) {
 		if err := r.Register(p, "k", 2); err != nil {
 			t.Fatal(err)
 		}
 	})
-	mustEqual(t, "lookup after restart", r.Lookup("k"), []registry.Entry[int]{{PID: a.pid, Value: 2}})
+	mustEqual(t, "lookup after restart", r.Lookup("k"), []registry.Entry[int]{{PID: a.PID(), Value: 2}})
 }

@@ -15,6 +15,7 @@ import (
 	"pgregory.net/rapid"
 
 	"github.com/gotp/gotp"
+	"github.com/gotp/gotp/gotptest"
 	"github.com/gotp/gotp/registry"
 )
 
@@ -118,9 +119,9 @@ func TestPropertyAgainstModel(t *testing.T) {
 			rt.Fatal(err)
 		}
 		m := &model{kind: kind}
-		actors := make([]*actor, 3)
+		actors := make([]*gotptest.Sink, 3)
 		for i := range actors {
-			actors[i] = spawnActor(t, n)
+			actors[i] = gotptest.NewSink(t, n)
 		}
 		check := func(step string) {
 			for _, k := range keys {
@@ -158,14 +159,14 @@ func TestPropertyAgainstModel(t *testing.T) {
 					}
 				}
 				for _, a := range actors {
-					if got, want := intsText(r.Values(k, a.pid)), m.values(k, a.pid); !slices.Equal(got, want) {
-						rt.Fatalf("%s: Values(%s, %v) = %v, model %v", step, k, a.pid, got, want)
+					if got, want := intsText(r.Values(k, a.PID())), m.values(k, a.PID()); !slices.Equal(got, want) {
+						rt.Fatalf("%s: Values(%s, %v) = %v, model %v", step, k, a.PID(), got, want)
 					}
 				}
 			}
 			for _, a := range actors {
-				if got, want := sortedKeys(r.Keys(a.pid)), m.keys(a.pid); !slices.Equal(got, want) && !(len(got) == 0 && len(want) == 0) {
-					rt.Fatalf("%s: Keys(%v) = %v, model %v", step, a.pid, got, want)
+				if got, want := sortedKeys(r.Keys(a.PID())), m.keys(a.PID()); !slices.Equal(got, want) && !(len(got) == 0 && len(want) == 0) {
+					rt.Fatalf("%s: Keys(%v) = %v, model %v", step, a.PID(), got, want)
 				}
 			}
 			if got := r.Count(); got != len(m.entries) {
@@ -195,8 +196,8 @@ func TestPropertyAgainstModel(t *testing.T) {
 			switch op {
 			case "register":
 				var err error
-				a.do(func(p *gotp.Process) { err = r.Register(p, key, val) })
-				holder, ok := m.register(a.pid, key, val)
+				a.Do(t, func(p *gotp.Process) { err = r.Register(p, key, val) })
+				holder, ok := m.register(a.PID(), key, val)
 				var ae *registry.AlreadyRegisteredError
 				switch {
 				case ok && err != nil:
@@ -205,19 +206,19 @@ func TestPropertyAgainstModel(t *testing.T) {
 					rt.Fatalf("%s: %v, model says held by %v", step, err, holder)
 				}
 			case "unregister":
-				a.do(func(p *gotp.Process) { r.Unregister(p, key) })
-				m.remove(func(e modelEntry) bool { return e.pid != a.pid || e.key != key })
+				a.Do(t, func(p *gotp.Process) { r.Unregister(p, key) })
+				m.remove(func(e modelEntry) bool { return e.pid != a.PID() || e.key != key })
 			case "unregister_match":
 				var got int
-				a.do(func(p *gotp.Process) { got = r.UnregisterMatch(p, key, registry.Eq(val)) })
-				want := m.remove(func(e modelEntry) bool { return e.pid != a.pid || e.key != key || e.val != val })
+				a.Do(t, func(p *gotp.Process) { got = r.UnregisterMatch(p, key, registry.Eq(val)) })
+				want := m.remove(func(e modelEntry) bool { return e.pid != a.PID() || e.key != key || e.val != val })
 				if got != want {
 					rt.Fatalf("%s: removed %d, model %d", step, got, want)
 				}
 			case "update":
 				var nv, ov int
 				var err error
-				a.do(func(p *gotp.Process) {
+				a.Do(t, func(p *gotp.Process) {
 					nv, ov, err = r.UpdateValue(p, key, func(v int) int { return (v + 1) % 3 })
 				})
 				if kind == registry.Duplicate {
@@ -226,7 +227,7 @@ func TestPropertyAgainstModel(t *testing.T) {
 					}
 					break
 				}
-				idx := slices.IndexFunc(m.entries, func(e modelEntry) bool { return e.key == key && e.pid == a.pid })
+				idx := slices.IndexFunc(m.entries, func(e modelEntry) bool { return e.key == key && e.pid == a.PID() })
 				if idx < 0 {
 					if !errors.Is(err, registry.ErrNotRegistered) {
 						rt.Fatalf("%s: %v, model: not held", step, err)
@@ -240,13 +241,13 @@ func TestPropertyAgainstModel(t *testing.T) {
 				}
 			case "exit", "kill":
 				if op == "exit" {
-					a.stop()
+					a.Stop(t)
 				} else {
-					a.kill(gotp.ErrKill)
+					a.Exit(t, gotp.ErrKill)
 				}
-				m.remove(func(e modelEntry) bool { return e.pid != a.pid })
+				m.remove(func(e modelEntry) bool { return e.pid != a.PID() })
 				check(step + " (dead actor)")
-				actors[i] = spawnActor(t, n)
+				actors[i] = gotptest.NewSink(t, n)
 			}
 			check(step)
 		}
@@ -263,7 +264,7 @@ func TestConcurrentStress(t *testing.T) {
 		rounds = 3000
 	}
 	kinds(t, func(t *testing.T, opts registry.Options) {
-		n := newNode(t)
+		n := gotptest.NewNode(t)
 		r := start[int, int](t, n, opts)
 		const workers = 8
 		var wg sync.WaitGroup

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/gotp/gotp"
+	"github.com/gotp/gotp/gotptest"
 	"github.com/gotp/gotp/registry"
 )
 
@@ -18,7 +19,7 @@ type triple struct {
 // the registry process's behaviour label.
 func TestStartsConfigured(t *testing.T) {
 	kinds(t, func(t *testing.T, opts registry.Options) {
-		n := newNode(t)
+		n := gotptest.NewNode(t)
 		opts.Meta = map[any]any{"custom_key": "custom_value"}
 		r := start[string, int](t, n, opts)
 		mustEqual(t, "partitions", r.Partitions(), opts.Partitions)
@@ -41,10 +42,10 @@ func TestStartsConfigured(t *testing.T) {
 
 func TestUniqueRegistrations(t *testing.T) {
 	eachPartitions(t, func(t *testing.T, parts int) {
-		n := newNode(t)
+		n := gotptest.NewNode(t)
 		r := start[string, string](t, n, registry.Options{Partitions: parts})
-		a := spawnActor(t, n)
-		a.do(func(p *gotp.Process) {
+		a := gotptest.NewSink(t, n)
+		a.Do(t, func(p *gotp.Process) {
 			if ks := r.Keys(p.Self()); len(ks) != 0 {
 				t.Fatalf("Keys before registering: %v", ks)
 			}
@@ -76,29 +77,29 @@ func TestUniqueRegistrations(t *testing.T) {
 
 func TestUniqueRegistrationsAcrossProcesses(t *testing.T) {
 	eachPartitions(t, func(t *testing.T, parts int) {
-		n := newNode(t)
+		n := gotptest.NewNode(t)
 		r := start[string, int](t, n, registry.Options{Partitions: parts})
-		a, b := spawnActor(t, n), spawnActor(t, n)
-		a.do(func(p *gotp.Process) {
+		a, b := gotptest.NewSink(t, n), gotptest.NewSink(t, n)
+		a.Do(t, func(p *gotp.Process) {
 			if err := r.Register(p, "hello", 1); err != nil {
 				t.Fatal(err)
 			}
 		})
-		b.do(func(p *gotp.Process) {
+		b.Do(t, func(p *gotp.Process) {
 			err := r.Register(p, "hello", 2)
 			var ae *registry.AlreadyRegisteredError
-			if !errors.As(err, &ae) || ae.Owner != a.pid {
-				t.Fatalf("register of a held key: %v, want holder %v", err, a.pid)
+			if !errors.As(err, &ae) || ae.Owner != a.PID() {
+				t.Fatalf("register of a held key: %v, want holder %v", err, a.PID())
 			}
 			// Lookups from another process see the holder.
-			mustEqual(t, "lookup", r.Lookup("hello"), []registry.Entry[int]{{PID: a.pid, Value: 1}})
+			mustEqual(t, "lookup", r.Lookup("hello"), []registry.Entry[int]{{PID: a.PID(), Value: 1}})
 		})
-		a.stop()
-		b.do(func(p *gotp.Process) {
+		a.Stop(t)
+		b.Do(t, func(p *gotp.Process) {
 			if err := r.Register(p, "hello", 2); err != nil {
 				t.Fatalf("register after the holder exited: %v", err)
 			}
-			mustEqual(t, "lookup", r.Lookup("hello"), []registry.Entry[int]{{PID: b.pid, Value: 2}})
+			mustEqual(t, "lookup", r.Lookup("hello"), []registry.Entry[int]{{PID: b.PID(), Value: 2}})
 		})
 	})
 }
@@ -110,26 +111,26 @@ func TestUniqueRegistrationsAcrossProcesses(t *testing.T) {
 // inline, which is told first (the others in no fixed order), so the
 // registry's cleanup has not run when the second process registers.
 func TestUniqueTakesOverFromDeadHolder(t *testing.T) {
-	n := newNode(t)
+	n := gotptest.NewNode(t)
 	r := start[string, int](t, n, registry.Options{Partitions: 4})
-	b := spawnActor(t, n)
+	b := gotptest.NewSink(t, n)
 	caught := 0
 	for range 3 {
-		a := spawnActor(t, n)
+		a := gotptest.NewSink(t, n)
 		proceed, released := make(chan struct{}), make(chan struct{})
-		n.MonitorFunc(a.pid, func(gotp.Down) {
+		n.MonitorFunc(a.PID(), func(gotp.Down) {
 			close(proceed)
 			<-released
 		})
-		a.do(func(p *gotp.Process) {
+		a.Do(t, func(p *gotp.Process) {
 			if err := r.Register(p, "hello", 1); err != nil {
 				t.Fatal(err)
 			}
 		})
-		go n.Exit(a.pid, gotp.ErrKill)
+		go n.Exit(a.PID(), gotp.ErrKill)
 		<-proceed
-		b.do(func(p *gotp.Process) {
-			if es := r.Lookup("hello"); len(es) == 1 && es[0].PID == a.pid {
+		b.Do(t, func(p *gotp.Process) {
+			if es := r.Lookup("hello"); len(es) == 1 && es[0].PID == a.PID() {
 				caught++ // the dead holder is still there: take over
 			}
 			if err := r.Register(p, "hello", 2); err != nil {
@@ -137,12 +138,12 @@ func TestUniqueTakesOverFromDeadHolder(t *testing.T) {
 			}
 		})
 		close(released)
-		a.wait()
-		mustEqual(t, "lookup", r.Lookup("hello"), []registry.Entry[int]{{PID: b.pid, Value: 2}})
+		gotptest.Recv(t, a.Done())
+		mustEqual(t, "lookup", r.Lookup("hello"), []registry.Entry[int]{{PID: b.PID(), Value: 2}})
 		mustEqual(t, "count", r.Count(), 1)
-		mustEqual(t, "keys of dead", len(r.Keys(a.pid)), 0)
-		mustEqual(t, "keys of b", r.Keys(b.pid), []string{"hello"})
-		b.do(func(p *gotp.Process) { r.Unregister(p, "hello") })
+		mustEqual(t, "keys of dead", len(r.Keys(a.PID())), 0)
+		mustEqual(t, "keys of b", r.Keys(b.PID()), []string{"hello"})
+		b.Do(t, func(p *gotp.Process) { r.Unregister(p, "hello") })
 	}
 	if caught != 3 {
 		t.Fatalf("caught a dead holder before its cleanup %d times of 3", caught)
@@ -150,10 +151,10 @@ func TestUniqueTakesOverFromDeadHolder(t *testing.T) {
 }
 
 func TestUniqueComparesWithEquality(t *testing.T) {
-	n := newNode(t)
+	n := gotptest.NewNode(t)
 	r := start[any, int](t, n, registry.Options{Partitions: 4})
-	a := spawnActor(t, n)
-	a.do(func(p *gotp.Process) {
+	a := gotptest.NewSink(t, n)
+	a.Do(t, func(p *gotp.Process) {
 		if err := r.Register(p, 1.0, 1); err != nil {
 			t.Fatal(err)
 		}
@@ -168,10 +169,10 @@ func TestUniqueComparesWithEquality(t *testing.T) {
 
 func TestUniqueMatchPatterns(t *testing.T) {
 	eachPartitions(t, func(t *testing.T, parts int) {
-		n := newNode(t)
+		n := gotptest.NewNode(t)
 		r := start[string, triple](t, n, registry.Options{Partitions: parts})
-		a := spawnActor(t, n)
-		a.do(func(p *gotp.Process) {
+		a := gotptest.NewSink(t, n)
+		a.Do(t, func(p *gotp.Process) {
 			self := p.Self()
 			value := triple{1, "atom", 1}
 			if err := r.Register(p, "hello", value); err != nil {
@@ -201,10 +202,10 @@ func TestUniqueMatchPatterns(t *testing.T) {
 
 func TestUniqueUpdateValue(t *testing.T) {
 	eachPartitions(t, func(t *testing.T, parts int) {
-		n := newNode(t)
+		n := gotptest.NewNode(t)
 		r := start[string, int](t, n, registry.Options{Partitions: parts})
-		a, b := spawnActor(t, n), spawnActor(t, n)
-		a.do(func(p *gotp.Process) {
+		a, b := gotptest.NewSink(t, n), gotptest.NewSink(t, n)
+		a.Do(t, func(p *gotp.Process) {
 			if err := r.Register(p, "hello", 1); err != nil {
 				t.Fatal(err)
 			}
@@ -218,7 +219,7 @@ func TestUniqueUpdateValue(t *testing.T) {
 				t.Fatalf("UpdateValue of a key not held: %v", err)
 			}
 		})
-		b.do(func(p *gotp.Process) {
+		b.Do(t, func(p *gotp.Process) {
 			called := false
 			if _, _, err := r.UpdateValue(p, "hello", func(v int) int { called = true; return v }); !errors.Is(err, registry.ErrNotRegistered) {
 				t.Fatalf("UpdateValue of another's key: %v", err)
@@ -227,19 +228,19 @@ func TestUniqueUpdateValue(t *testing.T) {
 				t.Fatal("callback ran for a key held by another process")
 			}
 		})
-		mustEqual(t, "lookup", r.Lookup("hello"), []registry.Entry[int]{{PID: a.pid, Value: 2}})
+		mustEqual(t, "lookup", r.Lookup("hello"), []registry.Entry[int]{{PID: a.PID(), Value: 2}})
 	})
 }
 
 func TestUniqueDispatch(t *testing.T) {
 	eachPartitions(t, func(t *testing.T, parts int) {
-		n := newNode(t)
+		n := gotptest.NewNode(t)
 		r := start[string, int](t, n, registry.Options{Partitions: parts})
 		calls := 0
 		r.Dispatch("hello", func([]registry.Entry[int]) { calls++ })
 		mustEqual(t, "calls for a missing key", calls, 0)
-		a := spawnActor(t, n)
-		a.do(func(p *gotp.Process) {
+		a := gotptest.NewSink(t, n)
+		a.Do(t, func(p *gotp.Process) {
 			if err := r.Register(p, "hello", 7); err != nil {
 				t.Fatal(err)
 			}
@@ -247,25 +248,25 @@ func TestUniqueDispatch(t *testing.T) {
 		var got []registry.Entry[int]
 		r.Dispatch("hello", func(es []registry.Entry[int]) { calls++; got = es })
 		mustEqual(t, "calls", calls, 1)
-		mustEqual(t, "entries", got, []registry.Entry[int]{{PID: a.pid, Value: 7}})
+		mustEqual(t, "entries", got, []registry.Entry[int]{{PID: a.PID(), Value: 7}})
 	})
 }
 
 func TestUniqueUnregister(t *testing.T) {
 	eachPartitions(t, func(t *testing.T, parts int) {
-		n := newNode(t)
+		n := gotptest.NewNode(t)
 		r := start[string, string](t, n, registry.Options{Partitions: parts})
-		a, b := spawnActor(t, n), spawnActor(t, n)
-		a.do(func(p *gotp.Process) {
+		a, b := gotptest.NewSink(t, n), gotptest.NewSink(t, n)
+		a.Do(t, func(p *gotp.Process) {
 			_ = r.Register(p, "hello", "foo")
 			_ = r.Register(p, "world", "bar")
 			mustEqual(t, "keys", sortedKeys(r.Keys(p.Self())), []string{"hello", "world"})
 		})
-		b.do(func(p *gotp.Process) {
+		b.Do(t, func(p *gotp.Process) {
 			r.Unregister(p, "hello") // not b's: a no-op
 		})
 		mustEqual(t, "lookup after another's unregister", len(r.Lookup("hello")), 1)
-		a.do(func(p *gotp.Process) {
+		a.Do(t, func(p *gotp.Process) {
 			r.Unregister(p, "hello")
 			mustEqual(t, "keys", r.Keys(p.Self()), []string{"world"})
 			mustEqual(t, "lookup", len(r.Lookup("hello")), 0)
@@ -275,7 +276,7 @@ func TestUniqueUnregister(t *testing.T) {
 			mustEqual(t, "count", r.Count(), 0)
 			// The key is free again, for anyone.
 		})
-		b.do(func(p *gotp.Process) {
+		b.Do(t, func(p *gotp.Process) {
 			if err := r.Register(p, "hello", "b"); err != nil {
 				t.Fatal(err)
 			}
@@ -285,10 +286,10 @@ func TestUniqueUnregister(t *testing.T) {
 
 func TestUniqueUnregisterMatch(t *testing.T) {
 	eachPartitions(t, func(t *testing.T, parts int) {
-		n := newNode(t)
+		n := gotptest.NewNode(t)
 		r := start[string, string](t, n, registry.Options{Partitions: parts})
-		a := spawnActor(t, n)
-		a.do(func(p *gotp.Process) {
+		a := gotptest.NewSink(t, n)
+		a.Do(t, func(p *gotp.Process) {
 			_ = r.Register(p, "hello", "foo")
 			mustEqual(t, "no match", r.UnregisterMatch(p, "hello", registry.Eq("bar")), 0)
 			mustEqual(t, "lookup", len(r.Lookup("hello")), 1)
@@ -304,20 +305,20 @@ func TestUniqueUnregisterMatch(t *testing.T) {
 
 func TestUniqueValuesAndSelect(t *testing.T) {
 	eachPartitions(t, func(t *testing.T, parts int) {
-		n := newNode(t)
+		n := gotptest.NewNode(t)
 		r := start[string, int](t, n, registry.Options{Partitions: parts})
-		a, b := spawnActor(t, n), spawnActor(t, n)
-		a.do(func(p *gotp.Process) { _ = r.Register(p, "a1", 1); _ = r.Register(p, "a2", 2) })
-		b.do(func(p *gotp.Process) { _ = r.Register(p, "b1", 3) })
-		mustEqual(t, "values", r.Values("a1", a.pid), []int{1})
-		mustEqual(t, "values of another", len(r.Values("a1", b.pid)), 0)
-		mustEqual(t, "values missing", len(r.Values("zz", a.pid)), 0)
+		a, b := gotptest.NewSink(t, n), gotptest.NewSink(t, n)
+		a.Do(t, func(p *gotp.Process) { _ = r.Register(p, "a1", 1); _ = r.Register(p, "a2", 2) })
+		b.Do(t, func(p *gotp.Process) { _ = r.Register(p, "b1", 3) })
+		mustEqual(t, "values", r.Values("a1", a.PID()), []int{1})
+		mustEqual(t, "values of another", len(r.Values("a1", b.PID())), 0)
+		mustEqual(t, "values missing", len(r.Values("zz", a.PID())), 0)
 		all := r.Select(nil)
 		mustEqual(t, "select all", len(all), 3)
 		big := r.Select(func(it registry.Item[string, int]) bool { return it.Value >= 2 })
 		mustEqual(t, "select >= 2", len(big), 2)
-		ofB := r.Select(func(it registry.Item[string, int]) bool { return it.PID == b.pid })
-		mustEqual(t, "select by pid", ofB, []registry.Item[string, int]{{Key: "b1", PID: b.pid, Value: 3}})
+		ofB := r.Select(func(it registry.Item[string, int]) bool { return it.PID == b.PID() })
+		mustEqual(t, "select by pid", ofB, []registry.Item[string, int]{{Key: "b1", PID: b.PID(), Value: 3}})
 		seen := 0
 		for range r.All() {
 			seen++
@@ -328,7 +329,7 @@ func TestUniqueValuesAndSelect(t *testing.T) {
 }
 
 func TestEmptyRegistry(t *testing.T) {
-	n := newNode(t)
+	n := gotptest.NewNode(t)
 	for _, kind := range []registry.Kind{registry.Unique, registry.Duplicate} {
 		r := start[string, int](t, n, registry.Options{Kind: kind, Partitions: 3})
 		mustEqual(t, "lookup", len(r.Lookup("x")), 0)
@@ -346,11 +347,11 @@ func TestEmptyRegistry(t *testing.T) {
 // (An allocation per read makes the collector rescan a large registry
 // again and again.)
 func TestReadAllocations(t *testing.T) {
-	n := newNode(t)
+	n := gotptest.NewNode(t)
 	for _, opts := range []registry.Options{{Partitions: 4}, {Kind: registry.Duplicate, Partitions: 4}} {
 		r := start[int, int](t, n, opts)
-		a := spawnActor(t, n)
-		a.do(func(p *gotp.Process) { _ = r.Register(p, 1, 1) })
+		a := gotptest.NewSink(t, n)
+		a.Do(t, func(p *gotp.Process) { _ = r.Register(p, 1, 1) })
 		if got := testing.AllocsPerRun(100, func() { r.Find(1) }); got != 0 {
 			t.Errorf("%v: Find allocates %v times", opts.Kind, got)
 		}
@@ -360,7 +361,7 @@ func TestReadAllocations(t *testing.T) {
 		if got := testing.AllocsPerRun(100, func() { r.Count() }); got != 0 {
 			t.Errorf("%v: Count allocates %v times", opts.Kind, got)
 		}
-		a.do(func(p *gotp.Process) {
+		a.Do(t, func(p *gotp.Process) {
 			k := 100
 			next := func() int { // distinct keys (unique), one key (duplicate)
 				if opts.Kind == registry.Unique {
@@ -381,10 +382,10 @@ func TestReadAllocations(t *testing.T) {
 // lock held, the actor would deadlock and a.do would fail the test.
 func TestCallbacksMayCallRegistry(t *testing.T) {
 	kinds(t, func(t *testing.T, opts registry.Options) {
-		n := newNode(t)
+		n := gotptest.NewNode(t)
 		r := start[string, int](t, n, opts)
-		a := spawnActor(t, n)
-		a.do(func(p *gotp.Process) {
+		a := gotptest.NewSink(t, n)
+		a.Do(t, func(p *gotp.Process) {
 			if err := r.Register(p, "k", 1); err != nil {
 				t.Fatal(err)
 			}
@@ -418,16 +419,16 @@ func TestCallbacksMayCallRegistry(t *testing.T) {
 // unregisters it and another process takes it meanwhile.
 func TestUniqueUpdateValueKeyLostMeanwhile(t *testing.T) {
 	eachPartitions(t, func(t *testing.T, parts int) {
-		n := newNode(t)
+		n := gotptest.NewNode(t)
 		r := start[string, int](t, n, registry.Options{Partitions: parts})
-		a, b := spawnActor(t, n), spawnActor(t, n)
-		a.do(func(p *gotp.Process) {
+		a, b := gotptest.NewSink(t, n), gotptest.NewSink(t, n)
+		a.Do(t, func(p *gotp.Process) {
 			if err := r.Register(p, "hello", 1); err != nil {
 				t.Fatal(err)
 			}
 			_, _, err := r.UpdateValue(p, "hello", func(v int) int {
 				r.Unregister(p, "hello")
-				b.do(func(bp *gotp.Process) {
+				b.Do(t, func(bp *gotp.Process) {
 					if err := r.Register(bp, "hello", 7); err != nil {
 						t.Errorf("b's register: %v", err)
 					}
@@ -439,7 +440,7 @@ func TestUniqueUpdateValueKeyLostMeanwhile(t *testing.T) {
 			}
 			mustEqual(t, "keys of a", len(r.Keys(p.Self())), 0)
 		})
-		mustEqual(t, "lookup", r.Lookup("hello"), []registry.Entry[int]{{PID: b.pid, Value: 7}})
+		mustEqual(t, "lookup", r.Lookup("hello"), []registry.Entry[int]{{PID: b.PID(), Value: 7}})
 		mustEqual(t, "count", r.Count(), 1)
 	})
 }
@@ -464,10 +465,10 @@ func TestUniqueIntegerKeysOfEverySize(t *testing.T) {
 func testIntegerKeys[K interface {
 	~int8 | ~uint8 | ~int16 | ~uint16 | ~int32 | ~uint32 | ~int | ~int64 | ~uint64 | ~uintptr
 }](t *testing.T, lo, hi K) {
-	n := newNode(t)
+	n := gotptest.NewNode(t)
 	r := start[K, K](t, n, registry.Options{Partitions: 3})
-	a := spawnActor(t, n)
-	a.do(func(p *gotp.Process) {
+	a := gotptest.NewSink(t, n)
+	a.Do(t, func(p *gotp.Process) {
 		keys := 0
 		for k := lo; ; k++ {
 			if err := r.Register(p, k, k); err != nil {
