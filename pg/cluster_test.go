@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/gotp/gotp"
+	"github.com/gotp/gotp/gotptest"
 	"github.com/gotp/gotp/pg"
 )
 
@@ -58,16 +59,16 @@ func (w *wire) Detached() {
 }
 
 // flush waits until everything w has carried so far has been applied.
-func (w *wire) flush(t tb) {
+func (w *wire) flush(t gotptest.TB) {
 	t.Helper()
 	done := make(chan struct{})
 	w.dst.Send(w.fwd, opBarrier{done})
-	recvDone(t, done)
+	gotptest.Recv(t, done)
 }
 
 // forwarder spawns, on gw's node, the process that applies what arrives
 // from the node from.
-func forwarder(t tb, n *gotp.Node, from string, gw *pg.Gateway) gotp.PID {
+func forwarder(t gotptest.TB, n *gotp.Node, from string, gw *pg.Gateway) gotp.PID {
 	t.Helper()
 	pid, err := n.SpawnHandler(gotp.HandlerFunc(func(_ *gotp.Process, msg any) (bool, error) {
 		switch m := msg.(type) {
@@ -101,18 +102,18 @@ type pair struct {
 
 // twoNodes starts nodes "a" and "b", a scope id on each, wired together,
 // with each side's initial state sent to the other as a full sync.
-func twoNodes(t tb, id string) *pair {
+func twoNodes(t gotptest.TB, id string) *pair {
 	t.Helper()
-	p := &pair{na: newNode(t, "a"), nb: newNode(t, "b")}
+	p := &pair{na: gotptest.NewNode(t, gotptest.Name("a")), nb: gotptest.NewNode(t, gotptest.Name("b"))}
 	p.sa = newScope(t, p.na, id, pg.Options{})
 	p.sb = newScope(t, p.nb, id, pg.Options{})
 	p.ab = &wire{from: "a", dst: p.nb}
 	p.ba = &wire{from: "b", dst: p.na}
 	var err error
 	p.ga, err = p.sa.Attach(p.ab)
-	must(t, err)
+	gotptest.Must(t, err)
 	p.gb, err = p.sb.Attach(p.ba)
-	must(t, err)
+	gotptest.Must(t, err)
 	p.ab.fwd = forwarder(t, p.nb, "a", p.gb)
 	p.ba.fwd = forwarder(t, p.na, "b", p.ga)
 	p.ga.LocalSnapshot(func(g map[string][]gotp.PID) { p.nb.Send(p.ab.fwd, opSync{g}) })
@@ -121,7 +122,7 @@ func twoNodes(t tb, id string) *pair {
 	return p
 }
 
-func (p *pair) sync(t tb) {
+func (p *pair) sync(t gotptest.TB) {
 	t.Helper()
 	p.ab.flush(t)
 	p.ba.flush(t)
@@ -132,29 +133,29 @@ func (p *pair) sync(t tb) {
 // members of the other node are seen here.
 func TestRemoteTwo(t *testing.T) {
 	p := twoNodes(t, "two")
-	am := spawn(t, p.na)
-	ag := am.open(t, p.sa)
-	bg := spawn(t, p.nb).open(t, p.sb)
+	am := gotptest.NewSink(t, p.na)
+	ag := open(t, am, p.sa)
+	bg := open(t, gotptest.NewSink(t, p.nb), p.sb)
 
-	must(t, ag.Join("two"))
-	wantLocalMembers(t, ag, "two", am.pid)
+	gotptest.Must(t, ag.Join("two"))
+	wantLocalMembers(t, ag, "two", am.PID())
 	p.sync(t)
-	wantMembers(t, bg, "two", am.pid)
+	wantMembers(t, bg, "two", am.PID())
 	wantLocalMembers(t, bg, "two")
 	wantGroups(t, bg, "two")
 	wantLocalGroups(t, bg)
 
-	am.kill(t)
+	am.Kill(t)
 	p.sync(t)
 	wantMembers(t, bg, "two")
 	wantGroups(t, bg)
 
-	b2, b3 := spawn(t, p.nb), spawn(t, p.nb)
-	must(t, b2.open(t, p.sb).Join("two"))
-	must(t, b3.open(t, p.sb).Join("two"))
+	b2, b3 := gotptest.NewSink(t, p.nb), gotptest.NewSink(t, p.nb)
+	gotptest.Must(t, open(t, b2, p.sb).Join("two"))
+	gotptest.Must(t, open(t, b3, p.sb).Join("two"))
 	p.sync(t)
-	obs := spawn(t, p.na).open(t, p.sa)
-	wantMembers(t, obs, "two", b2.pid, b3.pid)
+	obs := open(t, gotptest.NewSink(t, p.na), p.sa)
+	wantMembers(t, obs, "two", b2.PID(), b3.PID())
 	wantLocalMembers(t, obs, "two")
 	if in := p.sa.Info(); in.RemoteJoins != 2 || in.LocalJoins != 0 || len(in.RemoteNodes) != 1 || in.RemoteNodes[0] != "b" {
 		t.Fatalf("Info on a = %+v", in)
@@ -164,46 +165,46 @@ func TestRemoteTwo(t *testing.T) {
 // TestRemoteInitialSync ports pg_SUITE's initial: members that joined
 // before the nodes were wired arrive with the full sync.
 func TestRemoteInitialSync(t *testing.T) {
-	na, nb := newNode(t, "a"), newNode(t, "b")
+	na, nb := gotptest.NewNode(t, gotptest.Name("a")), gotptest.NewNode(t, gotptest.Name("b"))
 	sa, sb := newScope(t, na, "s", pg.Options{}), newScope(t, nb, "s", pg.Options{})
-	am := spawn(t, na)
-	must(t, am.open(t, sa).Join("g", "g"))
+	am := gotptest.NewSink(t, na)
+	gotptest.Must(t, open(t, am, sa).Join("g", "g"))
 	ab := &wire{from: "a", dst: nb}
 	ga, err := sa.Attach(ab)
-	must(t, err)
+	gotptest.Must(t, err)
 	gb, err := sb.Attach(nopReplicator{})
-	must(t, err)
+	gotptest.Must(t, err)
 	_, err = sa.Attach(ab)
 	wantErr(t, err, pg.ErrAttached)
 	ab.fwd = forwarder(t, nb, "a", gb)
 	ga.LocalSnapshot(func(g map[string][]gotp.PID) { nb.Send(ab.fwd, opSync{g}) })
 	ab.flush(t)
-	wantMembers(t, spawn(t, nb).open(t, sb), "g", am.pid, am.pid)
+	wantMembers(t, open(t, gotptest.NewSink(t, nb), sb), "g", am.PID(), am.PID())
 }
 
 // TestRemoteEmptyGroup ports pg_SUITE's empty_group_by_remote_leave: a
 // group emptied by remote leaves is gone, and so is the node's entry.
 func TestRemoteEmptyGroup(t *testing.T) {
 	p := twoNodes(t, "s")
-	obs := spawn(t, p.na).open(t, p.sa)
-	b1, b2 := spawn(t, p.nb), spawn(t, p.nb)
-	g1, g2 := b1.open(t, p.sb), b2.open(t, p.sb)
-	must(t, g1.Join("g"))
+	obs := open(t, gotptest.NewSink(t, p.na), p.sa)
+	b1, b2 := gotptest.NewSink(t, p.nb), gotptest.NewSink(t, p.nb)
+	g1, g2 := open(t, b1, p.sb), open(t, b2, p.sb)
+	gotptest.Must(t, g1.Join("g"))
 	p.sync(t)
-	wantMembers(t, obs, "g", b1.pid)
-	must(t, g1.Leave("g"))
+	wantMembers(t, obs, "g", b1.PID())
+	gotptest.Must(t, g1.Leave("g"))
 	p.sync(t)
 	wantMembers(t, obs, "g")
 	wantGroups(t, obs)
 	if in := p.sa.Info(); in.RemoteJoins != 0 || len(in.RemoteNodes) != 0 || in.Groups != 0 {
 		t.Fatalf("Info = %+v, want no remote state", in)
 	}
-	must(t, g1.Join("g"))
-	must(t, g2.Join("g"))
+	gotptest.Must(t, g1.Join("g"))
+	gotptest.Must(t, g2.Join("g"))
 	p.sync(t)
-	wantMembers(t, obs, "g", b1.pid, b2.pid)
-	must(t, g2.Leave("g"))
-	must(t, g1.Leave("g"))
+	wantMembers(t, obs, "g", b1.PID(), b2.PID())
+	gotptest.Must(t, g2.Leave("g"))
+	gotptest.Must(t, g1.Leave("g"))
 	p.sync(t)
 	wantGroups(t, obs)
 	if in := p.sa.Info(); len(in.RemoteNodes) != 0 {
@@ -215,18 +216,18 @@ func TestRemoteEmptyGroup(t *testing.T) {
 // four leaves, twelve remain; the node goes down, none remain.
 func TestRemoteGroupLeave(t *testing.T) {
 	p := twoNodes(t, "s")
-	obs := spawn(t, p.na).open(t, p.sa)
-	b := spawn(t, p.nb)
-	bg := b.open(t, p.sb)
+	obs := open(t, gotptest.NewSink(t, p.na), p.sa)
+	b := gotptest.NewSink(t, p.nb)
+	bg := open(t, b, p.sb)
 	for range 16 {
-		must(t, bg.Join("two"))
+		gotptest.Must(t, bg.Join("two"))
 	}
 	for range 4 {
-		must(t, bg.Leave("two"))
+		gotptest.Must(t, bg.Leave("two"))
 	}
 	p.sync(t)
 	members, err := obs.Members("two")
-	must(t, err)
+	gotptest.Must(t, err)
 	if len(members) != 12 {
 		t.Fatalf("%d members, want 12", len(members))
 	}
@@ -239,48 +240,48 @@ func TestRemoteGroupLeave(t *testing.T) {
 // their snapshots and remote joins, leaves and node loss as events.
 func TestRemoteMonitor(t *testing.T) {
 	p := twoNodes(t, "s")
-	a := spawn(t, p.na)
-	ag := a.open(t, p.sa)
-	b := spawn(t, p.nb)
-	bg := b.open(t, p.sb)
-	must(t, bg.Join("g"))
+	a := gotptest.NewSink(t, p.na)
+	ag := open(t, a, p.sa)
+	b := gotptest.NewSink(t, p.nb)
+	bg := open(t, b, p.sb)
+	gotptest.Must(t, bg.Join("g"))
 	p.sync(t)
 
 	sub, members, err := ag.Monitor("g")
-	must(t, err)
-	if !samePIDs(members, []gotp.PID{b.pid}) {
+	gotptest.Must(t, err)
+	if !samePIDs(members, []gotp.PID{b.PID()}) {
 		t.Fatalf("snapshot %v, want the remote member", members)
 	}
 	esub, snap, err := ag.Events()
-	must(t, err)
-	if !samePIDs(snap["g"], []gotp.PID{b.pid}) {
+	gotptest.Must(t, err)
+	if !samePIDs(snap["g"], []gotp.PID{b.PID()}) {
 		t.Fatalf("Events snapshot %v", snap)
 	}
 
-	must(t, bg.Join("g", "g"))
-	must(t, bg.Leave("g"))
+	gotptest.Must(t, bg.Join("g", "g"))
+	gotptest.Must(t, bg.Leave("g"))
 	p.sync(t)
 	for _, s := range []*pg.Subscription{sub, esub} {
-		wantEvent(t, s, pg.MemberJoined, "g", b.pid)
-		wantEvent(t, s, pg.MemberJoined, "g", b.pid)
-		wantEvent(t, s, pg.MemberLeft, "g", b.pid)
+		wantEvent(t, s, pg.MemberJoined, "g", b.PID())
+		wantEvent(t, s, pg.MemberJoined, "g", b.PID())
+		wantEvent(t, s, pg.MemberLeft, "g", b.PID())
 	}
-	must(t, ag.Join("g"))
-	wantEvent(t, sub, pg.MemberJoined, "g", a.pid)
-	wantEvent(t, esub, pg.MemberJoined, "g", a.pid)
+	gotptest.Must(t, ag.Join("g"))
+	wantEvent(t, sub, pg.MemberJoined, "g", a.PID())
+	wantEvent(t, esub, pg.MemberJoined, "g", a.PID())
 
 	// Node b is lost: its members leave in one event, with multiplicity.
 	p.ga.NodeDown("b")
 	for _, s := range []*pg.Subscription{sub, esub} {
-		wantEvent(t, s, pg.MemberLeft, "g", b.pid, b.pid)
+		wantEvent(t, s, pg.MemberLeft, "g", b.PID(), b.PID())
 	}
-	wantMembers(t, ag, "g", a.pid)
+	wantMembers(t, ag, "g", a.PID())
 	if in := p.sa.Info(); in.RemoteJoins != 0 || len(in.RemoteNodes) != 0 {
 		t.Fatalf("remote state after NodeDown: %+v", in)
 	}
 	// Remote changes are not reported back: b's view has a's member once.
 	p.sync(t)
-	wantMembers(t, bg, "g", a.pid, b.pid, b.pid)
+	wantMembers(t, bg, "g", a.PID(), b.PID(), b.PID())
 }
 
 // TestRemoteBroadcast checks that a broadcast reaches remote members with
@@ -288,33 +289,33 @@ func TestRemoteMonitor(t *testing.T) {
 // stays on the node.
 func TestRemoteBroadcast(t *testing.T) {
 	p := twoNodes(t, "s")
-	sender := spawn(t, p.na)
-	sg := sender.open(t, p.sa)
-	local := spawn(t, p.na)
-	must(t, local.open(t, p.sa).Join("g"))
-	var remote []*member
+	sender := gotptest.NewSink(t, p.na)
+	sg := open(t, sender, p.sa)
+	local := gotptest.NewSink(t, p.na)
+	gotptest.Must(t, open(t, local, p.sa).Join("g"))
+	var remote []*gotptest.Sink
 	for range 3 {
-		m := spawn(t, p.nb)
-		must(t, m.open(t, p.sb).Join("g", "g"))
+		m := gotptest.NewSink(t, p.nb)
+		gotptest.Must(t, open(t, m, p.sb).Join("g", "g"))
 		remote = append(remote, m)
 	}
 	p.sync(t)
 
-	must(t, sg.Broadcast("g", "hello", 7))
+	gotptest.Must(t, sg.Broadcast("g", "hello", 7))
 	if got := p.ab.broadcasts.Load(); got != 1 {
 		t.Fatalf("%d messages to node b, want 1", got)
 	}
-	want := pg.Message{Scope: "s", Group: "g", Topic: "hello", Payload: 7, From: sender.pid}
-	if got := local.next(t); got != want {
+	want := pg.Message{Scope: "s", Group: "g", Topic: "hello", Payload: 7, From: sender.PID()}
+	if got := local.Next(t); got != want {
 		t.Fatalf("local got %#v", got)
 	}
 	for _, m := range remote {
-		if got := m.next(t); got != want {
+		if got := m.Next(t); got != want {
 			t.Fatalf("remote got %#v, want %#v", got, want)
 		}
 	}
-	must(t, sg.BroadcastLocal("g", "local only", nil))
-	if got := local.next(t).(pg.Message); got.Topic != "local only" {
+	gotptest.Must(t, sg.BroadcastLocal("g", "local only", nil))
+	if got := local.Next(t).(pg.Message); got.Topic != "local only" {
 		t.Fatalf("local got %#v", got)
 	}
 	p.sync(t)
@@ -322,7 +323,7 @@ func TestRemoteBroadcast(t *testing.T) {
 		t.Fatalf("BroadcastLocal went to node b")
 	}
 	for _, m := range remote {
-		m.none(t)
+		m.None(t)
 	}
 }
 
@@ -331,29 +332,29 @@ func TestRemoteBroadcast(t *testing.T) {
 // true sync repairs a false one.
 func TestRemoteSync(t *testing.T) {
 	p := twoNodes(t, "s")
-	a := spawn(t, p.na)
-	ag := a.open(t, p.sa)
-	must(t, ag.Join("one"))
-	b := spawn(t, p.nb)
-	must(t, b.open(t, p.sb).Join("one"))
+	a := gotptest.NewSink(t, p.na)
+	ag := open(t, a, p.sa)
+	gotptest.Must(t, ag.Join("one"))
+	b := gotptest.NewSink(t, p.nb)
+	gotptest.Must(t, open(t, b, p.sb).Join("one"))
 	p.sync(t)
-	wantMembers(t, ag, "one", a.pid, b.pid)
+	wantMembers(t, ag, "one", a.PID(), b.PID())
 
 	sub, _, err := ag.Events()
-	must(t, err)
+	gotptest.Must(t, err)
 	// A false sync: b joined "one" twice and "fake" twice.
-	p.ga.Sync("b", map[string][]gotp.PID{"one": {b.pid, b.pid}, "fake": {b.pid, b.pid}})
-	wantMembers(t, ag, "one", a.pid, b.pid, b.pid)
-	wantMembers(t, ag, "fake", b.pid, b.pid)
+	p.ga.Sync("b", map[string][]gotp.PID{"one": {b.PID(), b.PID()}, "fake": {b.PID(), b.PID()}})
+	wantMembers(t, ag, "one", a.PID(), b.PID(), b.PID())
+	wantMembers(t, ag, "fake", b.PID(), b.PID())
 	evs := map[string]pg.Event{}
 	for range 2 {
 		ev := event(t, sub)
 		evs[ev.Group] = ev
 	}
-	if ev := evs["one"]; ev.Kind != pg.MemberJoined || !samePIDs(ev.PIDs, []gotp.PID{b.pid}) {
+	if ev := evs["one"]; ev.Kind != pg.MemberJoined || !samePIDs(ev.PIDs, []gotp.PID{b.PID()}) {
 		t.Fatalf("one: %+v, want one more join", ev)
 	}
-	if ev := evs["fake"]; ev.Kind != pg.MemberJoined || !samePIDs(ev.PIDs, []gotp.PID{b.pid, b.pid}) {
+	if ev := evs["fake"]; ev.Kind != pg.MemberJoined || !samePIDs(ev.PIDs, []gotp.PID{b.PID(), b.PID()}) {
 		t.Fatalf("fake: %+v", ev)
 	}
 	noEvent(t, sub)
@@ -361,7 +362,7 @@ func TestRemoteSync(t *testing.T) {
 	// The true state, as b would send it.
 	p.gb.LocalSnapshot(func(g map[string][]gotp.PID) { p.na.Send(p.ba.fwd, opSync{g}) })
 	p.sync(t)
-	wantMembers(t, ag, "one", a.pid, b.pid)
+	wantMembers(t, ag, "one", a.PID(), b.PID())
 	wantMembers(t, ag, "fake")
 	wantGroups(t, ag, "one")
 	evs = map[string]pg.Event{}
@@ -369,10 +370,10 @@ func TestRemoteSync(t *testing.T) {
 		ev := event(t, sub)
 		evs[ev.Group] = ev
 	}
-	if ev := evs["one"]; ev.Kind != pg.MemberLeft || !samePIDs(ev.PIDs, []gotp.PID{b.pid}) {
+	if ev := evs["one"]; ev.Kind != pg.MemberLeft || !samePIDs(ev.PIDs, []gotp.PID{b.PID()}) {
 		t.Fatalf("one: %+v", ev)
 	}
-	if ev := evs["fake"]; ev.Kind != pg.MemberLeft || !samePIDs(ev.PIDs, []gotp.PID{b.pid, b.pid}) {
+	if ev := evs["fake"]; ev.Kind != pg.MemberLeft || !samePIDs(ev.PIDs, []gotp.PID{b.PID(), b.PID()}) {
 		t.Fatalf("fake: %+v", ev)
 	}
 	// The same sync again changes nothing.
@@ -386,37 +387,37 @@ func TestRemoteSync(t *testing.T) {
 // and processes that do not belong to the node reporting them.
 func TestRemoteRejectsForeign(t *testing.T) {
 	p := twoNodes(t, "s")
-	a := spawn(t, p.na)
-	ag := a.open(t, p.sa)
-	must(t, ag.Join("g"))
-	b := spawn(t, p.nb)
+	a := gotptest.NewSink(t, p.na)
+	ag := open(t, a, p.sa)
+	gotptest.Must(t, ag.Join("g"))
+	b := gotptest.NewSink(t, p.nb)
 
-	p.ga.Join("a", "g", []gotp.PID{a.pid})          // claims the local node
-	p.ga.Leave("a", "g", []gotp.PID{a.pid})         // same
-	p.ga.Join("c", "g", []gotp.PID{b.pid})          // b's process, reported by c
-	p.ga.Join("b", "", []gotp.PID{b.pid})           // no group
+	p.ga.Join("a", "g", []gotp.PID{a.PID()})        // claims the local node
+	p.ga.Leave("a", "g", []gotp.PID{a.PID()})       // same
+	p.ga.Join("c", "g", []gotp.PID{b.PID()})        // b's process, reported by c
+	p.ga.Join("b", "", []gotp.PID{b.PID()})         // no group
 	p.ga.Sync("a", map[string][]gotp.PID{"g": nil}) // claims the local node
 	p.ga.NodeDown("a")
-	wantMembers(t, ag, "g", a.pid)
+	wantMembers(t, ag, "g", a.PID())
 	wantGroups(t, ag, "g")
 	if in := p.sa.Info(); in.RemoteJoins != 0 {
 		t.Fatalf("Info = %+v, want no remote joins", in)
 	}
 	// A leave of a process that is not a member is ignored.
-	p.ga.Leave("b", "g", []gotp.PID{b.pid})
-	wantMembers(t, ag, "g", a.pid)
+	p.ga.Leave("b", "g", []gotp.PID{b.PID()})
+	wantMembers(t, ag, "g", a.PID())
 }
 
 // TestRemoteScopeStop checks that a closed scope tells its replicator,
 // which the cluster turns into a node-down on the peers.
 func TestRemoteScopeStop(t *testing.T) {
 	p := twoNodes(t, "s")
-	a := spawn(t, p.na)
-	must(t, a.open(t, p.sa).Join("g"))
-	obs := spawn(t, p.nb).open(t, p.sb)
+	a := gotptest.NewSink(t, p.na)
+	gotptest.Must(t, open(t, a, p.sa).Join("g"))
+	obs := open(t, gotptest.NewSink(t, p.nb), p.sb)
 	p.sync(t)
-	wantMembers(t, obs, "g", a.pid)
-	must(t, p.sa.Stop(t.Context()))
+	wantMembers(t, obs, "g", a.PID())
+	gotptest.Must(t, p.sa.Stop(t.Context()))
 	if !p.ab.detached.Load() {
 		t.Fatal("replicator not detached")
 	}
@@ -463,11 +464,11 @@ func (r *recordingReplicator) Detached()                    {}
 // process come in the order of its operations, so that replaying them
 // (as a peer would, starting from LocalSnapshot) rebuilds the membership.
 func TestReplicatorOrder(t *testing.T) {
-	n := newNode(t, "a")
+	n := gotptest.NewNode(t, gotptest.Name("a"))
 	s := newScope(t, n, "s", pg.Options{})
 	rep := &recordingReplicator{}
 	gw, err := s.Attach(rep)
-	must(t, err)
+	gotptest.Must(t, err)
 	var start map[string][]gotp.PID
 	gw.LocalSnapshot(func(g map[string][]gotp.PID) { start = g })
 	if len(start) != 0 {
@@ -483,18 +484,18 @@ func TestReplicatorOrder(t *testing.T) {
 	done := make([][]op, workers)
 	pids := make([]gotp.PID, workers)
 	for w := range workers {
-		inst := spawn(t, n).open(t, s)
+		inst := open(t, gotptest.NewSink(t, n), s)
 		pids[w] = inst.PID()
 		wg.Go(func() {
 			joined := map[string]int{}
 			for i := range ops {
 				g := []string{"x", "y", "z"}[(i*7+w)%3]
 				if joined[g] > 0 && (i+w)%2 == 0 {
-					must(t, inst.Leave(g))
+					gotptest.Must(t, inst.Leave(g))
 					joined[g]--
 					done[w] = append(done[w], op{false, g})
 				} else {
-					must(t, inst.Join(g))
+					gotptest.Must(t, inst.Join(g))
 					joined[g]++
 					done[w] = append(done[w], op{true, g})
 				}
@@ -525,7 +526,7 @@ func TestReplicatorOrder(t *testing.T) {
 			t.Fatalf("worker %d: reports %v, operations %v", w, perPID[pid], done[w])
 		}
 	}
-	obs := spawn(t, n).open(t, s)
+	obs := open(t, gotptest.NewSink(t, n), s)
 	for _, g := range []string{"x", "y", "z"} {
 		var rebuilt []gotp.PID
 		for pid, k := range replay[g] {
@@ -541,12 +542,12 @@ func TestReplicatorOrder(t *testing.T) {
 // operation of the instance succeeds, even with joins racing it from other
 // goroutines, and that the memberships made before stay.
 func TestReleaseRacesJoins(t *testing.T) {
-	n := newNode(t, "a")
+	n := gotptest.NewNode(t, gotptest.Name("a"))
 	s := newScope(t, n, "s", pg.Options{})
-	obs := spawn(t, n).open(t, s)
+	obs := open(t, gotptest.NewSink(t, n), s)
 	for range 50 {
-		m := spawn(t, n)
-		inst := m.open(t, s)
+		m := gotptest.NewSink(t, n)
+		inst := open(t, m, s)
 		var ok atomic.Int64
 		var released atomic.Bool
 		var wg sync.WaitGroup
@@ -584,12 +585,12 @@ func TestReleaseRacesJoins(t *testing.T) {
 		// Release returned, but none can succeed after: the members are
 		// exactly the successful joins, and no more join gets in.
 		members, err := obs.Members("g")
-		must(t, err)
+		gotptest.Must(t, err)
 		if int64(len(members)) != ok.Load() || ok.Load() < after {
 			t.Fatalf("%d members, %d successful joins (%d when Release returned)", len(members), ok.Load(), after)
 		}
 		wantErr(t, inst.Join("g"), pg.ErrReleased)
-		m.kill(t)
+		m.Kill(t)
 		wantMembers(t, obs, "g")
 	}
 }

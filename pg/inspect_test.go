@@ -5,11 +5,12 @@ import (
 	"testing"
 
 	"github.com/gotp/gotp"
+	"github.com/gotp/gotp/gotptest"
 	"github.com/gotp/gotp/pg"
 )
 
 func TestScopeGroups(t *testing.T) {
-	n := newNode(t, "a")
+	n := gotptest.NewNode(t, gotptest.Name("a"))
 	s := newScope(t, n, "inspect", pg.Options{})
 	joined := make(chan gotp.PID, 2)
 	for _, groups := range [][]string{{"x", "y"}, {"x", "x"}} {

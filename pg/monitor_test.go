@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/gotp/gotp"
+	"github.com/gotp/gotp/gotptest"
 	"github.com/gotp/gotp/pg"
 )
 
@@ -16,51 +17,51 @@ import (
 // group monitor sees local joins and leaves, a second monitor starts with
 // the current members, and a closed monitor sees nothing more.
 func TestMonitor(t *testing.T) {
-	n := newNode(t, "a")
+	n := gotptest.NewNode(t, gotptest.Name("a"))
 	s := newScope(t, n, "s", pg.Options{})
-	self := spawn(t, n)
-	g := self.open(t, s)
+	self := gotptest.NewSink(t, n)
+	g := open(t, self, s)
 
 	sub, members, err := g.Monitor("grp")
-	must(t, err)
+	gotptest.Must(t, err)
 	if members == nil || len(members) != 0 {
 		t.Fatalf("initial snapshot %v, want empty", members)
 	}
 	if sub.Group() != "grp" {
 		t.Fatalf("Group() = %q", sub.Group())
 	}
-	must(t, g.Join("grp"))
-	wantEvent(t, sub, pg.MemberJoined, "grp", self.pid)
+	gotptest.Must(t, g.Join("grp"))
+	wantEvent(t, sub, pg.MemberJoined, "grp", self.PID())
 
-	other := spawn(t, n)
-	og := other.open(t, s)
+	other := gotptest.NewSink(t, n)
+	og := open(t, other, s)
 	sub2, members, err := og.Monitor("grp")
-	must(t, err)
-	if !samePIDs(members, []gotp.PID{self.pid}) {
+	gotptest.Must(t, err)
+	if !samePIDs(members, []gotp.PID{self.PID()}) {
 		t.Fatalf("second snapshot %v, want [self]", members)
 	}
 
-	third := spawn(t, n)
-	tg := third.open(t, s)
-	must(t, tg.Join("grp", "grp"))
+	third := gotptest.NewSink(t, n)
+	tg := open(t, third, s)
+	gotptest.Must(t, tg.Join("grp", "grp"))
 	for _, sb := range []*pg.Subscription{sub, sub2} {
-		wantEvent(t, sb, pg.MemberJoined, "grp", third.pid)
-		wantEvent(t, sb, pg.MemberJoined, "grp", third.pid)
+		wantEvent(t, sb, pg.MemberJoined, "grp", third.PID())
+		wantEvent(t, sb, pg.MemberJoined, "grp", third.PID())
 	}
-	must(t, g.Leave("grp"))
-	third.kill(t)
+	gotptest.Must(t, g.Leave("grp"))
+	third.Kill(t)
 	for _, sb := range []*pg.Subscription{sub, sub2} {
-		wantEvent(t, sb, pg.MemberLeft, "grp", self.pid)
-		wantEvent(t, sb, pg.MemberLeft, "grp", third.pid, third.pid)
+		wantEvent(t, sb, pg.MemberLeft, "grp", self.PID())
+		wantEvent(t, sb, pg.MemberLeft, "grp", third.PID(), third.PID())
 	}
 	// Events of other groups do not reach a group monitor.
-	must(t, g.Join("elsewhere"))
+	gotptest.Must(t, g.Join("elsewhere"))
 	noEvent(t, sub)
 
 	sub.Close()
 	closed(t, sub)
-	must(t, g.Join("grp"))
-	wantEvent(t, sub2, pg.MemberJoined, "grp", self.pid)
+	gotptest.Must(t, g.Join("grp"))
+	wantEvent(t, sub2, pg.MemberJoined, "grp", self.PID())
 	if in := s.Info(); in.Subscriptions != 1 {
 		t.Fatalf("Info.Subscriptions = %d, want 1", in.Subscriptions)
 	}
@@ -70,26 +71,26 @@ func TestMonitor(t *testing.T) {
 // monitor_nonempty_scope on one node: Events returns every group with its
 // members, then the events of every group.
 func TestMonitorScope(t *testing.T) {
-	n := newNode(t, "a")
+	n := gotptest.NewNode(t, gotptest.Name("a"))
 	s := newScope(t, n, "s", pg.Options{})
-	a, b := spawn(t, n), spawn(t, n)
-	ga, gb := a.open(t, s), b.open(t, s)
-	must(t, ga.Join("one"))
-	must(t, gb.Join("one", "two", "two"))
+	a, b := gotptest.NewSink(t, n), gotptest.NewSink(t, n)
+	ga, gb := open(t, a, s), open(t, b, s)
+	gotptest.Must(t, ga.Join("one"))
+	gotptest.Must(t, gb.Join("one", "two", "two"))
 
 	sub, snap, err := ga.Events()
-	must(t, err)
+	gotptest.Must(t, err)
 	if sub.Group() != "" {
 		t.Fatalf("Group() = %q, want \"\"", sub.Group())
 	}
-	if len(snap) != 2 || !samePIDs(snap["one"], []gotp.PID{a.pid, b.pid}) || !samePIDs(snap["two"], []gotp.PID{b.pid, b.pid}) {
+	if len(snap) != 2 || !samePIDs(snap["one"], []gotp.PID{a.PID(), b.PID()}) || !samePIDs(snap["two"], []gotp.PID{b.PID(), b.PID()}) {
 		t.Fatalf("snapshot %v", snap)
 	}
-	must(t, gb.Leave("two"))
-	wantEvent(t, sub, pg.MemberLeft, "two", b.pid)
-	must(t, ga.Join("three"))
-	wantEvent(t, sub, pg.MemberJoined, "three", a.pid)
-	b.kill(t)
+	gotptest.Must(t, gb.Leave("two"))
+	wantEvent(t, sub, pg.MemberLeft, "two", b.PID())
+	gotptest.Must(t, ga.Join("three"))
+	wantEvent(t, sub, pg.MemberJoined, "three", a.PID())
+	b.Kill(t)
 	got := map[string][]gotp.PID{}
 	for range 2 {
 		ev := event(t, sub)
@@ -98,13 +99,13 @@ func TestMonitorScope(t *testing.T) {
 		}
 		got[ev.Group] = ev.PIDs
 	}
-	if !samePIDs(got["one"], []gotp.PID{b.pid}) || !samePIDs(got["two"], []gotp.PID{b.pid}) {
+	if !samePIDs(got["one"], []gotp.PID{b.PID()}) || !samePIDs(got["two"], []gotp.PID{b.PID()}) {
 		t.Fatalf("left events %v", got)
 	}
 	sub.Close()
 	_, snap, err = ga.Events()
-	must(t, err)
-	if len(snap) != 2 || !samePIDs(snap["one"], []gotp.PID{a.pid}) || !samePIDs(snap["three"], []gotp.PID{a.pid}) {
+	gotptest.Must(t, err)
+	if len(snap) != 2 || !samePIDs(snap["one"], []gotp.PID{a.PID()}) || !samePIDs(snap["three"], []gotp.PID{a.PID()}) {
 		t.Fatalf("second snapshot %v", snap)
 	}
 }
@@ -113,25 +114,25 @@ func TestMonitorScope(t *testing.T) {
 // two groups and the scope, joins both groups, gets four events; when it
 // exits the scope holds no subscription.
 func TestMultiMonitor(t *testing.T) {
-	n := newNode(t, "a")
+	n := gotptest.NewNode(t, gotptest.Name("a"))
 	s := newScope(t, n, "s", pg.Options{})
-	m := spawn(t, n)
-	g := m.open(t, s)
+	m := gotptest.NewSink(t, n)
+	g := open(t, m, s)
 	one, _, err := g.Monitor("one")
-	must(t, err)
+	gotptest.Must(t, err)
 	two, _, err := g.Monitor("two")
-	must(t, err)
+	gotptest.Must(t, err)
 	all, _, err := g.Events()
-	must(t, err)
-	must(t, g.Join("one"))
-	must(t, g.Join("two"))
-	wantEvent(t, one, pg.MemberJoined, "one", m.pid)
-	wantEvent(t, all, pg.MemberJoined, "one", m.pid)
-	wantEvent(t, two, pg.MemberJoined, "two", m.pid)
-	wantEvent(t, all, pg.MemberJoined, "two", m.pid)
+	gotptest.Must(t, err)
+	gotptest.Must(t, g.Join("one"))
+	gotptest.Must(t, g.Join("two"))
+	wantEvent(t, one, pg.MemberJoined, "one", m.PID())
+	wantEvent(t, all, pg.MemberJoined, "one", m.PID())
+	wantEvent(t, two, pg.MemberJoined, "two", m.PID())
+	wantEvent(t, all, pg.MemberJoined, "two", m.PID())
 	noEvent(t, one)
 	noEvent(t, two)
-	m.kill(t)
+	m.Kill(t)
 	if in := s.Info(); in.Subscriptions != 0 || in.Processes != 0 || in.Groups != 0 {
 		t.Fatalf("Info after exit = %+v, want empty", in)
 	}
@@ -140,35 +141,35 @@ func TestMultiMonitor(t *testing.T) {
 // TestMonitorSelf ports pg_SUITE's monitor_self (GH-7625): a process that
 // monitors a group and joins it, then exits, leaves the scope working.
 func TestMonitorSelf(t *testing.T) {
-	n := newNode(t, "a")
+	n := gotptest.NewNode(t, gotptest.Name("a"))
 	s := newScope(t, n, "s", pg.Options{})
-	m := spawn(t, n)
-	g := m.open(t, s)
+	m := gotptest.NewSink(t, n)
+	g := open(t, m, s)
 	_, _, err := g.Monitor("grp")
-	must(t, err)
-	must(t, g.Join("grp"))
-	m.kill(t)
-	obs := spawn(t, n).open(t, s)
+	gotptest.Must(t, err)
+	gotptest.Must(t, g.Join("grp"))
+	m.Kill(t)
+	obs := open(t, gotptest.NewSink(t, n), s)
 	wantMembers(t, obs, "grp")
-	must(t, obs.Join("grp"))
+	gotptest.Must(t, obs.Join("grp"))
 	wantMembers(t, obs, "grp", obs.PID())
 }
 
 // TestMonitorOutlivesGroup checks that a monitor of a group stays across
 // the group's disappearance and return.
 func TestMonitorOutlivesGroup(t *testing.T) {
-	n := newNode(t, "a")
+	n := gotptest.NewNode(t, gotptest.Name("a"))
 	s := newScope(t, n, "s", pg.Options{})
-	m := spawn(t, n)
-	g := m.open(t, s)
+	m := gotptest.NewSink(t, n)
+	g := open(t, m, s)
 	sub, _, err := g.Monitor("g")
-	must(t, err)
+	gotptest.Must(t, err)
 	for range 3 {
-		must(t, g.Join("g"))
-		must(t, g.Leave("g"))
+		gotptest.Must(t, g.Join("g"))
+		gotptest.Must(t, g.Leave("g"))
 		wantGroups(t, g)
-		wantEvent(t, sub, pg.MemberJoined, "g", m.pid)
-		wantEvent(t, sub, pg.MemberLeft, "g", m.pid)
+		wantEvent(t, sub, pg.MemberJoined, "g", m.PID())
+		wantEvent(t, sub, pg.MemberLeft, "g", m.PID())
 	}
 }
 
@@ -176,18 +177,18 @@ func TestMonitorOutlivesGroup(t *testing.T) {
 // counts them, without affecting other subscriptions, and that it delivers
 // again once drained.
 func TestOverflow(t *testing.T) {
-	n := newNode(t, "a")
+	n := gotptest.NewNode(t, gotptest.Name("a"))
 	s := newScope(t, n, "s", pg.Options{})
-	m := spawn(t, n)
-	g := m.open(t, s)
+	m := gotptest.NewSink(t, n)
+	g := open(t, m, s)
 	slow, _, err := g.Monitor("g")
-	must(t, err)
+	gotptest.Must(t, err)
 	fast, _, err := g.Monitor("g")
-	must(t, err)
+	gotptest.Must(t, err)
 	const total = 100
 	fastGot := 0
 	for range total {
-		must(t, g.Join("g"))
+		gotptest.Must(t, g.Join("g"))
 		event(t, fast)
 		fastGot++
 	}
@@ -205,10 +206,10 @@ func TestOverflow(t *testing.T) {
 	}
 	// The queued events are the first 64, in order.
 	for range pg.DefaultBuffer {
-		wantEvent(t, slow, pg.MemberJoined, "g", m.pid)
+		wantEvent(t, slow, pg.MemberJoined, "g", m.PID())
 	}
-	must(t, g.Leave("g"))
-	wantEvent(t, slow, pg.MemberLeft, "g", m.pid)
+	gotptest.Must(t, g.Leave("g"))
+	wantEvent(t, slow, pg.MemberLeft, "g", m.PID())
 	if got := slow.Dropped(); got != total-pg.DefaultBuffer {
 		t.Fatalf("Dropped grew to %d", got)
 	}
@@ -216,12 +217,12 @@ func TestOverflow(t *testing.T) {
 
 // TestBufferOption checks Options.Buffer.
 func TestBufferOption(t *testing.T) {
-	n := newNode(t, "a")
+	n := gotptest.NewNode(t, gotptest.Name("a"))
 	s := newScope(t, n, "s", pg.Options{Buffer: 2})
-	g := spawn(t, n).open(t, s)
+	g := open(t, gotptest.NewSink(t, n), s)
 	sub, _, err := g.Events()
-	must(t, err)
-	must(t, g.Join("a", "b", "c", "d"))
+	gotptest.Must(t, err)
+	gotptest.Must(t, g.Join("a", "b", "c", "d"))
 	if len(sub.C()) != 2 || sub.Dropped() != 2 {
 		t.Fatalf("len %d dropped %d, want 2 and 2", len(sub.C()), sub.Dropped())
 	}
@@ -230,17 +231,17 @@ func TestBufferOption(t *testing.T) {
 // TestClose checks that Close discards what is queued and that nothing
 // arrives afterwards; it is idempotent.
 func TestClose(t *testing.T) {
-	n := newNode(t, "a")
+	n := gotptest.NewNode(t, gotptest.Name("a"))
 	s := newScope(t, n, "s", pg.Options{})
-	g := spawn(t, n).open(t, s)
+	g := open(t, gotptest.NewSink(t, n), s)
 	sub, _, err := g.Monitor("g")
-	must(t, err)
-	must(t, g.Join("g", "g", "g"))
+	gotptest.Must(t, err)
+	gotptest.Must(t, g.Join("g", "g", "g"))
 	sub.Close()
 	sub.Close()
 	sub.CloseFlush()
 	closed(t, sub)
-	must(t, g.Join("g"))
+	gotptest.Must(t, g.Join("g"))
 	closed(t, sub)
 	if in := s.Info(); in.Subscriptions != 0 {
 		t.Fatalf("Info.Subscriptions = %d", in.Subscriptions)
@@ -252,20 +253,20 @@ func TestClose(t *testing.T) {
 // order, then reports the channel closed, and that nothing is added after
 // it.
 func TestCloseFlush(t *testing.T) {
-	n := newNode(t, "a")
+	n := gotptest.NewNode(t, gotptest.Name("a"))
 	s := newScope(t, n, "s", pg.Options{})
-	m := spawn(t, n)
-	g := m.open(t, s)
+	m := gotptest.NewSink(t, n)
+	g := open(t, m, s)
 	sub, _, err := g.Monitor("g")
-	must(t, err)
-	must(t, g.Join("g"))
-	must(t, g.Join("g"))
-	must(t, g.Leave("g"))
+	gotptest.Must(t, err)
+	gotptest.Must(t, g.Join("g"))
+	gotptest.Must(t, g.Join("g"))
+	gotptest.Must(t, g.Leave("g"))
 	sub.CloseFlush()
-	must(t, g.Join("g"))
-	wantEvent(t, sub, pg.MemberJoined, "g", m.pid)
-	wantEvent(t, sub, pg.MemberJoined, "g", m.pid)
-	wantEvent(t, sub, pg.MemberLeft, "g", m.pid)
+	gotptest.Must(t, g.Join("g"))
+	wantEvent(t, sub, pg.MemberJoined, "g", m.PID())
+	wantEvent(t, sub, pg.MemberJoined, "g", m.PID())
+	wantEvent(t, sub, pg.MemberLeft, "g", m.PID())
 	closed(t, sub)
 	sub.Close() // idempotent after a flush close
 }
@@ -287,16 +288,16 @@ func TestSnapshotAtomicity(t *testing.T) {
 		opsEach  = 12 // churners*opsEach < DefaultBuffer: no drops
 		watchers = 4
 	)
-	n := newNode(t, "a")
+	n := gotptest.NewNode(t, gotptest.Name("a"))
 	s := newScope(t, n, "s", pg.Options{})
 	var cinst, winst []*pg.Instance
 	for range churners {
-		cinst = append(cinst, spawn(t, n).open(t, s))
+		cinst = append(cinst, open(t, gotptest.NewSink(t, n), s))
 	}
 	for range watchers {
-		winst = append(winst, spawn(t, n).open(t, s))
+		winst = append(winst, open(t, gotptest.NewSink(t, n), s))
 	}
-	obs := spawn(t, n).open(t, s)
+	obs := open(t, gotptest.NewSink(t, n), s)
 
 	for r := range rounds {
 		group := fmt.Sprintf("g%d", r)
@@ -309,10 +310,10 @@ func TestSnapshotAtomicity(t *testing.T) {
 				joined := 0
 				for range opsEach {
 					if joined > 0 && rng.IntN(2) == 0 {
-						must(t, inst.Leave(group))
+						gotptest.Must(t, inst.Leave(group))
 						joined--
 					} else {
-						must(t, inst.Join(group))
+						gotptest.Must(t, inst.Join(group))
 						joined++
 					}
 					if rng.IntN(3) == 0 {
@@ -339,11 +340,11 @@ func TestSnapshotAtomicity(t *testing.T) {
 				}
 				if w%2 == 0 {
 					sub, snap, err := inst.Monitor(group)
-					must(t, err)
+					gotptest.Must(t, err)
 					watches[w] = watch{sub, snap}
 				} else {
 					sub, snap, err := inst.Events()
-					must(t, err)
+					gotptest.Must(t, err)
 					evWatches[w].sub, evWatches[w].snap = sub, snap
 				}
 			})
@@ -352,7 +353,7 @@ func TestSnapshotAtomicity(t *testing.T) {
 		wg.Wait()
 
 		final, err := obs.Members(group)
-		must(t, err)
+		gotptest.Must(t, err)
 		check := func(w int, sub *pg.Subscription, snap []gotp.PID) {
 			t.Helper()
 			count := map[gotp.PID]int{}

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/gotp/gotp"
+	"github.com/gotp/gotp/gotptest"
 	"github.com/gotp/gotp/pg"
 	"github.com/gotp/gotp/server"
 	"github.com/gotp/gotp/supervisor"
@@ -15,17 +16,17 @@ import (
 // TestPG ports pg_SUITE's pg case: join, list, leave, and the group is
 // gone everywhere.
 func TestPG(t *testing.T) {
-	n := newNode(t, "a")
+	n := gotptest.NewNode(t, gotptest.Name("a"))
 	s := newScope(t, n, "pg", pg.Options{})
-	me := spawn(t, n)
-	g := me.open(t, s)
+	me := gotptest.NewSink(t, n)
+	g := open(t, me, s)
 
-	must(t, g.Join("pg"))
-	wantLocalMembers(t, g, "pg", me.pid)
-	wantMembers(t, g, "pg", me.pid)
+	gotptest.Must(t, g.Join("pg"))
+	wantLocalMembers(t, g, "pg", me.PID())
+	wantMembers(t, g, "pg", me.PID())
 	wantGroups(t, g, "pg")
 	wantLocalGroups(t, g, "pg")
-	must(t, g.Leave("pg"))
+	gotptest.Must(t, g.Leave("pg"))
 	wantMembers(t, g, "pg")
 	wantLocalMembers(t, g, "pg")
 	wantGroups(t, g)
@@ -36,15 +37,15 @@ func TestPG(t *testing.T) {
 // leaves, leaving a missing group is not_joined, and a member that exits
 // is gone.
 func TestSingle(t *testing.T) {
-	n := newNode(t, "a")
+	n := gotptest.NewNode(t, gotptest.Name("a"))
 	s := newScope(t, n, "single", pg.Options{})
-	me := spawn(t, n)
-	g := me.open(t, s)
+	me := gotptest.NewSink(t, n)
+	g := open(t, me, s)
 
-	must(t, g.Join("single"))
-	must(t, g.Join("single", "single"))
-	wantLocalMembers(t, g, "single", me.pid, me.pid, me.pid)
-	wantMembers(t, g, "single", me.pid, me.pid, me.pid)
+	gotptest.Must(t, g.Join("single"))
+	gotptest.Must(t, g.Join("single", "single"))
+	wantLocalMembers(t, g, "single", me.PID(), me.PID(), me.PID())
+	wantMembers(t, g, "single", me.PID(), me.PID(), me.PID())
 
 	err := g.Leave("$missing$")
 	wantErr(t, err, pg.ErrNotJoined)
@@ -53,46 +54,46 @@ func TestSingle(t *testing.T) {
 		t.Fatalf("Leave($missing$) = %#v, want *NotJoinedError naming the group", err)
 	}
 
-	must(t, g.Leave("single", "single"))
-	wantMembers(t, g, "single", me.pid)
-	must(t, g.Leave("single"))
+	gotptest.Must(t, g.Leave("single", "single"))
+	wantMembers(t, g, "single", me.PID())
+	gotptest.Must(t, g.Leave("single"))
 	wantGroups(t, g)
 	wantLocalMembers(t, g, "single")
 	wantMembers(t, g, "single")
 	wantErr(t, g.Leave("single"), pg.ErrNotJoined)
 
 	// double: two processes, one exits.
-	must(t, g.Join("single"))
-	other := spawn(t, n)
-	og := other.open(t, s)
-	must(t, og.Join("single"))
-	wantMembers(t, g, "single", me.pid, other.pid)
-	wantLocalMembers(t, g, "single", me.pid, other.pid)
-	other.kill(t)
-	wantLocalMembers(t, g, "single", me.pid)
-	must(t, g.Leave("single"))
+	gotptest.Must(t, g.Join("single"))
+	other := gotptest.NewSink(t, n)
+	og := open(t, other, s)
+	gotptest.Must(t, og.Join("single"))
+	wantMembers(t, g, "single", me.PID(), other.PID())
+	wantLocalMembers(t, g, "single", me.PID(), other.PID())
+	other.Kill(t)
+	wantLocalMembers(t, g, "single", me.PID())
+	gotptest.Must(t, g.Leave("single"))
 	wantGroups(t, g)
 }
 
 // TestCountedJoins checks that k joins need exactly k leaves, through
 // single and batch forms mixed.
 func TestCountedJoins(t *testing.T) {
-	n := newNode(t, "a")
+	n := gotptest.NewNode(t, gotptest.Name("a"))
 	s := newScope(t, n, "s", pg.Options{})
-	me := spawn(t, n)
-	g := me.open(t, s)
+	me := gotptest.NewSink(t, n)
+	g := open(t, me, s)
 	for k := 1; k <= 5; k++ {
 		for range k {
-			must(t, g.Join("g"))
+			gotptest.Must(t, g.Join("g"))
 		}
 		for i := range k {
 			wantGroups(t, g, "g")
 			members, err := g.Members("g")
-			must(t, err)
+			gotptest.Must(t, err)
 			if len(members) != k-i {
 				t.Fatalf("k=%d after %d leaves: %d members, want %d", k, i, len(members), k-i)
 			}
-			must(t, g.Leave("g"))
+			gotptest.Must(t, g.Leave("g"))
 		}
 		wantGroups(t, g)
 		wantErr(t, g.Leave("g"), pg.ErrNotJoined)
@@ -102,18 +103,18 @@ func TestCountedJoins(t *testing.T) {
 // TestBatchLeave checks that a batch leave is best effort and fails only
 // when the process was in none of the groups.
 func TestBatchLeave(t *testing.T) {
-	n := newNode(t, "a")
+	n := gotptest.NewNode(t, gotptest.Name("a"))
 	s := newScope(t, n, "s", pg.Options{})
-	me := spawn(t, n)
-	g := me.open(t, s)
+	me := gotptest.NewSink(t, n)
+	g := open(t, me, s)
 
-	must(t, g.Join("a", "b", "b"))
+	gotptest.Must(t, g.Join("a", "b", "b"))
 	wantGroups(t, g, "a", "b")
 
 	// "a" and one of "b"; "c" is skipped.
-	must(t, g.Leave("a", "b", "c"))
+	gotptest.Must(t, g.Leave("a", "b", "c"))
 	wantGroups(t, g, "b")
-	wantMembers(t, g, "b", me.pid)
+	wantMembers(t, g, "b", me.PID())
 
 	// None of them: an error naming them all, and nothing changes.
 	err := g.Leave("a", "c")
@@ -122,24 +123,24 @@ func TestBatchLeave(t *testing.T) {
 		t.Fatalf("Leave(a, c) = %v, want *NotJoinedError{a, c}", err)
 	}
 	wantErr(t, err, pg.ErrNotJoined)
-	wantMembers(t, g, "b", me.pid)
+	wantMembers(t, g, "b", me.PID())
 
 	// The same group twice in a batch leaves it twice, when joined twice.
-	must(t, g.Join("b"))
-	must(t, g.Leave("b", "b"))
+	gotptest.Must(t, g.Join("b"))
+	gotptest.Must(t, g.Leave("b", "b"))
 	wantGroups(t, g)
 }
 
 // TestBatchJoin checks that a batch joins every group at once, duplicates
 // counted.
 func TestBatchJoin(t *testing.T) {
-	n := newNode(t, "a")
+	n := gotptest.NewNode(t, gotptest.Name("a"))
 	s := newScope(t, n, "s", pg.Options{})
-	me := spawn(t, n)
-	g := me.open(t, s)
-	must(t, g.Join("x", "y", "x"))
-	wantMembers(t, g, "x", me.pid, me.pid)
-	wantMembers(t, g, "y", me.pid)
+	me := gotptest.NewSink(t, n)
+	g := open(t, me, s)
+	gotptest.Must(t, g.Join("x", "y", "x"))
+	wantMembers(t, g, "x", me.PID(), me.PID())
+	wantMembers(t, g, "y", me.PID())
 	wantLocalGroups(t, g, "x", "y")
 }
 
@@ -147,21 +148,21 @@ func TestBatchJoin(t *testing.T) {
 // group at once, all its joins, with one left event per group carrying
 // the multiplicity, and that the scope forgets it.
 func TestExitLeavesEveryGroup(t *testing.T) {
-	n := newNode(t, "a")
+	n := gotptest.NewNode(t, gotptest.Name("a"))
 	s := newScope(t, n, "s", pg.Options{})
-	watcher := spawn(t, n)
-	w := watcher.open(t, s)
+	watcher := gotptest.NewSink(t, n)
+	w := open(t, watcher, s)
 	sub, _, err := w.Events()
-	must(t, err)
+	gotptest.Must(t, err)
 
-	m := spawn(t, n)
-	g := m.open(t, s)
-	must(t, g.Join("a", "a", "b", "c"))
-	must(t, w.Join("c"))
+	m := gotptest.NewSink(t, n)
+	g := open(t, m, s)
+	gotptest.Must(t, g.Join("a", "a", "b", "c"))
+	gotptest.Must(t, w.Join("c"))
 	for range 5 { // the joins above
 		event(t, sub)
 	}
-	m.kill(t)
+	m.Kill(t)
 
 	left := map[string][]gotp.PID{}
 	for range 3 {
@@ -172,11 +173,11 @@ func TestExitLeavesEveryGroup(t *testing.T) {
 		left[ev.Group] = ev.PIDs
 	}
 	noEvent(t, sub)
-	if !samePIDs(left["a"], []gotp.PID{m.pid, m.pid}) || !samePIDs(left["b"], []gotp.PID{m.pid}) || !samePIDs(left["c"], []gotp.PID{m.pid}) {
+	if !samePIDs(left["a"], []gotp.PID{m.PID(), m.PID()}) || !samePIDs(left["b"], []gotp.PID{m.PID()}) || !samePIDs(left["c"], []gotp.PID{m.PID()}) {
 		t.Fatalf("left events %v", left)
 	}
 	wantGroups(t, w, "c")
-	wantMembers(t, w, "c", watcher.pid)
+	wantMembers(t, w, "c", watcher.PID())
 	if in := s.Info(); in.Processes != 1 || in.LocalJoins != 1 {
 		t.Fatalf("Info = %+v, want only the watcher", in)
 	}
@@ -186,9 +187,9 @@ func TestExitLeavesEveryGroup(t *testing.T) {
 // TestLeaveExitRace ports pg_SUITE's leave_exit_race: joins and leaves
 // racing with the member's exit never leave a dead member behind.
 func TestLeaveExitRace(t *testing.T) {
-	n := newNode(t, "a")
+	n := gotptest.NewNode(t, gotptest.Name("a"))
 	s := newScope(t, n, "s", pg.Options{})
-	obs := spawn(t, n).open(t, s)
+	obs := open(t, gotptest.NewSink(t, n), s)
 	for range 100 {
 		type opened struct {
 			p    *gotp.Process
@@ -203,14 +204,14 @@ func TestLeaveExitRace(t *testing.T) {
 			got <- opened{p, inst}
 			return nil // exits at once, racing with the test's calls
 		})
-		must(t, err)
-		o := recv(t, got)
+		gotptest.Must(t, err)
+		o := gotptest.Recv(t, got)
 		for _, err := range []error{o.inst.Join("race"), o.inst.Leave("race"), o.inst.Join("race")} {
 			if err != nil && !errors.Is(err, pg.ErrReleased) && !errors.Is(err, pg.ErrNotJoined) {
 				t.Fatalf("unexpected error %v", err)
 			}
 		}
-		recvDone(t, o.p.Done()) // its monitors, the scope's among them, have run
+		gotptest.Recv(t, o.p.Done()) // its monitors, the scope's among them, have run
 		wantMembers(t, obs, "race")
 	}
 	if in := s.Info(); in.Processes != 1 {
@@ -221,23 +222,23 @@ func TestLeaveExitRace(t *testing.T) {
 // TestMembershipOutlivesRelease checks that memberships belong to the
 // process: Release keeps them, the exit of the process ends them.
 func TestMembershipOutlivesRelease(t *testing.T) {
-	n := newNode(t, "a")
+	n := gotptest.NewNode(t, gotptest.Name("a"))
 	s := newScope(t, n, "s", pg.Options{})
-	obs := spawn(t, n).open(t, s)
-	m := spawn(t, n)
-	g := m.open(t, s)
-	must(t, g.Join("g"))
+	obs := open(t, gotptest.NewSink(t, n), s)
+	m := gotptest.NewSink(t, n)
+	g := open(t, m, s)
+	gotptest.Must(t, g.Join("g"))
 	if !g.Release() {
 		t.Fatal("first Release = false")
 	}
-	wantMembers(t, obs, "g", m.pid)
+	wantMembers(t, obs, "g", m.PID())
 	// Another instance of the same process shares the membership.
-	g2 := m.open(t, s)
-	must(t, g2.Leave("g"))
+	g2 := open(t, m, s)
+	gotptest.Must(t, g2.Leave("g"))
 	wantMembers(t, obs, "g")
-	must(t, g2.Join("g"))
+	gotptest.Must(t, g2.Join("g"))
 	g2.Release()
-	m.kill(t)
+	m.Kill(t)
 	wantMembers(t, obs, "g")
 	if in := s.Info(); in.Processes != 1 {
 		t.Fatalf("Info.Processes = %d, want 1 (the observer)", in.Processes)
@@ -247,30 +248,30 @@ func TestMembershipOutlivesRelease(t *testing.T) {
 // TestMonitorDropped checks that the scope monitors a process only while
 // it has an instance or a membership.
 func TestMonitorDropped(t *testing.T) {
-	n := newNode(t, "a")
+	n := gotptest.NewNode(t, gotptest.Name("a"))
 	s := newScope(t, n, "s", pg.Options{})
-	m := spawn(t, n)
+	m := gotptest.NewSink(t, n)
 	monitors := func() int {
-		in, ok := n.ProcessInfo(m.pid)
+		in, ok := n.ProcessInfo(m.PID())
 		if !ok {
 			t.Fatal("member gone")
 		}
 		return len(in.MonitoredBy)
 	}
 	base := monitors()
-	g := m.open(t, s)
-	g2 := m.open(t, s)
+	g := open(t, m, s)
+	g2 := open(t, m, s)
 	if got := monitors(); got != base+1 {
 		t.Fatalf("after two Opens: %d monitors, want %d (one per process)", got, base+1)
 	}
-	must(t, g.Join("g"))
+	gotptest.Must(t, g.Join("g"))
 	g.Release()
 	g2.Release()
 	if got := monitors(); got != base+1 {
 		t.Fatalf("released but still a member: %d monitors, want %d", got, base+1)
 	}
-	g3 := m.open(t, s)
-	must(t, g3.Leave("g"))
+	g3 := open(t, m, s)
+	gotptest.Must(t, g3.Leave("g"))
 	g3.Release()
 	if got := monitors(); got != base {
 		t.Fatalf("nothing left: %d monitors, want %d", got, base)
@@ -283,15 +284,15 @@ func TestMonitorDropped(t *testing.T) {
 // TestReleased checks Release: immediate, idempotent, every operation
 // then fails with ErrReleased, subscriptions are closed.
 func TestReleased(t *testing.T) {
-	n := newNode(t, "a")
+	n := gotptest.NewNode(t, gotptest.Name("a"))
 	s := newScope(t, n, "s", pg.Options{})
-	m := spawn(t, n)
-	g := m.open(t, s)
+	m := gotptest.NewSink(t, n)
+	g := open(t, m, s)
 	sub, _, err := g.Monitor("g")
-	must(t, err)
+	gotptest.Must(t, err)
 	esub, _, err := g.Events()
-	must(t, err)
-	must(t, g.Join("g"))
+	gotptest.Must(t, err)
+	gotptest.Must(t, g.Join("g"))
 
 	if !g.Release() {
 		t.Fatal("Release = false, want true")
@@ -311,13 +312,13 @@ func TestReleased(t *testing.T) {
 // TestReleasedOnExit checks that the instance is released when its
 // process exits.
 func TestReleasedOnExit(t *testing.T) {
-	n := newNode(t, "a")
+	n := gotptest.NewNode(t, gotptest.Name("a"))
 	s := newScope(t, n, "s", pg.Options{})
-	m := spawn(t, n)
-	g := m.open(t, s)
+	m := gotptest.NewSink(t, n)
+	g := open(t, m, s)
 	sub, _, err := g.Monitor("g")
-	must(t, err)
-	m.kill(t)
+	gotptest.Must(t, err)
+	m.Kill(t)
 	closed(t, sub)
 	if g.Release() {
 		t.Fatal("Release after exit = true, want false (already released)")
@@ -335,11 +336,11 @@ func TestReleasedOnExit(t *testing.T) {
 // TestOpenDeadProcess checks that opening for a process that has exited
 // fails with gotp.ErrNoProc and leaves nothing behind.
 func TestOpenDeadProcess(t *testing.T) {
-	n := newNode(t, "a")
+	n := gotptest.NewNode(t, gotptest.Name("a"))
 	s := newScope(t, n, "s", pg.Options{})
-	m := spawn(t, n)
-	m.kill(t)
-	_, err := s.Open(m.p)
+	m := gotptest.NewSink(t, n)
+	m.Kill(t)
+	_, err := s.Open(m.Process())
 	wantErr(t, err, gotp.ErrNoProc)
 	if in := s.Info(); in.Processes != 0 {
 		t.Fatalf("Info.Processes = %d, want 0", in.Processes)
@@ -365,9 +366,9 @@ func allOps(inst *pg.Instance) map[string]error {
 // TestInvalid checks that bad arguments are typed errors, not panics.
 func TestInvalid(t *testing.T) {
 	ctx := context.Background()
-	n := newNode(t, "a")
+	n := gotptest.NewNode(t, gotptest.Name("a"))
 	s := newScope(t, n, "s", pg.Options{})
-	g := spawn(t, n).open(t, s)
+	g := open(t, gotptest.NewSink(t, n), s)
 	for name, err := range map[string]error{
 		"Join()":                g.Join(),
 		`Join("")`:              g.Join("a", ""),
@@ -403,61 +404,61 @@ func third[A, B any](_ A, _ B, err error) error { return err }
 // however many times it joined, from the broadcaster, and that an empty
 // group is not an error.
 func TestBroadcast(t *testing.T) {
-	n := newNode(t, "a")
+	n := gotptest.NewNode(t, gotptest.Name("a"))
 	s := newScope(t, n, "app:pg", pg.Options{})
-	sender := spawn(t, n)
-	sg := sender.open(t, s)
-	var ms []*member
+	sender := gotptest.NewSink(t, n)
+	sg := open(t, sender, s)
+	var ms []*gotptest.Sink
 	for i := range 3 {
-		m := spawn(t, n)
-		g := m.open(t, s)
+		m := gotptest.NewSink(t, n)
+		g := open(t, m, s)
 		for range i + 1 {
-			must(t, g.Join("workers"))
+			gotptest.Must(t, g.Join("workers"))
 		}
 		ms = append(ms, m)
 	}
-	outsider := spawn(t, n)
-	outsider.open(t, s).Join("other")
+	outsider := gotptest.NewSink(t, n)
+	open(t, outsider, s).Join("other")
 
-	must(t, sg.Broadcast("workers", "task", 42))
-	must(t, sg.BroadcastLocal("workers", "local", "x"))
+	gotptest.Must(t, sg.Broadcast("workers", "task", 42))
+	gotptest.Must(t, sg.BroadcastLocal("workers", "local", "x"))
 	for _, m := range ms {
-		want := pg.Message{Scope: "app:pg", Group: "workers", Topic: "task", Payload: 42, From: sender.pid}
-		if got := m.next(t); got != want {
+		want := pg.Message{Scope: "app:pg", Group: "workers", Topic: "task", Payload: 42, From: sender.PID()}
+		if got := m.Next(t); got != want {
 			t.Fatalf("got %#v, want %#v", got, want)
 		}
-		want = pg.Message{Scope: "app:pg", Group: "workers", Topic: "local", Payload: "x", From: sender.pid}
-		if got := m.next(t); got != want {
+		want = pg.Message{Scope: "app:pg", Group: "workers", Topic: "local", Payload: "x", From: sender.PID()}
+		if got := m.Next(t); got != want {
 			t.Fatalf("got %#v, want %#v", got, want)
 		}
 	}
-	must(t, sg.Broadcast("nobody", "t", nil))
-	must(t, sg.BroadcastLocal("nobody", "t", nil))
+	gotptest.Must(t, sg.Broadcast("nobody", "t", nil))
+	gotptest.Must(t, sg.BroadcastLocal("nobody", "t", nil))
 
 	// A member that leaves stops receiving; one that joins starts (the
 	// cached member list is refreshed).
-	must(t, ms[0].open(t, s).Leave("workers"))
-	newcomer := spawn(t, n)
-	must(t, newcomer.open(t, s).Join("workers"))
-	must(t, sg.Broadcast("workers", "again", nil))
+	gotptest.Must(t, open(t, ms[0], s).Leave("workers"))
+	newcomer := gotptest.NewSink(t, n)
+	gotptest.Must(t, open(t, newcomer, s).Join("workers"))
+	gotptest.Must(t, sg.Broadcast("workers", "again", nil))
 	for _, m := range append(ms[1:], newcomer) {
-		if got := m.next(t).(pg.Message); got.Topic != "again" {
+		if got := m.Next(t).(pg.Message); got.Topic != "again" {
 			t.Fatalf("got %#v", got)
 		}
 	}
 	// The sender is a member too when it joined.
-	must(t, sg.Join("workers"))
-	must(t, sg.Broadcast("workers", "self", nil))
-	if got := sender.next(t).(pg.Message); got.Topic != "self" || got.From != sender.pid {
+	gotptest.Must(t, sg.Join("workers"))
+	gotptest.Must(t, sg.Broadcast("workers", "self", nil))
+	if got := sender.Next(t).(pg.Message); got.Topic != "self" || got.From != sender.PID() {
 		t.Fatalf("sender got %#v", got)
 	}
 	for _, m := range append(ms[1:], newcomer) {
-		m.next(t)
+		m.Next(t)
 	}
-	ms[0].none(t)
-	outsider.none(t)
+	ms[0].None(t)
+	outsider.None(t)
 	for _, m := range ms[1:] {
-		m.none(t)
+		m.None(t)
 	}
 }
 
@@ -465,7 +466,7 @@ func TestBroadcast(t *testing.T) {
 // found by Lookup and Open, one per id, and closed with its process.
 func TestScopeLifecycle(t *testing.T) {
 	ctx := context.Background()
-	n := newNode(t, "a")
+	n := gotptest.NewNode(t, gotptest.Name("a"))
 	s := newScope(t, n, "app:pg", pg.Options{})
 	if pid, ok := n.Whereis(pg.ProcessName("app:pg")); !ok || pid != s.PID() {
 		t.Fatalf("Whereis = %v %v, want %v", pid, ok, s.PID())
@@ -483,48 +484,48 @@ func TestScopeLifecycle(t *testing.T) {
 	_, err = pg.Lookup(ctx, n, "nope")
 	wantErr(t, err, pg.ErrNoScope)
 
-	m := spawn(t, n)
-	g, err := pg.Open(ctx, m.p, "app:pg")
-	must(t, err)
-	_, err = pg.Open(ctx, m.p, "nope")
+	m := gotptest.NewSink(t, n)
+	g, err := pg.Open(ctx, m.Process(), "app:pg")
+	gotptest.Must(t, err)
+	_, err = pg.Open(ctx, m.Process(), "nope")
 	wantErr(t, err, pg.ErrNoScope)
-	must(t, g.Join("g"))
+	gotptest.Must(t, g.Join("g"))
 	sub, _, err := g.Monitor("g")
-	must(t, err)
+	gotptest.Must(t, err)
 
 	// Kill the scope's process: the scope closes.
 	n.Exit(s.PID(), gotp.ErrKill)
-	recvDone(t, s.Done())
+	gotptest.Recv(t, s.Done())
 	closed(t, sub)
 	for name, err := range allOps(g) {
 		if !errors.Is(err, pg.ErrScopeClosed) {
 			t.Errorf("%s on a closed scope: %v, want ErrScopeClosed", name, err)
 		}
 	}
-	_, err = s.Open(m.p)
+	_, err = s.Open(m.Process())
 	wantErr(t, err, pg.ErrScopeClosed)
 	_, err = s.Attach(nopReplicator{})
 	wantErr(t, err, pg.ErrScopeClosed)
 	if in := s.Info(); !in.Closed {
 		t.Fatalf("Info.Closed = false")
 	}
-	must(t, s.Stop(ctx)) // already closed
+	gotptest.Must(t, s.Stop(ctx)) // already closed
 
 	// A restarted scope starts empty (pg_SUITE scope_restart, one node).
 	s2 := newScope(t, n, "app:pg", pg.Options{})
-	g2, err := pg.Open(ctx, m.p, "app:pg")
-	must(t, err)
+	g2, err := pg.Open(ctx, m.Process(), "app:pg")
+	gotptest.Must(t, err)
 	if g2.Scope() != s2 {
 		t.Fatal("Open found the old scope")
 	}
 	wantGroups(t, g2)
-	must(t, s2.Stop(ctx))
+	gotptest.Must(t, s2.Stop(ctx))
 	wantErr(t, g2.Join("g"), pg.ErrScopeClosed)
 }
 
 // TestStartLink checks that a scope started by a parent stops with it.
 func TestStartLink(t *testing.T) {
-	n := newNode(t, "a")
+	n := gotptest.NewNode(t, gotptest.Name("a"))
 	got := make(chan *pg.Scope, 1)
 	parent, err := n.Spawn(func(p *gotp.Process) error {
 		s, err := pg.StartLink(context.Background(), p, "linked", pg.Options{})
@@ -535,14 +536,14 @@ func TestStartLink(t *testing.T) {
 		_, err = p.Receive(context.Background())
 		return err
 	})
-	must(t, err)
-	s := recv(t, got)
+	gotptest.Must(t, err)
+	s := gotptest.Recv(t, got)
 	in, _ := n.ProcessInfo(s.PID())
 	if !slices.Contains(in.Links, parent) {
 		t.Fatalf("scope links %v, want the parent %v", in.Links, parent)
 	}
 	n.Exit(parent, errors.New("boom"))
-	recvDone(t, s.Done())
+	gotptest.Recv(t, s.Done())
 }
 
 // TestNodeStopClosesScope checks that stopping the node closes the scope
@@ -550,13 +551,13 @@ func TestStartLink(t *testing.T) {
 func TestNodeStopClosesScope(t *testing.T) {
 	n := gotp.NewNode(gotp.Options{Name: "a"})
 	s, err := pg.Start(context.Background(), n, "s", pg.Options{})
-	must(t, err)
-	m := spawn(t, n)
-	g := m.open(t, s)
+	gotptest.Must(t, err)
+	m := gotptest.NewSink(t, n)
+	g := open(t, m, s)
 	sub, _, err := g.Events()
-	must(t, err)
-	must(t, n.Stop(context.Background()))
-	recvDone(t, s.Done())
+	gotptest.Must(t, err)
+	gotptest.Must(t, n.Stop(context.Background()))
+	gotptest.Recv(t, s.Done())
 	closed(t, sub)
 }
 
@@ -571,30 +572,30 @@ func (nopReplicator) Detached()                    {}
 // restarted empty and found again by id; the supervisor's stop closes it.
 func TestSupervised(t *testing.T) {
 	ctx := context.Background()
-	n := newNode(t, "a")
+	n := gotptest.NewNode(t, gotptest.Name("a"))
 	sup, err := supervisor.Start(ctx, n, supervisor.Spec{Children: []supervisor.ChildSpec{pg.ChildSpec("app:pg", pg.Options{})}})
-	must(t, err)
+	gotptest.Must(t, err)
 	s1, err := pg.Lookup(ctx, n, "app:pg")
-	must(t, err)
-	m := spawn(t, n)
-	g, err := pg.Open(ctx, m.p, "app:pg")
-	must(t, err)
-	must(t, g.Join("g"))
+	gotptest.Must(t, err)
+	m := gotptest.NewSink(t, n)
+	g, err := pg.Open(ctx, m.Process(), "app:pg")
+	gotptest.Must(t, err)
+	gotptest.Must(t, g.Join("g"))
 
 	n.Exit(s1.PID(), gotp.ErrKill)
-	recvDone(t, s1.Done())
+	gotptest.Recv(t, s1.Done())
 	wantErr(t, g.Join("g"), pg.ErrScopeClosed)
 	var s2 *pg.Scope
-	waitFor(t, "the restarted scope", func() bool {
+	gotptest.Eventually(t, "the restarted scope", func() bool {
 		s2, err = pg.Lookup(ctx, n, "app:pg")
 		return err == nil && s2 != s1
 	})
-	g2, err := s2.Open(m.p)
-	must(t, err)
+	g2, err := s2.Open(m.Process())
+	gotptest.Must(t, err)
 	wantGroups(t, g2)
 
-	must(t, server.Stop(ctx, n, sup, nil))
-	recvDone(t, s2.Done())
+	gotptest.Must(t, server.Stop(ctx, n, sup, nil))
+	gotptest.Recv(t, s2.Done())
 }
 
 // TestThunderingHerd ports pg_SUITE's thundering_herd: a thousand
@@ -602,10 +603,10 @@ func TestSupervised(t *testing.T) {
 // that subscribed with a snapshot sees every one of them leave, exactly
 // once, and the group ends empty.
 func TestThunderingHerd(t *testing.T) {
-	n := newNode(t, "a")
+	n := gotptest.NewNode(t, gotptest.Name("a"))
 	s := newScope(t, n, "s", pg.Options{Buffer: 4096})
-	watcher := spawn(t, n)
-	w := watcher.open(t, s)
+	watcher := gotptest.NewSink(t, n)
+	w := open(t, watcher, s)
 	const herd = 1000
 	pids := make([]gotp.PID, herd)
 	release := make(chan struct{})
@@ -620,14 +621,14 @@ func TestThunderingHerd(t *testing.T) {
 			<-release
 			return errors.New("stampede") // all exit together, abnormally
 		})
-		must(t, err)
+		gotptest.Must(t, err)
 		pids[i] = pid
 	}
 	for range herd {
-		must(t, recv(t, joined))
+		gotptest.Must(t, gotptest.Recv(t, joined))
 	}
 	sub, members, err := w.Monitor("herd")
-	must(t, err)
+	gotptest.Must(t, err)
 	if !samePIDs(members, pids) {
 		t.Fatalf("snapshot has %d members, want the %d of the herd", len(members), herd)
 	}

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/gotp/gotp"
+	"github.com/gotp/gotp/gotptest"
 	"github.com/gotp/gotp/pg"
 )
 
@@ -50,14 +51,14 @@ func (r *recorder) questions() []ask {
 // policy is asked with the seed's names and the right resource.
 func TestPolicy(t *testing.T) {
 	pol := &recorder{}
-	n := newNode(t, "a")
+	n := gotptest.NewNode(t, gotptest.Name("a"))
 	s := newScope(t, n, "app:pg", pg.Options{Policy: pol})
-	m := spawn(t, n)
-	g := m.open(t, s)
-	other := spawn(t, n)
-	og := other.open(t, s)
-	must(t, og.Join("g")) // a member to broadcast to and list
-	must(t, g.Join("mine"))
+	m := gotptest.NewSink(t, n)
+	g := open(t, m, s)
+	other := gotptest.NewSink(t, n)
+	og := open(t, other, s)
+	gotptest.Must(t, og.Join("g")) // a member to broadcast to and list
+	gotptest.Must(t, g.Join("mine"))
 
 	type result struct {
 		err   error
@@ -71,13 +72,13 @@ func TestPolicy(t *testing.T) {
 		{pg.PermJoin, "j", func() result {
 			err := g.Join("j")
 			return result{err, func(t *testing.T, denied bool) {
-				want := []gotp.PID{m.pid}
+				want := []gotp.PID{m.PID()}
 				if denied {
 					want = nil
 				}
 				wantMembers(t, og, "j", want...)
 				if !denied {
-					must(t, g.Leave("j"))
+					gotptest.Must(t, g.Leave("j"))
 				}
 			}}
 		}},
@@ -85,11 +86,11 @@ func TestPolicy(t *testing.T) {
 			err := g.Leave("mine")
 			return result{err, func(t *testing.T, denied bool) {
 				if denied {
-					wantMembers(t, og, "mine", m.pid)
+					wantMembers(t, og, "mine", m.PID())
 					return
 				}
 				wantMembers(t, og, "mine")
-				must(t, g.Join("mine"))
+				gotptest.Must(t, g.Join("mine"))
 			}}
 		}},
 		{pg.PermGetMembers, "g", func() result {
@@ -128,8 +129,8 @@ func TestPolicy(t *testing.T) {
 			err := g.Broadcast("g", "t", 1)
 			return result{err, func(t *testing.T, denied bool) {
 				if denied {
-					other.none(t)
-				} else if msg := other.next(t).(pg.Message); msg.Topic != "t" {
+					other.None(t)
+				} else if msg := other.Next(t).(pg.Message); msg.Topic != "t" {
 					t.Fatalf("got %#v", msg)
 				}
 			}}
@@ -138,8 +139,8 @@ func TestPolicy(t *testing.T) {
 			err := g.BroadcastLocal("g", "tl", 1)
 			return result{err, func(t *testing.T, denied bool) {
 				if denied {
-					other.none(t)
-				} else if msg := other.next(t).(pg.Message); msg.Topic != "tl" {
+					other.None(t)
+				} else if msg := other.Next(t).(pg.Message); msg.Topic != "tl" {
 					t.Fatalf("got %#v", msg)
 				}
 			}}
@@ -179,13 +180,13 @@ func TestPolicy(t *testing.T) {
 					pol.set(c.perm)
 				}
 				r := c.op()
-				if q := pol.questions(); !slices.Contains(q, ask{c.perm, c.resource, m.pid}) {
-					t.Fatalf("policy asked %v, want %s on %q for %v", q, c.perm, c.resource, m.pid)
+				if q := pol.questions(); !slices.Contains(q, ask{c.perm, c.resource, m.PID()}) {
+					t.Fatalf("policy asked %v, want %s on %q for %v", q, c.perm, c.resource, m.PID())
 				}
 				if deny {
 					var de *pg.DeniedError
-					if !errors.As(r.err, &de) || *de != (pg.DeniedError{Permission: c.perm, Resource: c.resource, PID: m.pid}) {
-						t.Fatalf("denied: err = %#v, want *DeniedError{%s %q %v}", r.err, c.perm, c.resource, m.pid)
+					if !errors.As(r.err, &de) || *de != (pg.DeniedError{Permission: c.perm, Resource: c.resource, PID: m.PID()}) {
+						t.Fatalf("denied: err = %#v, want *DeniedError{%s %q %v}", r.err, c.perm, c.resource, m.PID())
 					}
 					wantErr(t, r.err, pg.ErrDenied)
 				} else if r.err != nil {
@@ -198,21 +199,21 @@ func TestPolicy(t *testing.T) {
 
 	t.Run(string(pg.PermOpen), func(t *testing.T) {
 		pol.set(pg.PermOpen)
-		p := spawn(t, n)
-		_, err := s.Open(p.p)
+		p := gotptest.NewSink(t, n)
+		_, err := s.Open(p.Process())
 		var de *pg.DeniedError
-		if !errors.As(err, &de) || *de != (pg.DeniedError{Permission: pg.PermOpen, Resource: "app:pg", PID: p.pid}) {
+		if !errors.As(err, &de) || *de != (pg.DeniedError{Permission: pg.PermOpen, Resource: "app:pg", PID: p.PID()}) {
 			t.Fatalf("Open denied: %#v", err)
 		}
-		_, err = pg.Open(context.Background(), p.p, "app:pg")
+		_, err = pg.Open(context.Background(), p.Process(), "app:pg")
 		wantErr(t, err, pg.ErrDenied)
 		if in := s.Info(); in.Processes != 2 {
 			t.Fatalf("denied Open changed the scope: %+v", in)
 		}
 		pol.set("")
-		inst, err := pg.Open(context.Background(), p.p, "app:pg")
-		must(t, err)
-		if q := pol.questions(); !slices.Contains(q, ask{pg.PermOpen, "app:pg", p.pid}) {
+		inst, err := pg.Open(context.Background(), p.Process(), "app:pg")
+		gotptest.Must(t, err)
+		if q := pol.questions(); !slices.Contains(q, ask{pg.PermOpen, "app:pg", p.PID()}) {
 			t.Fatalf("policy asked %v", q)
 		}
 		inst.Release()
@@ -231,15 +232,15 @@ func TestPolicyBatch(t *testing.T) {
 	pol := pg.PolicyFunc(func(perm pg.Permission, group string, _ gotp.PID) bool {
 		return group != "secret"
 	})
-	n := newNode(t, "a")
+	n := gotptest.NewNode(t, gotptest.Name("a"))
 	s := newScope(t, n, "s", pg.Options{Policy: pol})
-	g := spawn(t, n).open(t, s)
+	g := open(t, gotptest.NewSink(t, n), s)
 	var de *pg.DeniedError
 	if err := g.Join("a", "secret", "b"); !errors.As(err, &de) || de.Resource != "secret" || de.Permission != pg.PermJoin {
 		t.Fatalf("Join batch = %v, want denied on secret", err)
 	}
 	wantGroups(t, g)
-	must(t, g.Join("a", "b"))
+	gotptest.Must(t, g.Join("a", "b"))
 	if err := g.Leave("a", "secret"); !errors.As(err, &de) || de.Permission != pg.PermLeave {
 		t.Fatalf("Leave batch = %v, want denied", err)
 	}
@@ -250,9 +251,9 @@ func TestPolicyBatch(t *testing.T) {
 // before the policy is asked.
 func TestPolicyNotAskedWhenReleased(t *testing.T) {
 	pol := &recorder{}
-	n := newNode(t, "a")
+	n := gotptest.NewNode(t, gotptest.Name("a"))
 	s := newScope(t, n, "s", pg.Options{Policy: pol})
-	g := spawn(t, n).open(t, s)
+	g := open(t, gotptest.NewSink(t, n), s)
 	g.Release()
 	pol.set("")
 	for name, err := range allOps(g) {

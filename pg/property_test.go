@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/gotp/gotp"
+	"github.com/gotp/gotp/gotptest"
 	"github.com/gotp/gotp/pg"
 	"pgregory.net/rapid"
 )
@@ -20,23 +21,23 @@ import (
 func TestMembershipModel(t *testing.T) {
 	groups := []string{"a", "b", "c"}
 	rapid.Check(t, func(rt *rapid.T) {
-		n := newNode(rt, "a")
+		n := gotptest.NewNode(rt, gotptest.Name("a"))
 		s := newScope(rt, n, "s", pg.Options{})
-		obsm := spawn(rt, n)
-		obs := obsm.open(rt, s)
+		obsm := gotptest.NewSink(rt, n)
+		obs := open(rt, obsm, s)
 		sub, snap, err := obs.Events()
-		must(rt, err)
+		gotptest.Must(rt, err)
 		if len(snap) != 0 {
 			rt.Fatalf("initial snapshot %v", snap)
 		}
 
 		const procs = 3
-		ms := make([]*member, procs)
+		ms := make([]*gotptest.Sink, procs)
 		insts := make([]*pg.Instance, procs)
 		model := make([]map[string]int, procs) // per process: group → joins
 		for i := range procs {
-			ms[i] = spawn(rt, n)
-			insts[i] = ms[i].open(rt, s)
+			ms[i] = gotptest.NewSink(rt, n)
+			insts[i] = open(rt, ms[i], s)
 			model[i] = map[string]int{}
 		}
 		seen := map[string]map[gotp.PID]int{} // rebuilt from events
@@ -48,7 +49,7 @@ func TestMembershipModel(t *testing.T) {
 			"join": func(rt *rapid.T) {
 				i := rapid.IntRange(0, procs-1).Draw(rt, "proc")
 				gs := batch(rt)
-				must(rt, insts[i].Join(gs...))
+				gotptest.Must(rt, insts[i].Join(gs...))
 				for _, g := range gs {
 					model[i][g]++
 				}
@@ -71,13 +72,13 @@ func TestMembershipModel(t *testing.T) {
 			"release and reopen": func(rt *rapid.T) {
 				i := rapid.IntRange(0, procs-1).Draw(rt, "proc")
 				insts[i].Release()
-				insts[i] = ms[i].open(rt, s)
+				insts[i] = open(rt, ms[i], s)
 			},
 			"exit": func(rt *rapid.T) {
 				i := rapid.IntRange(0, procs-1).Draw(rt, "proc")
-				ms[i].kill(rt)
-				ms[i] = spawn(rt, n)
-				insts[i] = ms[i].open(rt, s)
+				ms[i].Kill(rt)
+				ms[i] = gotptest.NewSink(rt, n)
+				insts[i] = open(rt, ms[i], s)
 				model[i] = map[string]int{}
 			},
 			"": func(rt *rapid.T) {
@@ -102,7 +103,7 @@ func TestMembershipModel(t *testing.T) {
 					var want, fromEvents []gotp.PID
 					for i := range procs {
 						for range model[i][g] {
-							want = append(want, ms[i].pid)
+							want = append(want, ms[i].PID())
 						}
 					}
 					for pid, k := range seen[g] {
@@ -114,18 +115,18 @@ func TestMembershipModel(t *testing.T) {
 						nonEmpty = append(nonEmpty, g)
 					}
 					got, err := obs.Members(g)
-					must(rt, err)
+					gotptest.Must(rt, err)
 					local, err := obs.LocalMembers(g)
-					must(rt, err)
+					gotptest.Must(rt, err)
 					if !samePIDs(got, want) || !samePIDs(local, want) || !samePIDs(fromEvents, want) {
 						rt.Fatalf("group %q: Members %v, LocalMembers %v, from events %v; model %v",
 							g, sorted(got), sorted(local), sorted(fromEvents), sorted(want))
 					}
 				}
 				which, err := obs.WhichGroups()
-				must(rt, err)
+				gotptest.Must(rt, err)
 				whichLocal, err := obs.WhichLocalGroups()
-				must(rt, err)
+				gotptest.Must(rt, err)
 				if nonEmpty == nil {
 					nonEmpty = []string{}
 				}
