@@ -95,14 +95,11 @@
 //     that Register call returns.
 //
 // Sending to a dead process is a no-op, so a stale entry is harmless to
-// Dispatch and to server.Call (which reports gotp.ErrNoProc). A unique
+// Dispatch; a via name whose holder is dead resolves to no process, so
+// server.Call through it fails with gotp.ErrNoProc at once, as Elixir's
+// whereis_name checks that the holder is alive. A unique
 // Register that finds its key held by a dead process whose cleanup has not
 // run yet takes the key over.
-//
-// Unlike Elixir, registering does not link the process to the registry:
-// if the registry stops, its entries vanish and the processes that
-// registered keep running (supervise them after the registry with
-// rest-for-one if they must restart with it).
 //
 // # Naming processes
 //
@@ -130,6 +127,51 @@
 // Match, CountMatch and UnregisterMatch take a Pattern (wildcards, literal
 // values, repeated variables, struct fields), the Go form of Elixir's
 // match patterns; MatchFunc and Select take Go predicates.
+//
+// # Locks
+//
+// Lock runs a function while holding a per-key lock of the registry
+// (Elixir's Registry.lock/3): calls with equal keys run one at a time, in
+// the order they asked, and the lock is released however the function
+// ends. It is for work that must stay in the calling process; a process
+// named by a via key is the usual way to serialise work on a key.
+//
+// # Differences from Elixir's Registry
+//
+// The package follows Elixir's Registry. Where it differs, it is on
+// purpose:
+//
+//   - Registering does not link the process to the registry: if the
+//     registry stops, its entries vanish and the processes that registered
+//     keep running (supervise them after the registry with rest-for-one if
+//     they must restart with it). Register returns nil where Elixir returns
+//     {:ok, owner}; the owner of every entry is the registry's process,
+//     r.PID().
+//   - Keys and values are typed (Registry[K, V]) and keys compare with Go's
+//     ==, not Erlang's match: a key that == cannot compare (an interface
+//     holding a slice, map or function) or that is not equal to itself (a
+//     NaN) is refused with ErrBadKey. Metadata keys may be any comparable
+//     value (Elixir: atoms and tuples).
+//   - Patterns are Go values (Pattern, with wildcards, variables and
+//     Where), not match specifications with guards; MatchFunc, Select and
+//     UnregisterMatchFunc take Go predicates instead.
+//   - A duplicate registry partitions by process only (Elixir also offers
+//     {:duplicate, :key}).
+//   - Dispatch on a partitioned registry runs its calls in parallel
+//     unless given Parallel(false), so that a publish to subscribers spread
+//     over partitions uses every core; Elixir's default is parallel: false.
+//   - UpdateValue on a duplicate registry returns ErrNotUnique where
+//     Elixir raises; Register and the other operations on a stopped
+//     registry return ErrNotRunning where Elixir raises.
+//   - Lock takes a context for its wait, returns the function's error
+//     (Elixir: its result), and a process killed while its goroutine runs
+//     the function keeps the lock until the function returns: gotp cannot
+//     stop a goroutine, and releasing the lock under code that still runs
+//     would break the mutual exclusion. Elixir releases it when the
+//     process dies.
+//   - The same *Registry can be started again after its process exited,
+//     with empty tables and its initial metadata (Elixir starts a new
+//     registry under the same name).
 //
 // # Tests
 //

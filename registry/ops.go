@@ -199,8 +199,10 @@ func (r *Registry[K, V]) Unregister(p *gotp.Process, key K) {
 }
 
 // UnregisterMatch removes the entries of the calling process p under key
-// whose values match pattern, and returns how many it removed; listeners
-// are sent an UnregisterEvent if any were. On a duplicate registry the
+// whose values match pattern, and returns how many it removed. Listeners
+// are sent an UnregisterEvent only if p has no entry left under key (as
+// in Elixir: removing some of a process's entries under a key is not an
+// unregister). On a duplicate registry the
 // pattern is applied under the lock of p's partition, so a Where function
 // in it must not call the registry.
 func (r *Registry[K, V]) UnregisterMatch(p *gotp.Process, key K, pattern Pattern) int {
@@ -229,7 +231,7 @@ func (r *Registry[K, V]) unregisterMatch(pid gotp.PID, key K, match func(V) bool
 	if t == nil {
 		return 0
 	}
-	removed := 0
+	removed, last := 0, false
 	if r.kind == Unique {
 		// Read, match outside the lock, then remove if still the same.
 		h, s := r.ufind(t, key)
@@ -237,12 +239,12 @@ func (r *Registry[K, V]) unregisterMatch(pid gotp.PID, key K, match func(V) bool
 			return 0
 		}
 		if r.dropUnique(t, h, key, pid.ID()) {
-			removed = 1
+			removed, last = 1, true
 		}
 	} else {
-		removed = t.parts[r.pidPart(pid)].removeDup(pid, key, match)
+		removed, last = t.parts[r.pidPart(pid)].removeDup(pid, key, match)
 	}
-	if removed > 0 {
+	if last {
 		r.notifyUnregister(t, key, pid)
 	}
 	return removed
@@ -252,7 +254,7 @@ func (r *Registry[K, V]) unregisterMatch(pid gotp.PID, key K, match func(V) bool
 // panics, the entries are as they were (removeDupLocked calls it before it
 // changes anything), the lock is released, and the panic goes on to the
 // caller.
-func (pt *partition[K, V]) removeDup(pid gotp.PID, key K, match func(V) bool) int {
+func (pt *partition[K, V]) removeDup(pid gotp.PID, key K, match func(V) bool) (removed int, last bool) {
 	pt.mu.Lock()
 	defer pt.mu.Unlock()
 	return pt.removeDupLocked(pid, key, match)

@@ -53,8 +53,10 @@ type Options struct {
 	Partitions int
 
 	// Listeners receive a RegisterEvent for every registration and an
-	// UnregisterEvent for every Unregister, UnregisterMatch or freed via
-	// name that removed something. They are not told of entries removed
+	// UnregisterEvent when a process's last entry under a key goes by
+	// Unregister, UnregisterMatch or a freed via name (an UnregisterMatch
+	// that leaves the process other entries under the key is not an
+	// unregister, as in Elixir). They are not told of entries removed
 	// because their process exited: a listener that needs that monitors
 	// the process (as in Elixir). Events are sent after the registry's
 	// locks are released, with Node.SendTo, so an unregistered name or a
@@ -88,8 +90,8 @@ type RegisterEvent[K comparable, V any] struct {
 }
 
 // UnregisterEvent is sent to every listener after Unregister,
-// UnregisterMatch or a via name's UnregisterName removed entries of PID
-// under Key.
+// UnregisterMatch or a via name's UnregisterName removed the last entries
+// of PID under Key.
 type UnregisterEvent[K comparable] struct {
 	Registry gotp.PID
 	Key      K
@@ -470,6 +472,9 @@ type table[K comparable, V any] struct {
 
 	metaMu sync.RWMutex // guards meta
 	meta   map[any]any
+
+	lockOnce sync.Once       // makes locks, on the first Lock
+	locks    []lockStripe[K] // Lock's per-key locks, by key hash
 }
 
 // A partition holds entries and the bookkeeping for the processes that
@@ -780,24 +785,27 @@ func (t *table[K, V]) unlist(id uint64, key K) {
 	ks.mu.Unlock()
 }
 
-// removeDupLocked removes the entries of pid under key whose values keep
-// accepts (all of them if keep is nil) and returns how many it removed.
-func (pt *partition[K, V]) removeDupLocked(pid gotp.PID, key K, match func(V) bool) int {
+// removeDupLocked removes the entries of pid under key whose values match
+// accepts (all of them if match is nil) and returns how many it removed,
+// and whether pid has none left under key.
+func (pt *partition[K, V]) removeDupLocked(pid gotp.PID, key K, match func(V) bool) (removed int, last bool) {
 	b := pt.dup[key]
 	if b == nil {
-		return 0
+		return 0, false
 	}
-	removed := b.removePID(pid, match)
+	removed = b.removePID(pid, match)
 	if removed == 0 {
-		return 0
+		return 0, false
 	}
 	pt.count.Add(-int64(removed))
 	if b.n == 0 {
 		delete(pt.dup, key)
 	}
+	last = true
 	if pk := pt.keys[pid.ID()]; pk != nil {
 		if c := pk.counts[key] - int32(removed); c > 0 {
 			pk.counts[key] = c
+			last = false
 		} else {
 			delete(pk.counts, key)
 			if len(pk.counts) == 0 {
@@ -805,7 +813,7 @@ func (pt *partition[K, V]) removeDupLocked(pid gotp.PID, key K, match func(V) bo
 			}
 		}
 	}
-	return removed
+	return removed, last
 }
 
 // ---- metadata ----
@@ -818,7 +826,7 @@ func checkMetaKey(k any) error {
 }
 
 // Meta returns the metadata stored under key (set in Options.Meta or by
-// PutMeta), and whether there was any. It returns false when the registry
+// PutMeta, and not deleted by DeleteMeta since), and whether there was any. It returns false when the registry
 // is not running. It is safe from any goroutine and waits only for a
 // concurrent PutMeta.
 func (r *Registry[K, V]) Meta(key any) (any, bool) {
@@ -830,6 +838,26 @@ func (r *Registry[K, V]) Meta(key any) (any, bool) {
 	v, ok := t.meta[key]
 	t.metaMu.RUnlock()
 	return v, ok
+}
+
+// DeleteMeta removes key from the registry's metadata, so that a later
+// Meta of key finds nothing (Elixir's Registry.delete_meta/2). Deleting a
+// key that is not there does nothing. It fails with ErrBadMetaKey when key
+// is not comparable and with ErrNotRunning when the registry is not
+// running; like PutMeta, it lasts until the registry's process exits (a
+// restart starts again from Options.Meta).
+func (r *Registry[K, V]) DeleteMeta(key any) error {
+	if err := checkMetaKey(key); err != nil {
+		return err
+	}
+	t := r.live()
+	if t == nil {
+		return ErrNotRunning
+	}
+	t.metaMu.Lock()
+	delete(t.meta, key)
+	t.metaMu.Unlock()
+	return nil
 }
 
 // PutMeta stores value under key in the registry's metadata, for every

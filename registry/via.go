@@ -28,13 +28,20 @@ func (r *Registry[K, V]) ViaValue(key K, value V) Via[K, V] {
 // Key returns the name's key.
 func (v Via[K, V]) Key() K { return v.key }
 
-// Resolve returns the process holding the name, if any.
+// Resolve returns the process holding the name, if any. A holder that
+// has exited but whose entry is not cleaned up yet (see the package
+// documentation) holds nothing: the name resolves to no process, so that
+// server.Call fails with gotp.ErrNoProc at once instead of calling a dead
+// PID, and Node.SendTo reports false.
 func (v Via[K, V]) Resolve(*gotp.Node) (gotp.PID, bool) {
 	if v.r == nil || v.r.kind != Unique {
 		return gotp.PID{}, false
 	}
 	e, ok := v.r.Find(v.key)
-	return e.PID, ok
+	if !ok || !v.r.n.IsAlive(e.PID) {
+		return gotp.PID{}, false
+	}
+	return e.PID, true
 }
 
 // RegisterName registers pid under the name, as Register would for pid
