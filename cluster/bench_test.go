@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/gotp/gotp"
+	"github.com/gotp/gotp/gotptest"
 	"github.com/gotp/gotp/pg"
 	"github.com/gotp/gotp/server"
 )
@@ -23,7 +24,7 @@ func counter(b *testing.B, n *gotp.Node, want int64) (gotp.PID, chan struct{}) {
 		}
 		return false, nil
 	}), nil)
-	must(b, err)
+	gotptest.Must(b, err)
 	return pid, done
 }
 
@@ -79,7 +80,7 @@ func BenchmarkC1CallRoundTrip(b *testing.B) {
 	a, bn := ms[0], ms[1]
 	ctx := context.Background()
 	srv, err := server.Start(ctx, bn.n, adder{})
-	must(b, err)
+	gotptest.Must(b, err)
 	lat := make([]time.Duration, 0, b.N)
 	b.ReportAllocs()
 	b.ResetTimer()
@@ -106,12 +107,12 @@ func BenchmarkC2JoinVisible(b *testing.B) {
 	ms := startCluster(b, "a", "b", "c")
 	scopes := replicatedScopes(b, ms, "bench")
 	var inst *pg.Instance
-	obs, _ := inbox(b, ms[2].n)
+	obsSink := gotptest.NewSink(b, ms[2].n)
 	var err error
-	as(b, ms[2].n, obs, func(p *gotp.Process) { inst, err = scopes[2].scope.Open(p) })
-	must(b, err)
+	obsSink.Do(b, func(p *gotp.Process) { inst, err = scopes[2].scope.Open(p) })
+	gotptest.Must(b, err)
 	sub, _, err := inst.Monitor("g")
-	must(b, err)
+	gotptest.Must(b, err)
 	defer sub.Close()
 	lat := make([]time.Duration, 0, b.N)
 	b.ResetTimer()

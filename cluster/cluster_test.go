@@ -8,28 +8,31 @@ import (
 	"time"
 
 	"github.com/gotp/gotp"
+	"github.com/gotp/gotp/gotptest"
 	"github.com/gotp/gotp/server"
 )
 
 func TestRemoteSend(t *testing.T) {
 	ms := startCluster(t, "a", "b", "c")
 	a, b := ms[0], ms[1]
-	pid, ch := inbox(t, b.n)
-	from, _ := inbox(t, a.n)
+	pidSink := gotptest.NewSink(t, b.n)
+	pid, ch := pidSink.PID(), pidSink.C()
+	fromSink := gotptest.NewSink(t, a.n)
+	from := fromSink.PID()
 
 	a.n.Send(pid, "hello")
-	if got := recv(t, ch, 5*time.Second); got != "hello" {
+	if got := gotptest.RecvWithin(t, 5*time.Second, ch); got != "hello" {
 		t.Fatalf("got %#v", got)
 	}
 	ping := Ping{From: from, N: 42, Note: "olá"}
-	must(t, a.c.Send(pid, ping))
-	if got := recv(t, ch, 5*time.Second); got != ping {
+	gotptest.Must(t, a.c.Send(pid, ping))
+	if got := gotptest.RecvWithin(t, 5*time.Second, ch); got != ping {
 		t.Fatalf("got %#v, want %#v", got, ping)
 	}
 	// Registered named types keep their type inside interface fields.
 	box := Box{Any: Ping{N: 7}}
-	must(t, a.c.Send(pid, box))
-	if got := recv(t, ch, 5*time.Second); got != box {
+	gotptest.Must(t, a.c.Send(pid, box))
+	if got := gotptest.RecvWithin(t, 5*time.Second, ch); got != box {
 		t.Fatalf("got %#v, want %#v", got, box)
 	}
 	// Order from one sender is kept, across batches.
@@ -37,17 +40,17 @@ func TestRemoteSend(t *testing.T) {
 		a.n.Send(pid, i)
 	}
 	for i := range 5000 {
-		if got := recv(t, ch, 5*time.Second); got != i {
+		if got := gotptest.RecvWithin(t, 5*time.Second, ch); got != i {
 			t.Fatalf("message %d: got %#v", i, got)
 		}
 	}
 	// By name on the other node, as Erlang's {Name, Node} ! Msg.
-	must(t, b.n.Register("mailbox", pid))
-	must(t, a.c.SendNamed("b", "mailbox", "by name"))
-	if got := recv(t, ch, 5*time.Second); got != "by name" {
+	gotptest.Must(t, b.n.Register("mailbox", pid))
+	gotptest.Must(t, a.c.SendNamed("b", "mailbox", "by name"))
+	if got := gotptest.RecvWithin(t, 5*time.Second, ch); got != "by name" {
 		t.Fatalf("got %#v", got)
 	}
-	must(t, a.c.SendNamed("b", "nobody", "lost")) // dropped there
+	gotptest.Must(t, a.c.SendNamed("b", "nobody", "lost")) // dropped there
 	// A message to a node that is not there is dropped, and Send says so.
 	ghost := gotp.NewPID("ghost", 1, 1)
 	if err := a.c.Send(ghost, "x"); !errors.Is(err, gotp.ErrNoConnection) {
@@ -62,7 +65,8 @@ func TestRemoteSend(t *testing.T) {
 func TestUnregisteredTypeRefused(t *testing.T) {
 	ms := startCluster(t, "a", "b")
 	a, b := ms[0], ms[1]
-	pid, ch := inbox(t, b.n)
+	pidSink := gotptest.NewSink(t, b.n)
+	pid, ch := pidSink.PID(), pidSink.C()
 
 	var ute *UnregisteredTypeError
 	if err := a.c.Send(pid, unregistered{1}); !errors.As(err, &ute) || ute.Type != "cluster.unregistered" {
@@ -80,7 +84,7 @@ func TestUnregisteredTypeRefused(t *testing.T) {
 		t.Fatalf("EncodeErrors %d, want %d", got, before+1)
 	}
 	a.n.Send(pid, "after") // the next message still goes through, alone
-	if got := recv(t, ch, 5*time.Second); got != "after" {
+	if got := gotptest.RecvWithin(t, 5*time.Second, ch); got != "after" {
 		t.Fatalf("got %#v", got)
 	}
 	// Too large.
@@ -131,7 +135,7 @@ func TestRemoteCallCastStop(t *testing.T) {
 	defer cancel()
 	e := &echo{casts: make(chan any, 8)}
 	srv, err := server.Start(ctx, b.n, e)
-	must(t, err)
+	gotptest.Must(t, err)
 
 	got, err := server.Call[string](ctx, a.n, srv, "hi")
 	if err != nil || got != "echo hi" {
@@ -155,18 +159,18 @@ func TestRemoteCallCastStop(t *testing.T) {
 	}
 	// A reply sent just before the server stops wins over its Down.
 	srv2, err := server.Start(ctx, b.n, &echo{casts: make(chan any, 1)})
-	must(t, err)
+	gotptest.Must(t, err)
 	if got, err := server.Call[string](ctx, a.n, srv2, "bye"); err != nil || got != "bye" {
 		t.Fatalf("reply before exit: %q, %v", got, err)
 	}
 	server.Cast(a.n, srv, Ping{N: 9})
-	if got := recv(t, chanAny(e.casts), 5*time.Second); got != (Ping{N: 9}) {
+	if got := gotptest.RecvWithin(t, 5*time.Second, chanAny(e.casts)); got != (Ping{N: 9}) {
 		t.Fatalf("cast: %#v", got)
 	}
 	// Stop with a reason; the caller's monitor sees it.
 	down := make(chan gotp.Down, 1)
 	a.n.MonitorFunc(srv, func(d gotp.Down) { down <- d })
-	must(t, server.Stop(ctx, a.n, srv, gotp.ErrShutdown))
+	gotptest.Must(t, server.Stop(ctx, a.n, srv, gotp.ErrShutdown))
 	select {
 	case d := <-down:
 		if d.Reason != gotp.ErrShutdown {
@@ -200,43 +204,45 @@ func TestRemoteMonitorLinkExit(t *testing.T) {
 	// Monitor: a custom reason arrives with its message and sentinels.
 	stop := make(chan error)
 	target, err := b.n.Spawn(func(p *gotp.Process) error { return <-stop })
-	must(t, err)
-	watcher, wch := inbox(t, a.n)
-	ref := monitorFrom(t, a.n, watcher, target)
+	gotptest.Must(t, err)
+	watcherSink := gotptest.NewSink(t, a.n)
+	wch := watcherSink.C()
+	ref := monitorFrom(t, watcherSink, target)
 	syncPair(t, a, b) // the monitor has reached b
 	stop <- fmt.Errorf("crashed: %w", errBoom)
-	d := recv(t, wch, 5*time.Second).(gotp.Down)
+	d := gotptest.RecvWithin(t, 5*time.Second, wch).(gotp.Down)
 	if d.Ref != ref || d.PID != target || !errors.Is(d.Reason, errBoom) || d.Reason.Error() != "crashed: boom" {
 		t.Fatalf("down %+v", d)
 	}
 
 	// Monitor of a process that is already gone: noproc.
-	monitorFrom(t, a.n, watcher, target)
-	d = recv(t, wch, 5*time.Second).(gotp.Down)
+	monitorFrom(t, watcherSink, target)
+	d = gotptest.RecvWithin(t, 5*time.Second, wch).(gotp.Down)
 	if d.Reason != gotp.ErrNoProc {
 		t.Fatalf("monitor of dead pid: %v", d.Reason)
 	}
 
 	// Link: a trapping process on a gets the exit of b's process.
 	target2, err := b.n.Spawn(func(p *gotp.Process) error { return <-stop })
-	must(t, err)
-	linked, lch := inbox(t, a.n, gotp.TrapExit(true), gotp.LinkTo(target2))
+	gotptest.Must(t, err)
+	linkedSink := gotptest.NewSink(t, a.n, gotp.TrapExit(true), gotp.LinkTo(target2))
+	lch := linkedSink.C()
 	syncPair(t, a, b)
 	stop <- errBoom
-	ex := recv(t, lch, 5*time.Second).(gotp.Exit)
+	ex := gotptest.RecvWithin(t, 5*time.Second, lch).(gotp.Exit)
 	if ex.From != target2 || ex.Reason != errBoom {
 		t.Fatalf("exit %+v", ex)
 	}
 	// Link to a dead remote process: exit noproc.
-	linkFrom(t, a.n, linked, target2)
-	ex = recv(t, lch, 5*time.Second).(gotp.Exit)
+	linkFrom(t, linkedSink, target2)
+	ex = gotptest.RecvWithin(t, 5*time.Second, lch).(gotp.Exit)
 	if ex.From != target2 || ex.Reason != gotp.ErrNoProc {
 		t.Fatalf("link to dead: %+v", ex)
 	}
 
 	// Exit signal: kill a remote process; its monitor says killed.
 	victim, err := b.n.Spawn(func(p *gotp.Process) error { _, err := p.Receive(context.Background()); return err }, gotp.TrapExit(true))
-	must(t, err)
+	gotptest.Must(t, err)
 	mon := make(chan gotp.Down, 1)
 	a.n.MonitorFunc(victim, func(d gotp.Down) { mon <- d })
 	a.n.Exit(victim, gotp.ErrKill)
@@ -252,9 +258,9 @@ func TestRemoteMonitorLinkExit(t *testing.T) {
 	// A link from b's side: b's process dies abnormally, a's linked
 	// process (not trapping) dies with the same reason.
 	bproc, err := b.n.Spawn(func(p *gotp.Process) error { return <-stop })
-	must(t, err)
+	gotptest.Must(t, err)
 	aproc, err := a.n.Spawn(func(p *gotp.Process) error { _, err := p.Receive(context.Background()); return err }, gotp.LinkTo(bproc))
-	must(t, err)
+	gotptest.Must(t, err)
 	amon := make(chan gotp.Down, 1)
 	a.n.MonitorFunc(aproc, func(d gotp.Down) { amon <- d })
 	// Make sure the link reached b before b's process ends: a round trip.
@@ -274,22 +280,23 @@ func TestRemoteMonitorLinkExit(t *testing.T) {
 // handled on b (signals between two nodes keep their order).
 func syncPair(t testing.TB, a, b member) {
 	t.Helper()
-	pid, ch := inbox(t, b.n)
+	pidSink := gotptest.NewSink(t, b.n)
+	pid, ch := pidSink.PID(), pidSink.C()
 	a.n.Send(pid, "sync")
-	recv(t, ch, 5*time.Second)
+	gotptest.RecvWithin(t, 5*time.Second, ch)
 	b.n.Exit(pid, gotp.ErrKill)
 }
 
-func monitorFrom(t testing.TB, n *gotp.Node, watcher, target gotp.PID) gotp.Ref {
+func monitorFrom(t testing.TB, watcher *gotptest.Sink, target gotp.PID) gotp.Ref {
 	t.Helper()
 	var ref gotp.Ref
-	as(t, n, watcher, func(p *gotp.Process) { ref = p.Monitor(target) })
+	watcher.Do(t, func(p *gotp.Process) { ref = p.Monitor(target) })
 	return ref
 }
 
-func linkFrom(t testing.TB, n *gotp.Node, from, to gotp.PID) {
+func linkFrom(t testing.TB, from *gotptest.Sink, to gotp.PID) {
 	t.Helper()
-	as(t, n, from, func(p *gotp.Process) { _ = p.Link(to) })
+	from.Do(t, func(p *gotp.Process) { _ = p.Link(to) })
 }
 
 func TestRemoteUnlinkAndDemonitor(t *testing.T) {
@@ -297,11 +304,12 @@ func TestRemoteUnlinkAndDemonitor(t *testing.T) {
 	a, b := ms[0], ms[1]
 	stop := make(chan error, 1)
 	target, err := b.n.Spawn(func(p *gotp.Process) error { return <-stop })
-	must(t, err)
-	watcher, wch := inbox(t, a.n, gotp.TrapExit(true))
-	linkFrom(t, a.n, watcher, target)
-	ref := monitorFrom(t, a.n, watcher, target)
-	as(t, a.n, watcher, func(p *gotp.Process) {
+	gotptest.Must(t, err)
+	watcherSink := gotptest.NewSink(t, a.n, gotp.TrapExit(true))
+	wch := watcherSink.C()
+	linkFrom(t, watcherSink, target)
+	ref := monitorFrom(t, watcherSink, target)
+	watcherSink.Do(t, func(p *gotp.Process) {
 		p.Unlink(target)
 		if !p.Demonitor(ref, true) {
 			t.Error("demonitor of a live remote monitor reported false")
@@ -311,7 +319,7 @@ func TestRemoteUnlinkAndDemonitor(t *testing.T) {
 	stop <- errBoom
 	// Anything b sent about target's death would arrive before this.
 	syncPair(t, b, a)
-	as(t, a.n, watcher, func(*gotp.Process) {})
+	watcherSink.Do(t, func(*gotp.Process) {})
 	select {
 	case m := <-wch:
 		t.Fatalf("got %#v after unlink and demonitor", m)

@@ -11,16 +11,15 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
-
 	"github.com/gotp/gotp"
+	"github.com/gotp/gotp/gotptest"
 )
 
 func TestMain(m *testing.M) {
 	if os.Getenv(childEnv) != "" {
 		os.Exit(childMain())
 	}
-	goleak.VerifyTestMain(m)
+	gotptest.VerifyTestMain(m)
 }
 
 // Test message types, registered on every test node.
@@ -38,20 +37,13 @@ type unregistered struct{ X int }
 
 func testCodec(t testing.TB) *Codec {
 	c := NewCodec()
-	must(t, Register[Ping](c, "test.Ping"))
-	must(t, Register[Box](c, "test.Box"))
-	must(t, c.RegisterError("test.errBoom", errBoom))
+	gotptest.Must(t, Register[Ping](c, "test.Ping"))
+	gotptest.Must(t, Register[Box](c, "test.Box"))
+	gotptest.Must(t, c.RegisterError("test.errBoom", errBoom))
 	return c
 }
 
 var errBoom = errors.New("boom")
-
-func must(t testing.TB, err error) {
-	t.Helper()
-	if err != nil {
-		t.Fatal(err)
-	}
-}
 
 type member struct {
 	n *gotp.Node
@@ -72,15 +64,11 @@ func fastOpts(t testing.TB) Options {
 // end of the test.
 func startNode(t testing.TB, name string, opts Options) member {
 	t.Helper()
-	n := gotp.NewNode(gotp.Options{Name: name})
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	c, err := Join(ctx, n, opts)
+	n := gotptest.NewNode(t, gotptest.Name(name))
+	c, err := Join(gotptest.Context(t), n, opts)
 	if err != nil {
-		_ = n.Stop(ctx)
 		t.Fatalf("join %s: %v", name, err)
 	}
-	t.Cleanup(func() { stopNode(t, n) })
 	return member{n: n, c: c}
 }
 
@@ -127,50 +115,6 @@ func waitMesh(t testing.TB, ms []member) {
 	}
 }
 
-// inbox spawns a process that forwards every message to a channel, and
-// runs messages of type func(*gotp.Process) as itself (see as).
-func inbox(t testing.TB, n *gotp.Node, opts ...gotp.SpawnOption) (gotp.PID, chan any) {
-	t.Helper()
-	ch := make(chan any, 1024)
-	pid, err := n.SpawnHandler(gotp.HandlerFunc(func(p *gotp.Process, msg any) (bool, error) {
-		if f, ok := msg.(func(*gotp.Process)); ok { // a command run as the process
-			f(p)
-			return false, nil
-		}
-		if e, ok := msg.(gotp.Exit); ok && e.From.IsZero() {
-			return true, e.Reason // Node.Stop
-		}
-		ch <- msg
-		return false, nil
-	}), nil, opts...)
-	must(t, err)
-	return pid, ch
-}
-
-func recv(t testing.TB, ch <-chan any, d time.Duration) any {
-	t.Helper()
-	select {
-	case v := <-ch:
-		return v
-	case <-time.After(d):
-		t.Fatalf("nothing received in %v", d)
-		return nil
-	}
-}
-
-// waitUntil polls cond until it holds or d passes (for conditions that
-// have no event to wait on, such as another node's view).
-func waitUntil(t testing.TB, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", d, what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 // proxy is a TCP forwarder that can cut every connection through it and
 // refuse new ones, to partition a node's routes.
 type proxy struct {
@@ -184,7 +128,7 @@ type proxy struct {
 
 func newProxy(t testing.TB, target string) *proxy {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	must(t, err)
+	gotptest.Must(t, err)
 	p := &proxy{ln: ln, target: target, conns: map[net.Conn]struct{}{}}
 	p.wg.Add(1)
 	go p.accept()
@@ -244,16 +188,4 @@ func (p *proxy) close() {
 	p.ln.Close()
 	p.setCut(true)
 	p.wg.Wait()
-}
-
-// as runs f as the inbox process pid (of node n) and waits for it.
-func as(t testing.TB, n *gotp.Node, pid gotp.PID, f func(p *gotp.Process)) {
-	t.Helper()
-	done := make(chan struct{})
-	n.Send(pid, func(p *gotp.Process) { f(p); close(done) })
-	select {
-	case <-done:
-	case <-time.After(10 * time.Second):
-		t.Fatal("command not run")
-	}
 }

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/gotp/gotp"
+	"github.com/gotp/gotp/gotptest"
 	"github.com/gotp/gotp/pg"
 )
 
@@ -98,9 +99,10 @@ func TestMultiProcessKill(t *testing.T) {
 	o.HeartbeatInterval, o.HeartbeatTimeout = mpInterval, mpTimeout
 	parent := startNode(t, "parent", o)
 	scope, err := pg.Start(context.Background(), parent.n, "mp", pg.Options{})
-	must(t, err)
-	must(t, parent.c.Replicate(scope))
-	report, reports := inbox(t, parent.n)
+	gotptest.Must(t, err)
+	gotptest.Must(t, parent.c.Replicate(scope))
+	reportSink := gotptest.NewSink(t, parent.n)
+	report, reports := reportSink.PID(), reportSink.C()
 
 	children := map[string]*exec.Cmd{}
 	for _, name := range []string{"k1", "k2"} {
@@ -108,8 +110,8 @@ func TestMultiProcessKill(t *testing.T) {
 		cmd.Env = append(os.Environ(), childEnv+"="+name, childPeerEnv+"="+parent.c.RouteURL(), childToEnv+"="+report.String())
 		cmd.Stderr = os.Stderr
 		out, err := cmd.StdoutPipe()
-		must(t, err)
-		must(t, cmd.Start())
+		gotptest.Must(t, err)
+		gotptest.Must(t, cmd.Start())
 		t.Cleanup(func() {
 			_ = cmd.Process.Kill()
 			_ = cmd.Wait()
@@ -131,28 +133,30 @@ func TestMultiProcessKill(t *testing.T) {
 	}
 	members := map[string]gotp.PID{}
 	for range 2 {
-		p := recv(t, reports, 10*time.Second).(Ping)
+		p := gotptest.RecvWithin(t, 10*time.Second, reports).(Ping)
 		members[p.Note] = p.From
 	}
-	waitUntil(t, 10*time.Second, "both children's members", func() bool { return countMembers(scope, "workers") == 2 })
+	gotptest.EventuallyWithin(t, 10*time.Second, "both children's members", func() bool { return countMembers(scope, "workers") == 2 })
 
-	watcher, wch := inbox(t, parent.n)
-	ref := monitorFrom(t, parent.n, watcher, members["k1"])
+	watcherSink := gotptest.NewSink(t, parent.n)
+
+	wch := watcherSink.C()
+	ref := monitorFrom(t, watcherSink, members["k1"])
 	sub, _ := parent.c.Subscribe()
 	defer sub.Close()
 	// The monitor must reach k1 before it dies; a round trip proves it.
 	_ = ref
 
 	killed := time.Now()
-	must(t, children["k1"].Process.Signal(syscall.SIGKILL))
+	gotptest.Must(t, children["k1"].Process.Signal(syscall.SIGKILL))
 	bound := mpTimeout + 2*mpInterval + time.Second // timeout, a tick of the checker, slack for a loaded machine
 	waitEvent(t, sub, NodeDown, "k1", bound)
 	seen := time.Since(killed)
 	t.Logf("SIGKILLed node seen down after %v (timeout %v)", seen, mpTimeout)
-	if d := recv(t, wch, 5*time.Second).(gotp.Down); d.Reason != gotp.ErrNoConnection || d.PID != members["k1"] {
+	if d := gotptest.RecvWithin(t, 5*time.Second, wch).(gotp.Down); d.Reason != gotp.ErrNoConnection || d.PID != members["k1"] {
 		t.Fatalf("down %+v", d)
 	}
-	waitUntil(t, 5*time.Second, "k1's members dropped", func() bool {
+	gotptest.EventuallyWithin(t, 5*time.Second, "k1's members dropped", func() bool {
 		m := countMembers(scope, "workers")
 		return m == 1
 	})

@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/gotp/gotp"
+	"github.com/gotp/gotp/gotptest"
 	"github.com/gotp/gotp/server"
 )
 
@@ -52,14 +53,16 @@ func TestNodeDownFiresMonitorsAndLinks(t *testing.T) {
 
 			// On c: a plain process, and a server that never answers.
 			target, err := c.n.Spawn(func(p *gotp.Process) error { _, err := p.Receive(context.Background()); return err })
-			must(t, err)
+			gotptest.Must(t, err)
 			held := make(chan struct{}, 1)
 			srv, err := server.Start(ctx, c.n, &echo{casts: make(chan any, 1), held: held})
-			must(t, err)
+			gotptest.Must(t, err)
 
-			watcher, wch := inbox(t, a.n, gotp.TrapExit(true))
-			ref := monitorFrom(t, a.n, watcher, target)
-			linkFrom(t, a.n, watcher, target)
+			watcherSink := gotptest.NewSink(t, a.n, gotp.TrapExit(true))
+
+			wch := watcherSink.C()
+			ref := monitorFrom(t, watcherSink, target)
+			linkFrom(t, watcherSink, target)
 			syncPair(t, a, c)
 
 			sub, _ := a.c.Subscribe()
@@ -97,7 +100,7 @@ func TestNodeDownFiresMonitorsAndLinks(t *testing.T) {
 			}
 			got := map[string]bool{}
 			for range 2 {
-				switch m := recv(t, wch, 5*time.Second).(type) {
+				switch m := gotptest.RecvWithin(t, 5*time.Second, wch).(type) {
 				case gotp.Down:
 					if m.Ref != ref || m.PID != target || m.Reason != want {
 						t.Errorf("down %+v", m)
@@ -129,8 +132,8 @@ func TestNodeDownFiresMonitorsAndLinks(t *testing.T) {
 				}
 			}
 			// Signals to the lost node: monitor answers noconnection.
-			monitorFrom(t, a.n, watcher, target)
-			d := recv(t, wch, 5*time.Second).(gotp.Down)
+			monitorFrom(t, watcherSink, target)
+			d := gotptest.RecvWithin(t, 5*time.Second, wch).(gotp.Down)
 			if d.Reason != gotp.ErrNoConnection {
 				t.Fatalf("monitor of a lost node's pid: %v", d.Reason)
 			}
@@ -141,7 +144,8 @@ func TestNodeDownFiresMonitorsAndLinks(t *testing.T) {
 func TestNewIncarnation(t *testing.T) {
 	ms := startCluster(t, "a", "b")
 	a, b := ms[0], ms[1]
-	oldPID, _ := inbox(t, b.n)
+	oldPIDSink := gotptest.NewSink(t, b.n)
+	oldPID := oldPIDSink.PID()
 	sub, _ := a.c.Subscribe()
 	defer sub.Close()
 	stopNode(t, b.n)
@@ -157,26 +161,28 @@ func TestNewIncarnation(t *testing.T) {
 	if got := a.c.Nodes(); len(got) != 1 || got[0].Creation != b2.n.Creation() {
 		t.Fatalf("nodes %v", got)
 	}
-	newPID, ch := inbox(t, b2.n)
-	watcher, wch := inbox(t, a.n, gotp.TrapExit(true))
+	newPIDSink := gotptest.NewSink(t, b2.n)
+	newPID, ch := newPIDSink.PID(), newPIDSink.C()
+	watcherSink := gotptest.NewSink(t, a.n, gotp.TrapExit(true))
+	wch := watcherSink.C()
 
 	// The old incarnation's PID stays dead.
 	if err := a.c.Send(oldPID, "x"); !errors.Is(err, gotp.ErrNoConnection) {
 		t.Fatalf("send to an old pid: %v", err)
 	}
-	monitorFrom(t, a.n, watcher, oldPID)
-	if d := recv(t, wch, 5*time.Second).(gotp.Down); d.Reason != gotp.ErrNoProc {
+	monitorFrom(t, watcherSink, oldPID)
+	if d := gotptest.RecvWithin(t, 5*time.Second, wch).(gotp.Down); d.Reason != gotp.ErrNoProc {
 		t.Fatalf("monitor of an old pid: %v", d.Reason)
 	}
-	linkFrom(t, a.n, watcher, oldPID)
-	if e := recv(t, wch, 5*time.Second).(gotp.Exit); e.Reason != gotp.ErrNoProc || e.From != oldPID {
+	linkFrom(t, watcherSink, oldPID)
+	if e := gotptest.RecvWithin(t, 5*time.Second, wch).(gotp.Exit); e.Reason != gotp.ErrNoProc || e.From != oldPID {
 		t.Fatalf("link to an old pid: %+v", e)
 	}
 	// An old pid with the new creation's id space is not confused either:
 	// b2 is asked directly about an old PID (as a third node would).
-	as(t, b2.n, newPID, func(p *gotp.Process) {})
+	newPIDSink.Do(t, func(p *gotp.Process) {})
 	a.n.Send(newPID, "to the new one")
-	if got := recv(t, ch, 5*time.Second); got != "to the new one" {
+	if got := gotptest.RecvWithin(t, 5*time.Second, ch); got != "to the new one" {
 		t.Fatalf("got %#v", got)
 	}
 }
@@ -301,9 +307,12 @@ func TestPartitionHeals(t *testing.T) {
 	joinAs(t, scopes[0], "room", 1)
 	waitConverged(t, scopes, "room", 3)
 
-	target, _ := inbox(t, c.n)
-	watcher, wch := inbox(t, a.n)
-	monitorFrom(t, a.n, watcher, target)
+	targetSink := gotptest.NewSink(t, c.n)
+
+	target := targetSink.PID()
+	watcherSink := gotptest.NewSink(t, a.n)
+	wch := watcherSink.C()
+	monitorFrom(t, watcherSink, target)
 	syncPair(t, a, c)
 
 	sub, _ := a.c.Subscribe()
@@ -311,14 +320,14 @@ func TestPartitionHeals(t *testing.T) {
 	pa.setCut(true)
 	pb.setCut(true)
 	waitEvent(t, sub, NodeDown, "c", 2*oa.HeartbeatTimeout+3*time.Second)
-	if d := recv(t, wch, 5*time.Second).(gotp.Down); d.Reason != gotp.ErrNoConnection {
+	if d := gotptest.RecvWithin(t, 5*time.Second, wch).(gotp.Down); d.Reason != gotp.ErrNoConnection {
 		t.Fatalf("monitor of the cut node: %v", d.Reason)
 	}
 	// a and b drop c's members; c drops theirs.
-	waitUntil(t, 10*time.Second, "members of c dropped on a and b", func() bool {
+	gotptest.EventuallyWithin(t, 10*time.Second, "members of c dropped on a and b", func() bool {
 		return countMembers(scopes[0].scope, "room") == 1 && countMembers(scopes[1].scope, "room") == 1
 	})
-	waitUntil(t, 10*time.Second, "members of a dropped on c", func() bool {
+	gotptest.EventuallyWithin(t, 10*time.Second, "members of a dropped on c", func() bool {
 		return countMembers(scopes[2].scope, "room") == 2
 	})
 	// While cut, each side changes its membership.
@@ -334,7 +343,7 @@ func TestPartitionHeals(t *testing.T) {
 
 func unusedAddr(t testing.TB) string {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	must(t, err)
+	gotptest.Must(t, err)
 	addr := ln.Addr().String()
 	ln.Close()
 	return addr
@@ -351,9 +360,12 @@ func TestOneSidedTimeoutIsSymmetric(t *testing.T) {
 	joinAs(t, scopes[1], "g", 1)
 	waitConverged(t, scopes, "g", 3)
 
-	target, _ := inbox(t, b.n)
-	watcher, wch := inbox(t, a.n)
-	monitorFrom(t, a.n, watcher, target)
+	targetSink := gotptest.NewSink(t, b.n)
+
+	target := targetSink.PID()
+	watcherSink := gotptest.NewSink(t, a.n)
+	wch := watcherSink.C()
+	monitorFrom(t, watcherSink, target)
 	syncPair(t, a, b)
 	subA, _ := a.c.Subscribe()
 	defer subA.Close()
@@ -363,7 +375,7 @@ func TestOneSidedTimeoutIsSymmetric(t *testing.T) {
 	b.c.disconnect(pa)
 
 	waitEvent(t, subA, NodeDown, "b", 5*time.Second)
-	if d := recv(t, wch, 5*time.Second).(gotp.Down); d.Reason != gotp.ErrNoConnection {
+	if d := gotptest.RecvWithin(t, 5*time.Second, wch).(gotp.Down); d.Reason != gotp.ErrNoConnection {
 		t.Fatalf("a's monitor of b's process: %v", d.Reason)
 	}
 	waitEvent(t, subA, NodeUp, "b", 5*time.Second)
@@ -375,19 +387,21 @@ func TestOneSidedTimeoutIsSymmetric(t *testing.T) {
 func TestLeave(t *testing.T) {
 	ms := startCluster(t, "a", "b")
 	a, b := ms[0], ms[1]
-	target, _ := inbox(t, a.n)
-	watcher, wch := inbox(t, b.n)
-	monitorFrom(t, b.n, watcher, target)
+	targetSink := gotptest.NewSink(t, a.n)
+	target := targetSink.PID()
+	watcherSink := gotptest.NewSink(t, b.n)
+	wch := watcherSink.C()
+	monitorFrom(t, watcherSink, target)
 	subA, _ := a.c.Subscribe()
 	defer subA.Close()
 	subB, _ := b.c.Subscribe()
 
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	must(t, b.c.Leave(ctx))
-	must(t, b.c.Leave(ctx)) // idempotent
+	gotptest.Must(t, b.c.Leave(ctx))
+	gotptest.Must(t, b.c.Leave(ctx)) // idempotent
 	waitEvent(t, subA, NodeDown, "b", 5*time.Second)
-	if d := recv(t, wch, 5*time.Second).(gotp.Down); d.Reason != gotp.ErrNoConnection {
+	if d := gotptest.RecvWithin(t, 5*time.Second, wch).(gotp.Down); d.Reason != gotp.ErrNoConnection {
 		t.Fatalf("b's monitor after Leave: %v", d.Reason)
 	}
 	for range subB.C() { // closed by Leave
@@ -396,8 +410,8 @@ func TestLeave(t *testing.T) {
 		t.Fatalf("nodes after Leave: %v / %v", a.c.Nodes(), b.c.Nodes())
 	}
 	// b runs on alone; a monitor of a's process answers noconnection.
-	monitorFrom(t, b.n, watcher, target)
-	if d := recv(t, wch, 5*time.Second).(gotp.Down); d.Reason != gotp.ErrNoConnection {
+	monitorFrom(t, watcherSink, target)
+	if d := gotptest.RecvWithin(t, 5*time.Second, wch).(gotp.Down); d.Reason != gotp.ErrNoConnection {
 		t.Fatalf("monitor after Leave: %v", d.Reason)
 	}
 	if err := b.c.Send(target, "x"); !errors.Is(err, gotp.ErrNoConnection) {
@@ -412,7 +426,7 @@ func TestLeave(t *testing.T) {
 // server the test starts) instead of embedding servers.
 func TestClientsOfExistingDeployment(t *testing.T) {
 	srv, err := natsserver.NewServer(&natsserver.Options{Host: "127.0.0.1", Port: natsserver.RANDOM_PORT, NoLog: true, NoSigs: true})
-	must(t, err)
+	gotptest.Must(t, err)
 	srv.Start()
 	t.Cleanup(func() { srv.Shutdown(); srv.WaitForShutdown() }) // runs after the nodes stop
 	if !srv.ReadyForConnections(10 * time.Second) {
@@ -428,9 +442,10 @@ func TestClientsOfExistingDeployment(t *testing.T) {
 	if ms[0].c.RouteURL() != "" {
 		t.Fatal("a client node reports a route URL")
 	}
-	pid, ch := inbox(t, ms[2].n)
-	must(t, ms[0].c.Send(pid, Ping{N: 1}))
-	if got := recv(t, ch, 5*time.Second); got != (Ping{N: 1}) {
+	pidSink := gotptest.NewSink(t, ms[2].n)
+	pid, ch := pidSink.PID(), pidSink.C()
+	gotptest.Must(t, ms[0].c.Send(pid, Ping{N: 1}))
+	if got := gotptest.RecvWithin(t, 5*time.Second, ch); got != (Ping{N: 1}) {
 		t.Fatalf("got %#v", got)
 	}
 }
@@ -441,30 +456,31 @@ func TestHostileInputDropped(t *testing.T) {
 	ms := startCluster(t, "a", "b")
 	a, b := ms[0], ms[1]
 	raw, err := nats.Connect(a.c.srv.ClientURL())
-	must(t, err)
+	gotptest.Must(t, err)
 	defer raw.Close()
 	subj := a.c.nodeSubject("a")
 
 	// A batch from "b" (its real incarnation) carrying a value whose type
 	// a never registered, then one carrying a frame that is cut short.
 	other := NewCodec()
-	must(t, Register[unregistered](other, "test.unregistered"))
+	gotptest.Must(t, Register[unregistered](other, "test.unregistered"))
 	hdr := append([]byte(nil), b.c.header...)
-	pid, ch := inbox(t, a.n)
+	pidSink := gotptest.NewSink(t, a.n)
+	pid, ch := pidSink.PID(), pidSink.C()
 	frame := appendShortPID(appendShortPID([]byte{kSend}, gotp.PID{}), pid)
 	frame, err = other.AppendValue(frame, unregistered{X: 1})
-	must(t, err)
+	gotptest.Must(t, err)
 	batch := binary.AppendUvarint(append([]byte(nil), hdr...), uint64(len(frame)))
 	batch = append(batch, frame...)
 	before := a.c.Stats().DecodeErrors
-	must(t, raw.Publish(subj, batch))
-	must(t, raw.Publish(subj, append(append([]byte(nil), hdr...), 50, kSend, 1)))
-	must(t, raw.Publish(subj, []byte("not a batch at all")))
-	must(t, raw.Flush())
-	waitUntil(t, 5*time.Second, "decode errors counted", func() bool { return a.c.Stats().DecodeErrors >= before+3 })
+	gotptest.Must(t, raw.Publish(subj, batch))
+	gotptest.Must(t, raw.Publish(subj, append(append([]byte(nil), hdr...), 50, kSend, 1)))
+	gotptest.Must(t, raw.Publish(subj, []byte("not a batch at all")))
+	gotptest.Must(t, raw.Flush())
+	gotptest.EventuallyWithin(t, 5*time.Second, "decode errors counted", func() bool { return a.c.Stats().DecodeErrors >= before+3 })
 	// The node still works, and nothing reached the process.
 	b.n.Send(pid, "still fine")
-	if got := recv(t, ch, 5*time.Second); got != "still fine" {
+	if got := gotptest.RecvWithin(t, 5*time.Second, ch); got != "still fine" {
 		t.Fatalf("got %#v", got)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/gotp/gotp"
+	"github.com/gotp/gotp/gotptest"
 	"github.com/gotp/gotp/pg"
 	"pgregory.net/rapid"
 )
@@ -24,8 +25,8 @@ func replicatedScopes(t testing.TB, ms []member, id string) []scopeOn {
 	var out []scopeOn
 	for _, m := range ms {
 		s, err := pg.Start(context.Background(), m.n, id, pg.Options{})
-		must(t, err)
-		must(t, m.c.Replicate(s))
+		gotptest.Must(t, err)
+		gotptest.Must(t, m.c.Replicate(s))
 		out = append(out, scopeOn{m: m, scope: s})
 	}
 	return out
@@ -50,8 +51,8 @@ func joinAs(t testing.TB, s scopeOn, group string, k int) []gotp.PID {
 			_, err = p.Receive(context.Background())
 			return err
 		})
-		must(t, err)
-		must(t, <-joined)
+		gotptest.Must(t, err)
+		gotptest.Must(t, <-joined)
 		pids = append(pids, pid)
 	}
 	return pids
@@ -86,7 +87,7 @@ func countMembers(s *pg.Scope, group string) int { return len(members(s, group))
 // group.
 func waitConverged(t testing.TB, scopes []scopeOn, group string, want int) {
 	t.Helper()
-	waitUntil(t, 15*time.Second, "pg convergence of "+group, func() bool {
+	gotptest.EventuallyWithin(t, 15*time.Second, "pg convergence of "+group, func() bool {
 		first := members(scopes[0].scope, group)
 		if len(first) != want {
 			return false
@@ -105,16 +106,16 @@ func TestPGConvergence(t *testing.T) {
 	// A scope that has members before it is replicated: the full sync at
 	// Replicate carries them.
 	early, err := pg.Start(context.Background(), ms[1].n, "s", pg.Options{})
-	must(t, err)
+	gotptest.Must(t, err)
 	pre := joinAs(t, scopeOn{m: ms[1], scope: early}, "g", 2)
 	var scopes []scopeOn
 	for i, m := range ms {
 		s := early
 		if i != 1 {
 			s, err = pg.Start(context.Background(), m.n, "s", pg.Options{})
-			must(t, err)
+			gotptest.Must(t, err)
 		}
-		must(t, m.c.Replicate(s))
+		gotptest.Must(t, m.c.Replicate(s))
 		scopes = append(scopes, scopeOn{m: m, scope: s})
 	}
 	waitConverged(t, scopes, "g", 2)
@@ -128,18 +129,17 @@ func TestPGConvergence(t *testing.T) {
 
 	// Remote members show in Monitor and Events; the local variants do not.
 	var inst *pg.Instance
-	obs, obsCh := inbox(t, ms[2].n)
-	_ = obsCh
-	as(t, ms[2].n, obs, func(p *gotp.Process) { inst, err = scopes[2].scope.Open(p) })
-	must(t, err)
+	obsSink := gotptest.NewSink(t, ms[2].n)
+	obsSink.Do(t, func(p *gotp.Process) { inst, err = scopes[2].scope.Open(p) })
+	gotptest.Must(t, err)
 	sub, snap, err := inst.Monitor("g")
-	must(t, err)
+	gotptest.Must(t, err)
 	defer sub.Close()
 	if len(snap) != 6 {
 		t.Fatalf("monitor snapshot %v", snap)
 	}
 	local, err := inst.LocalMembers("g")
-	must(t, err)
+	gotptest.Must(t, err)
 	if len(local) != 1 {
 		t.Fatalf("local members %v", local)
 	}
@@ -158,6 +158,7 @@ func TestPGConvergence(t *testing.T) {
 
 	// Broadcast reaches every member once, with one NATS message per node.
 	recvd := make(chan gotp.PID, 16)
+	localRecvd := make(chan gotp.PID, 16)
 	var targets []gotp.PID
 	for _, s := range scopes {
 		for range 2 {
@@ -167,7 +168,7 @@ func TestPGConvergence(t *testing.T) {
 				if err != nil {
 					return err
 				}
-				must(t, in.Join("bc"))
+				gotptest.Must(t, in.Join("bc"))
 				close(joined)
 				for {
 					msg, err := p.Receive(context.Background())
@@ -176,28 +177,35 @@ func TestPGConvergence(t *testing.T) {
 					}
 					if m, ok := msg.(pg.Message); ok && m.Topic == "news" && m.Payload == (Ping{N: 5}) {
 						recvd <- p.Self()
+					} else if ok && m.Topic == "local" {
+						localRecvd <- p.Self()
 					}
 				}
 			})
-			must(t, err)
+			gotptest.Must(t, err)
 			<-joined
 			targets = append(targets, pid)
 		}
 	}
 	waitConverged(t, scopes, "bc", 6)
 	before := ms[0].c.Stats().MessagesOut
-	as(t, ms[0].n, obsOn(t, ms[0]), func(p *gotp.Process) {
+	obsOn(t, ms[0]).Do(t, func(p *gotp.Process) {
 		in, err := scopes[0].scope.Open(p)
-		must(t, err)
-		must(t, in.Broadcast("bc", "news", Ping{N: 5}))
+		gotptest.Must(t, err)
+		gotptest.Must(t, in.Broadcast("bc", "news", Ping{N: 5}))
 	})
-	got := map[gotp.PID]bool{}
-	for range 6 {
+	got := map[gotp.PID]int{}
+	for range len(targets) {
 		select {
 		case pid := <-recvd:
-			got[pid] = true
+			got[pid]++
 		case <-time.After(5 * time.Second):
-			t.Fatalf("broadcast reached %d of 6", len(got))
+			t.Fatalf("broadcast reached %d of %d members", len(got), len(targets))
+		}
+	}
+	for _, pid := range targets {
+		if got[pid] != 1 {
+			t.Fatalf("member %v received the broadcast %d times, want once (all: %v)", pid, got[pid], got)
 		}
 	}
 	if sent := ms[0].c.Stats().MessagesOut - before; sent != 2 {
@@ -205,13 +213,21 @@ func TestPGConvergence(t *testing.T) {
 	}
 	// BroadcastLocal stays on the node.
 	before = ms[0].c.Stats().MessagesOut
-	as(t, ms[0].n, obsOn(t, ms[0]), func(p *gotp.Process) {
+	obsOn(t, ms[0]).Do(t, func(p *gotp.Process) {
 		in, err := scopes[0].scope.Open(p)
-		must(t, err)
-		must(t, in.BroadcastLocal("bc", "local", 1))
+		gotptest.Must(t, err)
+		gotptest.Must(t, in.BroadcastLocal("bc", "local", 1))
 	})
 	if sent := ms[0].c.Stats().MessagesOut - before; sent != 0 {
 		t.Fatalf("BroadcastLocal sent %d messages to other nodes", sent)
+	}
+	// It reaches the two members on a (the first two targets), once each.
+	gotLocal := map[gotp.PID]int{}
+	for range 2 {
+		gotLocal[gotptest.RecvWithin(t, 5*time.Second, localRecvd)]++
+	}
+	if gotLocal[targets[0]] != 1 || gotLocal[targets[1]] != 1 {
+		t.Fatalf("BroadcastLocal reached %v, want %v and %v once each", gotLocal, targets[0], targets[1])
 	}
 
 	// A node that stops: its members go everywhere.
@@ -224,9 +240,8 @@ func TestPGConvergence(t *testing.T) {
 	}
 }
 
-func obsOn(t testing.TB, m member) gotp.PID {
-	pid, _ := inbox(t, m.n)
-	return pid
+func obsOn(t testing.TB, m member) *gotptest.Sink {
+	return gotptest.NewSink(t, m.n)
 }
 
 // Property: whatever joins and exits happen on which nodes, once the

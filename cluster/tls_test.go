@@ -11,6 +11,8 @@ import (
 	"net"
 	"testing"
 	"time"
+
+	"github.com/gotp/gotp/gotptest"
 )
 
 // testTLS makes a CA and a certificate for 127.0.0.1 signed by it, and
@@ -19,18 +21,18 @@ import (
 func testTLS(t testing.TB) *tls.Config {
 	t.Helper()
 	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	must(t, err)
+	gotptest.Must(t, err)
 	ca := &x509.Certificate{
 		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "gotp test CA"},
 		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
 		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
 	}
 	caDER, err := x509.CreateCertificate(rand.Reader, ca, ca, &caKey.PublicKey, caKey)
-	must(t, err)
+	gotptest.Must(t, err)
 	caCert, err := x509.ParseCertificate(caDER)
-	must(t, err)
+	gotptest.Must(t, err)
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	must(t, err)
+	gotptest.Must(t, err)
 	leaf := &x509.Certificate{
 		SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "node"},
 		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
@@ -39,7 +41,7 @@ func testTLS(t testing.TB) *tls.Config {
 		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
 	}
 	der, err := x509.CreateCertificate(rand.Reader, leaf, caCert, &key.PublicKey, caKey)
-	must(t, err)
+	gotptest.Must(t, err)
 	pool := x509.NewCertPool()
 	pool.AddCert(caCert)
 	return &tls.Config{
@@ -59,9 +61,10 @@ func TestTLSRoutes(t *testing.T) {
 	ob.Peers = []string{a.c.RouteURL()}
 	b := startNode(t, "b", ob)
 	waitMesh(t, []member{a, b})
-	pid, ch := inbox(t, b.n)
+	pidSink := gotptest.NewSink(t, b.n)
+	pid, ch := pidSink.PID(), pidSink.C()
 	a.n.Send(pid, "over tls")
-	if got := recv(t, ch, 5*time.Second); got != "over tls" {
+	if got := gotptest.RecvWithin(t, 5*time.Second, ch); got != "over tls" {
 		t.Fatalf("got %#v", got)
 	}
 	// A node without TLS cannot route to them.

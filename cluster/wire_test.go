@@ -13,6 +13,7 @@ import (
 	"pgregory.net/rapid"
 
 	"github.com/gotp/gotp"
+	"github.com/gotp/gotp/gotptest"
 	"github.com/gotp/gotp/server"
 )
 
@@ -115,7 +116,7 @@ func TestCodecRefusesUnregistered(t *testing.T) {
 	}
 	// A receiver never decodes a type it did not register.
 	b, err := c.AppendValue(nil, Ping{N: 1})
-	must(t, err)
+	gotptest.Must(t, err)
 	if _, err := NewCodec().decodeValue(&reader{b: b}); !errors.Is(err, ErrDecode) {
 		t.Fatalf("decode of an unregistered type: %v", err)
 	}
@@ -236,10 +237,10 @@ func TestSeedBatchesDecode(t *testing.T) {
 	}
 	if os.Getenv("CLUSTER_WRITE_CORPUS") != "" {
 		dir := filepath.Join("testdata", "fuzz", "FuzzDecodeBatch")
-		must(t, os.MkdirAll(dir, 0o755))
+		gotptest.Must(t, os.MkdirAll(dir, 0o755))
 		for i, s := range seeds {
 			body := fmt.Sprintf("go test fuzz v1\n[]byte(%q)\n", s)
-			must(t, os.WriteFile(filepath.Join(dir, fmt.Sprintf("seed%02d", i)), []byte(body), 0o644))
+			gotptest.Must(t, os.WriteFile(filepath.Join(dir, fmt.Sprintf("seed%02d", i)), []byte(body), 0o644))
 		}
 	}
 }
