@@ -369,7 +369,7 @@ func TestProcessSendToPeerThatDies(t *testing.T) {
 	gotptest.Eventually(t, "c to exit", func() bool { return !n.IsAlive(c) })
 }
 
-type bulky struct{ data [1 << 16]byte }
+type bulky struct{ _ [1 << 16]byte } // big enough that keeping one alive shows in the heap
 
 // Messages a process never took are not kept alive by a *Process that is
 // still reachable after its death.

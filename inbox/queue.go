@@ -258,24 +258,6 @@ func (q *Queue[T]) dbNow() string {
 	return "statement_timestamp()"
 }
 
-// nowArg returns the SQL for "now" in a statement whose i-th argument carries the
-// host's time, together with that argument. With DatabaseClock the argument is
-// still passed (and ignored) so that statements keep their numbering.
-func (q *Queue[T]) nowSQL(i int) string {
-	if q.clock == DatabaseClock {
-		return "(" + q.dbNow() + ")"
-	}
-	return q.p(i)
-}
-
-// plusMicros is SQL for base + n microseconds, n being the i-th argument.
-func (q *Queue[T]) plusMicros(base string, i int) string {
-	if q.dialect == SQLite {
-		return "(" + base + " + " + q.p(i) + ")"
-	}
-	return "(" + base + " + " + q.p(i) + " * interval '1 microsecond')"
-}
-
 // claimable is the predicate of a row that may be claimed at now (SQL).
 func (q *Queue[T]) claimable(now string) string {
 	lu := col(q.c.LockedUntil)

@@ -60,14 +60,6 @@ func (m *memberSet) remove(pid gotp.PID, times int) (removed int, gone bool) {
 	return removed, true
 }
 
-// count returns how many times pid joined.
-func (m *memberSet) count(pid gotp.PID) int {
-	if i, ok := m.idx[pid]; ok {
-		return m.counts[i]
-	}
-	return 0
-}
-
 // appendTo appends every member to out, a process joined k times k times.
 func (m *memberSet) appendTo(out []gotp.PID) []gotp.PID {
 	for i, pid := range m.pids {

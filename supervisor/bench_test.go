@@ -29,12 +29,6 @@ func (w notifier) Init(_ context.Context, p *gotp.Process) error {
 	return nil
 }
 
-func benchNode(b *testing.B) *gotp.Node {
-	n := gotp.NewNode(gotp.Options{Name: "bench", Logger: slog.New(slog.DiscardHandler)})
-	b.Cleanup(func() { n.Stop(context.Background()) })
-	return n
-}
-
 // killLoop kills the worker kills times, waiting for each restart, and
 // returns the time it took.
 func killLoop(first gotp.PID, n *gotp.Node, started <-chan gotp.PID, kills int) time.Duration {

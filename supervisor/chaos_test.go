@@ -205,7 +205,7 @@ func TestChaos(t *testing.T) {
 			killed = append(killed, pid)
 			n.Exit(pid, gotp.ErrKill)
 		}
-		ps = settle(kills+round, killed)
+		settle(kills+round, killed)
 	}
 	if err := whichMatches(ctx, n, root, bp); err != nil {
 		t.Fatal(err)
