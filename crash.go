@@ -54,6 +54,7 @@ func (p *Process) crashed(reason error, msg any, handling, init bool) {
 	if IsNormal(reason) || p.dead.Load() {
 		return
 	}
+	p.n.crashes.Add(1)
 	log := p.n.log
 	ctx := context.Background()
 	if !log.Enabled(ctx, slog.LevelError) {
@@ -61,6 +62,10 @@ func (p *Process) crashed(reason error, msg any, handling, init bool) {
 	}
 	p.mu.Lock()
 	name := p.name
+	var label string
+	if p.extra != nil {
+		label = p.extra.label
+	}
 	var links []PID
 	total := 0
 	for l := range p.links.all {
@@ -80,6 +85,9 @@ func (p *Process) crashed(reason error, msg any, handling, init bool) {
 	}
 	if p.label != "" {
 		attrs = append(attrs, slog.String("behaviour", p.label))
+	}
+	if label != "" {
+		attrs = append(attrs, slog.String("label", label))
 	}
 	attrs = append(attrs, slog.String("reason", reason.Error()))
 	if pe, ok := reason.(*PanicError); ok {

@@ -30,6 +30,8 @@ type ProcessInfo struct {
 	TrapExit    bool      // whether it traps exits
 	Started     time.Time // when it was spawned
 	Handler     bool      // a handler-mode process that holds no goroutine while idle (not Resident)
+	Resident    bool      // a handler-mode process with a goroutine for life (see ProcessStack)
+	Label       string    // set by Process.SetLabel
 }
 
 // mailboxLenLocked returns the number of messages delivered and not yet
@@ -71,6 +73,10 @@ func (p *Process) info() ProcessInfo {
 		TrapExit:   p.trap,
 		Started:    time.Unix(0, p.started),
 		Handler:    p.mode == modeHandler && !p.resident,
+		Resident:   p.resident,
+	}
+	if p.extra != nil {
+		in.Label = p.extra.label
 	}
 	in.Behaviour = p.label
 	switch {

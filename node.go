@@ -60,7 +60,8 @@ type Node struct {
 
 	nextID  atomic.Uint64
 	nextRef atomic.Uint64
-	count   atomic.Int64 // live processes
+	count   atomic.Int64  // live processes
+	crashes atomic.Uint64 // crash reports (see Process.crashed)
 	table   procTable
 
 	namesMu sync.RWMutex // guards names

@@ -3,6 +3,7 @@ package gotp
 import (
 	"context"
 	"runtime/debug"
+	"runtime/pprof"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -72,6 +73,7 @@ type procExtra struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 	values map[any]any // process dictionary, set by behaviours
+	label  string      // set by SetLabel
 }
 
 // extraLocked returns p.extra, making it if needed. p.mu must be held.
@@ -378,6 +380,10 @@ func (p *Process) runHandler() {
 // mailbox each time it is woken, until the process has exited.
 func (p *Process) runResident() {
 	defer p.n.goroutines.done()
+	// A resident goroutine is long-lived and few: label it, so that
+	// ProcessStack can find it in the goroutine profile (CPU profiles then
+	// show which process spent the time too).
+	pprof.SetGoroutineLabels(pprof.WithLabels(context.Background(), pprof.Labels(pidLabel, p.Self().String())))
 	for range p.wake {
 		if p.dead.Load() || !p.drain() {
 			p.dropBuffer()
@@ -842,6 +848,21 @@ func (p *Process) SetValue(key, value any) {
 		x.values = make(map[any]any)
 	}
 	x.values[key] = value
+	p.mu.Unlock()
+}
+
+// SetLabel describes this process for people: the observer shows it beside
+// the PID, and a crash report carries it (attribute label), as Erlang's
+// proc_lib:set_label. A connection process, say, is labelled with its
+// user. Unlike Behaviour, which names what kind of process it is and is
+// used to group processes (in metrics, for example), a label may be
+// different for every process. It is safe from any goroutine; an empty
+// label removes it.
+func (p *Process) SetLabel(label string) {
+	p.mu.Lock()
+	if p.extra != nil || label != "" {
+		p.extraLocked().label = label
+	}
 	p.mu.Unlock()
 }
 

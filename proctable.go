@@ -162,3 +162,16 @@ func (t *procTable) all() []*Process {
 	slices.SortFunc(out, func(a, b *Process) int { return cmp.Compare(a.id, b.id) })
 	return out
 }
+
+// each calls f for every live process, in no particular order, taking no
+// lock: it reads each shard's current table as lookups do.
+func (t *procTable) each(f func(*Process)) {
+	for i := range t.shards {
+		s := t.shards[i].tab.Load()
+		for j := range s.slots {
+			if p := s.slots[j].p.Load(); p != nil {
+				f(p)
+			}
+		}
+	}
+}

@@ -69,6 +69,7 @@ type Cluster struct {
 	pg pgState
 
 	stats     counters
+	auth      authLog
 	done      chan struct{}
 	wg        sync.WaitGroup
 	leaveOnce sync.Once
@@ -94,11 +95,14 @@ type peer struct {
 	lastSeen atomic.Int64
 	down     atomic.Bool
 
+	msgsIn atomic.Uint64 // messages received from this incarnation
+
 	mu        sync.Mutex // guards the queue
 	buf       []byte     // frames not yet published (starts with the header)
 	full      [][]byte   // earlier batches, each at most the batch limit
 	pending   int        // bytes in buf and full
 	scheduled bool       // in the writer's ready list
+	msgsOut   uint64     // messages queued for this incarnation
 }
 
 type counters struct {
@@ -184,6 +188,7 @@ func Join(ctx context.Context, n *gotp.Node, opts Options) (*Cluster, error) {
 		c.log = n.Logger()
 	}
 	c.log = c.log.With("cluster", opts.Cluster, "node", c.name)
+	c.auth.c = c
 	empty := map[string]*peer{}
 	c.peersV.Store(&empty)
 	c.pg.init()
@@ -206,6 +211,12 @@ func Join(ctx context.Context, n *gotp.Node, opts Options) (*Cluster, error) {
 		}
 	}
 	c.waitRoutes(ctx)
+	if c.srv != nil && len(c.opts.Peers) > 0 && c.srv.NumRoutes() == 0 && !c.opts.StartAlone {
+		if refused := c.auth.outbound(); len(refused) > 0 {
+			c.shutdownNATS()
+			return nil, joinAuthError(refused)
+		}
+	}
 	if err := c.checkName(ctx); err != nil {
 		c.shutdownNATS()
 		return nil, err
@@ -248,13 +259,15 @@ func Join(ctx context.Context, n *gotp.Node, opts Options) (*Cluster, error) {
 
 // waitRoutes gives the embedded server up to a heartbeat timeout to route
 // to one of its peers, so that the name check and the first heartbeats
-// reach the cluster. A node whose peers are all down starts anyway.
+// reach the cluster. A node whose peers are all down starts anyway; the
+// wait ends early when every peer has refused this node's credentials.
 func (c *Cluster) waitRoutes(ctx context.Context) {
 	if c.srv == nil || len(c.opts.Peers) == 0 {
 		return
 	}
 	deadline := time.Now().Add(c.opts.HeartbeatTimeout)
-	for c.srv.NumRoutes() == 0 && time.Now().Before(deadline) && ctx.Err() == nil {
+	for c.srv.NumRoutes() == 0 && time.Now().Before(deadline) && ctx.Err() == nil &&
+		len(c.auth.outbound()) < len(c.opts.Peers) {
 		time.Sleep(5 * time.Millisecond)
 	}
 	if c.srv.NumRoutes() > 0 {
@@ -403,6 +416,7 @@ func (c *Cluster) connect(ctx context.Context) error {
 			return fmt.Errorf("cluster: embedded server: %w", err)
 		}
 		c.srv = srv
+		srv.SetLoggerV2(&c.auth, false, false, false)
 		srv.Start()
 		if !srv.ReadyForConnections(10 * time.Second) {
 			return errors.New("cluster: embedded server did not start")
@@ -422,7 +436,7 @@ func (c *Cluster) connect(ctx context.Context) error {
 	select {
 	case r := <-ch:
 		if r.err != nil {
-			return fmt.Errorf("cluster: connect: %w", r.err)
+			return fmt.Errorf("cluster: connect: %w", clientAuthError(o.URLs, r.err))
 		}
 		c.nc = r.nc
 		return nil
@@ -471,6 +485,10 @@ type NodeInfo struct {
 	Creation uint32    // its incarnation
 	LastSeen time.Time // when its last heartbeat or message arrived
 	Pending  int       // bytes queued for it, not yet handed to NATS
+	// MessagesOut and MessagesIn count the messages (signals, as in
+	// Stats) queued for this incarnation of the node and received from
+	// it, since it connected.
+	MessagesOut, MessagesIn uint64
 }
 
 func (c *Cluster) peers() map[string]*peer { return *c.peersV.Load() }
@@ -481,9 +499,12 @@ func (c *Cluster) Nodes() []NodeInfo {
 	out := make([]NodeInfo, 0, len(m))
 	for _, p := range m {
 		p.mu.Lock()
-		pending := p.pending
+		pending, sent := p.pending, p.msgsOut
 		p.mu.Unlock()
-		out = append(out, NodeInfo{Name: p.name, Creation: p.creation, LastSeen: time.Unix(0, p.lastSeen.Load()), Pending: pending})
+		out = append(out, NodeInfo{
+			Name: p.name, Creation: p.creation, LastSeen: time.Unix(0, p.lastSeen.Load()), Pending: pending,
+			MessagesOut: sent, MessagesIn: p.msgsIn.Load(),
+		})
 	}
 	slices.SortFunc(out, func(a, b NodeInfo) int { return strings.Compare(a.Name, b.Name) })
 	return out
@@ -620,6 +641,7 @@ func (c *Cluster) enqueue(p *peer, frame []byte) error {
 	p.pending += len(p.buf) - n
 	sched := !p.scheduled
 	p.scheduled = true
+	p.msgsOut++
 	p.mu.Unlock()
 	c.stats.msgsOut.Add(1)
 	if sched {
@@ -906,6 +928,8 @@ func (c *Cluster) handleBatch(data []byte) error {
 	if p == nil {
 		return nil
 	}
+	var in uint64
+	defer func() { p.msgsIn.Add(in) }()
 	for len(d.b) > 0 {
 		body := d.bytes()
 		if d.err != nil {
@@ -916,6 +940,7 @@ func (c *Cluster) handleBatch(data []byte) error {
 			continue
 		}
 		c.stats.msgsIn.Add(1)
+		in++
 		if err := c.handleFrame(p, body); err != nil {
 			c.stats.decodeErrors.Add(1)
 			c.log.Warn("cluster: dropped a message", "peer", name, "err", err)

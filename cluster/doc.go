@@ -29,6 +29,15 @@
 // clients and of routes, so a node without them cannot join (its
 // connection or its routes are refused).
 //
+// A refusal is loud: Join fails with *AuthError (errors.Is ErrAuth),
+// naming the peer that refused, when NATS refused its client connection
+// or when no route formed and a peer refused its routes, so that a node
+// with the wrong token does not serve a split cluster of its own
+// (Options.StartAlone lets it start anyway). Both sides log each refusal
+// at level Error, the peer's URL or address and NATS's cause as
+// attributes (a refusal that goes on, once a minute), publish an
+// AuthFailed event the first time, and list it in AuthFailures.
+//
 // Subjects: gotp.<cluster>.node.<name> carries every signal for one node,
 // gotp.<cluster>.hb the heartbeats. Signals from one node to another keep
 // their order (one publisher, one subscriber), so a message sent before a

@@ -12,6 +12,12 @@ const (
 	// was replaced by a new incarnation. Monitors of its processes have
 	// fired with gotp.ErrNoConnection by the time the event is queued.
 	NodeDown
+	// AuthFailed: credentials were refused between this node's embedded
+	// server and another's, for the first time for that peer; Err is the
+	// *AuthError and Node the peer's route URL or address (not a node
+	// name: a refused server never says who it is). NATS keeps retrying;
+	// a refusal that goes on is logged again but not published again.
+	AuthFailed
 )
 
 // String returns "nodeup" or "nodedown".
@@ -21,15 +27,19 @@ func (k EventKind) String() string {
 		return "nodeup"
 	case NodeDown:
 		return "nodedown"
+	case AuthFailed:
+		return "authfailed"
 	}
 	return "unknown"
 }
 
-// NodeEvent reports a change in the set of connected nodes.
+// NodeEvent reports a change in the set of connected nodes, or a refusal
+// of credentials (AuthFailed).
 type NodeEvent struct {
 	Kind     EventKind
 	Node     string
 	Creation uint32
+	Err      error // AuthFailed: the *AuthError
 }
 
 // SubscriptionBuffer is the capacity of a Subscription's channel.

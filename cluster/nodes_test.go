@@ -221,8 +221,8 @@ func TestWrongCredentialsRefused(t *testing.T) {
 		n := gotp.NewNode(gotp.Options{Name: "intruder"})
 		defer stopNode(t, n)
 		_, err := Join(context.Background(), n, bad)
-		if err == nil || !strings.Contains(strings.ToLower(err.Error()), "authorization") {
-			t.Fatalf("join with a wrong token: %v", err)
+		if err == nil || !strings.Contains(strings.ToLower(err.Error()), "authorization") || !errors.Is(err, ErrAuth) {
+			t.Fatalf("join with a wrong token: %v, want an *AuthError", err)
 		}
 		none := fastOpts(t)
 		none.URLs = []string{url}
@@ -242,6 +242,12 @@ func TestWrongCredentialsRefused(t *testing.T) {
 		bad := fastOpts(t)
 		bad.User, bad.Password = "gotp", "nope"
 		bad.Peers = []string{a.c.RouteURL()}
+		refused := gotp.NewNode(gotp.Options{Name: "x"})
+		defer stopNode(t, refused)
+		if _, err := Join(context.Background(), refused, bad); !errors.Is(err, ErrAuth) {
+			t.Fatalf("join with a wrong password: %v, want ErrAuth", err)
+		}
+		bad.StartAlone = true
 		x := startNode(t, "x", bad) // its own server accepts it, but no route forms
 		good := fastOpts(t)
 		good.User, good.Password = "gotp", "pw"

@@ -62,6 +62,14 @@ type Options struct {
 	User     string
 	Password string
 	NKeySeed string
+	// StartAlone lets Join succeed when no route to Peers formed and a
+	// peer refused this node's credentials: the node then runs as a
+	// cluster of its own, which the refusing peers do not see, while NATS
+	// keeps retrying. Without it Join fails with *AuthError, so that a
+	// node with the wrong credentials does not serve a split cluster
+	// (taking names that the real cluster holds, for example). Refusals
+	// are logged at level Error either way.
+	StartAlone bool
 	// TLS, when set, is used for the client connection and, on the
 	// embedded server, for clients and routes (it must then hold a
 	// certificate and the CAs to verify peers).
