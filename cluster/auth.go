@@ -48,6 +48,12 @@ func (e *AuthError) Is(target error) bool { return target == ErrAuth }
 // Unwrap returns Err.
 func (e *AuthError) Unwrap() error { return e.Err }
 
+// What NATS says of a refused route, on each side.
+var (
+	errRouteRefused = errors.New("route refused: authorization violation")
+	errRouteAuth    = errors.New("route authentication error")
+)
+
 // authRepeat is how often a refusal that goes on (NATS retries a route
 // every second) is logged again.
 const authRepeat = time.Minute
@@ -92,11 +98,11 @@ func (l *authLog) Fatalf(format string, v ...any) { l.Errorf(format, v...) }
 func (l *authLog) Errorf(format string, v ...any) {
 	line := fmt.Sprintf(format, v...)
 	if m := outboundRefusal.FindStringSubmatch(line); m != nil {
-		l.refuse(&AuthError{Peer: l.c.routeFor(m[1]), Err: errors.New("Authorization Violation")})
+		l.refuse(&AuthError{Peer: l.c.routeFor(m[1]), Err: errRouteRefused})
 		return
 	}
 	if m := inboundRefusal.FindStringSubmatch(line); m != nil {
-		l.refuse(&AuthError{Peer: m[1], Inbound: true, Err: errors.New("authentication error")})
+		l.refuse(&AuthError{Peer: m[1], Inbound: true, Err: errRouteAuth})
 		return
 	}
 	l.c.log.Debug("cluster: nats server", "error", line)
