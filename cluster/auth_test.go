@@ -90,13 +90,13 @@ func TestStartAloneAfterRefusal(t *testing.T) {
 func TestPeerMessageCounters(t *testing.T) {
 	ms := startCluster(t, "a", "b", "c")
 	a, b := ms[0], ms[1]
-	pid, got := inbox(t, b.n)
+	got := gotptest.NewSink(t, b.n)
 	const k = 25
 	for i := range k {
-		must(t, a.c.Send(pid, Ping{Note: "x", N: i}))
+		gotptest.Must(t, a.c.Send(got.PID(), Ping{Note: "x", N: i}))
 	}
 	for range k {
-		recv(t, got, 10*time.Second)
+		got.Next(t)
 	}
 	find := func(nodes []NodeInfo, name string) NodeInfo {
 		for _, ni := range nodes {
