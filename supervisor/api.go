@@ -25,9 +25,17 @@ const (
 
 // ChildInfo describes one child.
 type ChildInfo struct {
-	ID       string // empty for a dynamic child
-	PID      gotp.PID
-	State    ChildState
+	ID string // empty for a dynamic child
+	// PID is the running child's process; zero when it is not running,
+	// except for a dynamic child whose restart is being retried: that one
+	// has no ID, and is named by the PID of its last process (which is
+	// not alive), as OTP names it {restarting, Pid}.
+	PID   gotp.PID
+	State ChildState
+	// Info is what the child's latest start returned beside its PID, for
+	// a child started by a StartInfo function (OTP's {ok, Pid, Info});
+	// nil otherwise.
+	Info     any
 	Type     ChildType
 	Restart  Restart
 	Restarts int // times the supervisor restarted this child
@@ -39,7 +47,7 @@ type ChildInfo struct {
 
 // Counts are CountChildren's answer.
 type Counts struct {
-	Specs       int // children (specs), running or not
+	Specs       int // children (specs), running or not; always 1 for a dynamic supervisor: its one template, as OTP counts
 	Active      int // running children
 	Supervisors int // children of type Supervisor, running or not
 	Workers     int // children of type Worker, running or not
@@ -55,10 +63,13 @@ type (
 		ctx context.Context
 		id  string
 	}
-	deleteChildReq   struct{ id string }
-	whichChildrenReq struct{}
-	countChildrenReq struct{}
-	startDynamicReq  struct {
+	deleteChildReq       struct{ id string }
+	whichChildrenReq     struct{}
+	whichChildReq        struct{ id string }
+	whichDynamicChildReq struct{ pid gotp.PID }
+	getChildSpecReq      struct{ id string }
+	countChildrenReq     struct{}
+	startDynamicReq      struct {
 		ctx context.Context
 		arg any
 	}
@@ -66,13 +77,15 @@ type (
 )
 
 // StartChild adds a child to the static supervisor sup and starts it. It
-// fails with *SpecError for an invalid spec, *AlreadyStartedError when a
-// child with the id runs, ErrAlreadyPresent when its spec is kept but not
-// running, *ChildStartError when the start fails (the spec is then not
-// kept), ErrDynamic for a dynamic supervisor, and *server.CallError when
-// sup cannot be called. A start that returns server.ErrIgnore keeps the spec
-// and returns the zero PID and no error. It blocks until the child has
-// started or ctx ends.
+// fails with *SpecError for an invalid spec (a Significant child of a
+// supervisor whose AutoShutdown is Never, for example), *AlreadyStartedError
+// when a child with the id runs, ErrAlreadyPresent when its spec is kept
+// but not running, *ChildStartError when the start fails (the spec is then
+// not kept), ErrDynamic for a dynamic supervisor, and *server.CallError
+// when sup cannot be called. A start that returns server.ErrIgnore returns
+// the zero PID and no error, and keeps the spec unless the child is
+// Temporary (OTP drops an ignored temporary child). It blocks until the
+// child has started or ctx ends.
 func StartChild(ctx context.Context, n *gotp.Node, sup gotp.Dest, spec ChildSpec) (gotp.PID, error) {
 	if err := checkChild(&spec, false); err != nil {
 		return gotp.PID{}, err
@@ -114,6 +127,20 @@ func WhichChildren(ctx context.Context, n *gotp.Node, sup gotp.Dest) ([]ChildInf
 	return server.Call[[]ChildInfo](ctx, n, sup, whichChildrenReq{})
 }
 
+// WhichChild describes the child id of the static supervisor sup (OTP's
+// which_child), as WhichChildren would. It fails with ErrNotFound,
+// ErrDynamic (see WhichDynamicChild) and *server.CallError.
+func WhichChild(ctx context.Context, n *gotp.Node, sup gotp.Dest, id string) (ChildInfo, error) {
+	return server.Call[ChildInfo](ctx, n, sup, whichChildReq{id: id})
+}
+
+// GetChildSpec returns the spec of the child id of the static supervisor
+// sup (OTP's get_childspec), with the defaults it runs with filled in
+// (Shutdown). It fails with ErrNotFound, ErrDynamic and *server.CallError.
+func GetChildSpec(ctx context.Context, n *gotp.Node, sup gotp.Dest, id string) (ChildSpec, error) {
+	return server.Call[ChildSpec](ctx, n, sup, getChildSpecReq{id: id})
+}
+
 // CountChildren counts the children of sup.
 func CountChildren(ctx context.Context, n *gotp.Node, sup gotp.Dest) (Counts, error) {
 	return server.Call[Counts](ctx, n, sup, countChildrenReq{})
@@ -136,12 +163,33 @@ func (s *sup) HandleCall(p *gotp.Process, from server.From, req any) (any, error
 			return ErrNotDynamic, nil
 		}
 		return s.terminateDynamic(r.pid), nil
-	case startChildReq, terminateChildReq, restartChildReq, deleteChildReq:
+	case whichDynamicChildReq:
+		if !s.dynamic {
+			return ErrNotDynamic, nil
+		}
+		if c, ok := s.findDynamic(r.pid); ok {
+			return s.info(c), nil
+		}
+		return ErrNotFound, nil
+	case startChildReq, terminateChildReq, restartChildReq, deleteChildReq, whichChildReq, getChildSpecReq:
 		if s.dynamic {
 			return ErrDynamic, nil
 		}
 	}
 	switch r := req.(type) {
+	case whichChildReq:
+		if c, ok := s.byID[r.id]; ok {
+			return s.info(c), nil
+		}
+		return ErrNotFound, nil
+	case getChildSpecReq:
+		c, ok := s.byID[r.id]
+		if !ok {
+			return ErrNotFound, nil
+		}
+		spec := *c.spec
+		spec.Shutdown = spec.shutdown()
+		return spec, nil
 	case startChildReq:
 		return s.startChild(r.ctx, r.spec), nil
 	case terminateChildReq:
@@ -189,6 +237,9 @@ func (s *sup) notRunning(id string) (*child, error) {
 }
 
 func (s *sup) startChild(ctx context.Context, spec ChildSpec) any {
+	if err := checkSignificant(&spec, s.autoShutdown); err != nil {
+		return err
+	}
 	if c, ok := s.byID[spec.ID]; ok {
 		if !c.pid.IsZero() {
 			return &AlreadyStartedError{ID: spec.ID, PID: c.pid}
@@ -200,10 +251,14 @@ func (s *sup) startChild(ctx context.Context, spec ChildSpec) any {
 	s.children = append(s.children, c)
 	s.byID[spec.ID] = c
 	s.mu.Unlock()
-	if _, err := s.start(ctx, c); err != nil {
+	ignored, err := s.start(ctx, c)
+	if err != nil {
 		s.logStartFailure(c, err)
 		s.remove(c)
 		return &ChildStartError{ID: spec.ID, Err: err}
+	}
+	if ignored && spec.Restart == Temporary {
+		s.remove(c)
 	}
 	return c.pid
 }
@@ -219,11 +274,15 @@ func (s *sup) state(c *child) ChildState {
 }
 
 func (s *sup) info(c *child) ChildInfo {
-	return ChildInfo{
-		ID: c.spec.ID, PID: c.pid, State: s.state(c),
+	in := ChildInfo{
+		ID: c.spec.ID, PID: c.pid, State: s.state(c), Info: c.info,
 		Type: c.spec.Type, Restart: c.spec.Restart, Restarts: c.restarts,
 		StartFailures: c.failures,
 	}
+	if s.dynamic && c.restarting {
+		in.PID = c.last
+	}
+	return in
 }
 
 // which lists the children in order; the caller is the supervisor.
@@ -252,15 +311,16 @@ func (s *sup) whichUnsorted() []ChildInfo {
 }
 
 // sortDynamic orders a dynamic supervisor's children by spawn order of
-// their processes, those without one (restarting) last.
+// their processes, those being restarted last.
 func sortDynamic(out []ChildInfo, dynamic bool) {
 	if !dynamic {
 		return
 	}
 	slices.SortFunc(out, func(a, b ChildInfo) int {
+		ar, br := a.State == ChildRestarting, b.State == ChildRestarting
 		switch {
-		case a.PID.IsZero() != b.PID.IsZero():
-			if a.PID.IsZero() {
+		case ar != br:
+			if ar {
 				return 1
 			}
 			return -1
@@ -276,12 +336,14 @@ func sortDynamic(out []ChildInfo, dynamic bool) {
 // count counts the children; the caller is the supervisor or holds mu.
 func (s *sup) count() Counts {
 	if s.dynamic {
-		specs := s.byPID.len() + len(s.dynRestarting)
-		k := Counts{Specs: specs, Active: s.byPID.len()}
+		// As OTP's simple_one_for_one: one spec, the template; the
+		// children, running or restarting, count as its type.
+		kids := s.byPID.len() + len(s.dynRestarting)
+		k := Counts{Specs: 1, Active: s.byPID.len()}
 		if s.tmpl.Type == Supervisor {
-			k.Supervisors = specs
+			k.Supervisors = kids
 		} else {
-			k.Workers = specs
+			k.Workers = kids
 		}
 		return k
 	}

@@ -48,6 +48,20 @@
 // fails is retried through the supervisor's mailbox (the child shows as
 // ChildRestarting meanwhile), each attempt counting as a restart.
 //
+// # Significant children and auto shutdown
+//
+// A supervisor may end by itself when the work of its children is done
+// (OTP 24's auto_shutdown). Children marked Significant (Transient or
+// Temporary only) count: with AnySignificant the supervisor shuts down
+// when one of them ends by itself and is not restarted (a Transient one
+// that exits normally, a Temporary one that exits for any reason); with
+// AllSignificant, when the last running one does. It then stops its other
+// children as when it is told to exit, and exits with ErrAutoShutdown, a
+// gotp.ErrShutdown: a parent restarts it only if it is Permanent, and a
+// supervisor that is itself a significant child passes the shutdown up.
+// A child stopped by TerminateChild, or by a restart strategy, is not
+// counted. The default, Never, allows no significant child.
+//
 // # Starting and stopping
 //
 // Start starts the children in order; if one fails, those already started
@@ -63,11 +77,16 @@
 //
 // # Management and introspection
 //
-// StartChild, TerminateChild, RestartChild, DeleteChild, WhichChildren and
-// CountChildren are calls to the supervisor, with OTP's errors as typed
-// values (ErrRunning, ErrRestarting, ErrNotFound, ErrAlreadyPresent,
-// *AlreadyStartedError); StartDynamicChild and TerminateDynamicChild serve
-// dynamic supervisors. Inspect and Tree read a supervisor's children and
+// StartChild, TerminateChild, RestartChild, DeleteChild, WhichChildren,
+// WhichChild, GetChildSpec and CountChildren are calls to the supervisor,
+// with OTP's errors as typed values (ErrRunning, ErrRestarting,
+// ErrNotFound, ErrAlreadyPresent, *AlreadyStartedError);
+// StartDynamicChild, TerminateDynamicChild and WhichDynamicChild serve
+// dynamic supervisors, whose children are named by PID (a child whose
+// restart is being retried by the PID of its last process, so that it
+// can still be found and terminated). A start function may return
+// information about its child beside the PID (ChildSpec.StartInfo, OTP's
+// {ok, Pid, Info}); WhichChildren reports the latest. Inspect and Tree read a supervisor's children and
 // its counts of restarts and failed starts (per child and in total)
 // without a call, from what it publishes in its process dictionary, for an
 // observer.
@@ -76,6 +95,39 @@
 // logged at error level through the node's logger with the supervisor,
 // the child id, its PID and the reason; every restart at info level; every
 // failed start and every give-up at error level.
+//
+// # Differences from OTP's supervisor
+//
+// The package follows OTP's supervisor. Where it differs, it is on
+// purpose:
+//
+//   - Child specs are Go values: ids are strings, a child starts through a
+//     Go function (StartFunc) rather than an {M, F, A}, and there is no
+//     modules field (Go has no code upgrade).
+//   - A dynamic supervisor (simple_one_for_one) is declared with its own
+//     type, DynamicSpec[A], whose children take a typed argument A, and
+//     served by its own functions (StartDynamicChild,
+//     TerminateDynamicChild, WhichDynamicChild) rather than by start_child
+//     and terminate_child with a pid; GetChildSpec is for static
+//     supervisors only.
+//   - The information a StartInfo function returns is kept with the child
+//     and reported by WhichChildren, WhichChild and Inspect; OTP returns it
+//     to the caller of start_child and forgets it. StartChild and
+//     RestartChild return the PID only.
+//   - WhichChildren names a dynamic child whose restart is being retried
+//     by the PID of its last process, with State ChildRestarting, where
+//     OTP shows the atom restarting; a static one has the zero PID.
+//   - CountChildren's Active counts the children the supervisor knows to
+//     run; OTP also asks the runtime whether each static child is alive,
+//     so a child that has just died, whose exit the supervisor has not
+//     handled yet, counts here and not there.
+//   - A supervisor that gives up or shuts itself down exits with
+//     ErrMaxIntensity or ErrAutoShutdown, which wrap gotp.ErrShutdown
+//     (OTP's shutdown) so that either can be told apart.
+//   - Period is a time.Duration (OTP: seconds).
+//   - Management calls to an idle supervisor run on the caller's goroutine
+//     and wait however long the supervisor takes, as OTP's calls to a
+//     supervisor use the infinity timeout.
 //
 // # Concurrency
 //

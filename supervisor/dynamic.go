@@ -19,55 +19,75 @@ type DynamicSpec[A any] struct {
 	// Start starts one child with its argument, linked to the supervisor
 	// process sup. See StartFunc.
 	Start func(ctx context.Context, sup *gotp.Process, arg A) (gotp.PID, error)
-	// Restart, Shutdown and Type apply to every child, as in ChildSpec.
-	// Temporary suits children whose death means they are done (a
-	// connection whose user left).
-	Restart  Restart
-	Shutdown time.Duration
-	Type     ChildType
-	// Intensity and Period are as in Spec.
-	Intensity int
-	Period    time.Duration
+	// StartInfo, set instead of Start, also returns information about the
+	// child, reported by WhichChildren (see StartInfoFunc). Exactly one of
+	// Start and StartInfo must be set.
+	StartInfo func(ctx context.Context, sup *gotp.Process, arg A) (pid gotp.PID, info any, err error)
+	// Restart, Shutdown, Type and Significant apply to every child, as in
+	// ChildSpec. Temporary suits children whose death means they are done
+	// (a connection whose user left).
+	Restart     Restart
+	Shutdown    time.Duration
+	Type        ChildType
+	Significant bool
+	// Intensity, Period and AutoShutdown are as in Spec. With
+	// AllSignificant the supervisor shuts down when its last child ends by
+	// itself and is not restarted.
+	Intensity    int
+	Period       time.Duration
+	AutoShutdown AutoShutdown
 	// MaxChildren bounds the number of children (running or restarting);
 	// zero means no bound.
 	MaxChildren int
 }
 
 func (d DynamicSpec[A]) build() (*sup, error) {
-	if d.Start == nil {
+	switch {
+	case d.Start == nil && d.StartInfo == nil:
 		return nil, &SpecError{Reason: "nil Start"}
+	case d.Start != nil && d.StartInfo != nil:
+		return nil, &SpecError{Reason: "both Start and StartInfo set"}
 	}
-	tmpl := ChildSpec{Restart: d.Restart, Shutdown: d.Shutdown, Type: d.Type, Start: func(context.Context, *gotp.Process) (gotp.PID, error) { return gotp.PID{}, nil }}
+	tmpl := ChildSpec{Restart: d.Restart, Shutdown: d.Shutdown, Type: d.Type, Significant: d.Significant,
+		Start: func(context.Context, *gotp.Process) (gotp.PID, error) { return gotp.PID{}, nil }}
 	if err := checkChild(&tmpl, true); err != nil {
 		return nil, err
 	}
+	if err := checkSignificant(&tmpl, d.AutoShutdown); err != nil {
+		return nil, err
+	}
 	tmpl.Start = nil
-	if err := checkFlags(OneForOne, d.Period); err != nil {
+	if err := checkFlags(OneForOne, d.Period, d.AutoShutdown); err != nil {
 		return nil, err
 	}
 	if d.MaxChildren < 0 {
 		return nil, &SpecError{Reason: fmt.Sprintf("negative MaxChildren %d", d.MaxChildren)}
 	}
 	flags := Spec{Intensity: d.Intensity, Period: d.Period}
-	start := d.Start
+	start, startInfo := d.Start, d.StartInfo
 	return &sup{
 		dynamic:       true,
 		tmpl:          tmpl,
 		intensity:     flags.intensity(),
 		period:        flags.period(),
+		autoShutdown:  d.AutoShutdown,
 		maxChildren:   d.MaxChildren,
 		byPID:         newPIDMap(0),
 		byID:          map[string]*child{},
 		dynRestarting: make(map[*child]struct{}),
-		dynStart: func(ctx context.Context, sup *gotp.Process, arg any) (gotp.PID, error) {
+		dynStart: func(ctx context.Context, sup *gotp.Process, arg any) (gotp.PID, any, error) {
 			var a A
 			if arg != nil {
 				var ok bool
 				if a, ok = arg.(A); !ok {
-					return gotp.PID{}, &ArgTypeError{Got: arg, Want: fmt.Sprintf("%T", (*A)(nil))[1:]}
+					return gotp.PID{}, nil, &ArgTypeError{Got: arg, Want: fmt.Sprintf("%T", (*A)(nil))[1:]}
 				}
 			}
-			return start(ctx, sup, a)
+			if startInfo != nil {
+				return startInfo(ctx, sup, a)
+			}
+			pid, err := start(ctx, sup, a)
+			return pid, nil, err
 		},
 	}, nil
 }
@@ -118,11 +138,24 @@ func StartDynamicChild[A any](ctx context.Context, n *gotp.Node, sup gotp.Dest, 
 }
 
 // TerminateDynamicChild stops the child pid of the dynamic supervisor sup
-// within its shutdown and forgets it. It fails with ErrNotFound,
-// ErrNotDynamic or *server.CallError.
+// within its shutdown and forgets it. A child whose restart is being
+// retried (ChildRestarting) is named by the PID of its last process, as
+// WhichChildren reports it, and is forgotten without further retries. A
+// pid that is not alive is not an error (OTP returns ok): it is no child
+// any more, whether it exited by itself or was terminated before. It fails
+// with ErrNotFound for a live process that is not a child of sup, with
+// ErrNotDynamic and with *server.CallError.
 func TerminateDynamicChild(ctx context.Context, n *gotp.Node, sup gotp.Dest, pid gotp.PID) error {
 	_, err := server.Call[struct{}](ctx, n, sup, terminateDynamicReq{pid: pid})
 	return err
+}
+
+// WhichDynamicChild describes the child pid of the dynamic supervisor sup
+// (OTP's which_child with a pid): a running child, or one whose restart is
+// being retried, named by the PID of its last process. It fails with
+// ErrNotFound, ErrNotDynamic and *server.CallError.
+func WhichDynamicChild(ctx context.Context, n *gotp.Node, sup gotp.Dest, pid gotp.PID) (ChildInfo, error) {
+	return server.Call[ChildInfo](ctx, n, sup, whichDynamicChildReq{pid: pid})
 }
 
 func (s *sup) startDynamic(ctx context.Context, arg any) any {
@@ -148,13 +181,30 @@ func (s *sup) startDynamic(ctx context.Context, arg any) any {
 }
 
 func (s *sup) terminateDynamic(pid gotp.PID) any {
-	c, ok := s.byPID.get(pid)
+	c, ok := s.findDynamic(pid)
 	if !ok {
+		if !s.p.Node().IsAlive(pid) {
+			return struct{}{} // exited already: no child any more (OTP's ok)
+		}
 		return ErrNotFound
 	}
-	s.stop(c)
+	s.stop(c) // a restarting child has no process: it just stops restarting
 	s.remove(c)
 	return struct{}{}
+}
+
+// findDynamic returns the dynamic child pid: running, or restarting with
+// pid as its last process.
+func (s *sup) findDynamic(pid gotp.PID) (*child, bool) {
+	if c, ok := s.byPID.get(pid); ok {
+		return c, true
+	}
+	for c := range s.dynRestarting {
+		if c.last == pid {
+			return c, true
+		}
+	}
+	return nil, false
 }
 
 // stopDynamic stops every dynamic child at once: each is sent

@@ -72,7 +72,7 @@ func TestDynamicTemporary(t *testing.T) {
 				t.Fatal(err)
 			}
 			ps := startConns(t, n, sup, "alice", "bob", "carol")
-			wantCounts(t, n, sup, supervisor.Counts{Specs: 3, Active: 3, Workers: 3})
+			wantCounts(t, n, sup, supervisor.Counts{Specs: 1, Active: 3, Workers: 3})
 			down := gotptest.Watch(t, n, ps[1])
 			ec.cause(n, ps[1])
 			gotptest.Recv(t, down)
@@ -81,7 +81,7 @@ func TestDynamicTemporary(t *testing.T) {
 			if len(which) != 2 || !slices.Equal(got, []gotp.PID{ps[0], ps[2]}) || which[0].ID != "" || which[0].Restart != supervisor.Temporary {
 				t.Fatalf("which %+v", which)
 			}
-			wantCounts(t, n, sup, supervisor.Counts{Specs: 2, Active: 2, Workers: 2})
+			wantCounts(t, n, sup, supervisor.Counts{Specs: 1, Active: 2, Workers: 2})
 			if s := c.started(); !slices.Equal(s, []string{"alice", "bob", "carol"}) {
 				t.Fatalf("starts %v: a temporary child was restarted", s)
 			}
@@ -143,7 +143,7 @@ func TestDynamicManagement(t *testing.T) {
 	if _, err := supervisor.StartDynamicChild(ctx, n, sup, 42); !errors.As(err, new(*supervisor.ArgTypeError)) {
 		t.Fatalf("wrong argument type: %v", err)
 	}
-	wantCounts(t, n, sup, supervisor.Counts{})
+	wantCounts(t, n, sup, supervisor.Counts{Specs: 1}) // OTP counts the template
 	ps := startConns(t, n, sup, "a", "b")
 	if _, err := supervisor.StartDynamicChild(ctx, n, sup, "c"); !errors.Is(err, supervisor.ErrMaxChildren) {
 		t.Fatalf("beyond MaxChildren: %v", err)
@@ -154,8 +154,11 @@ func TestDynamicManagement(t *testing.T) {
 	if n.IsAlive(ps[0]) {
 		t.Fatal("terminated child alive")
 	}
-	if err := supervisor.TerminateDynamicChild(ctx, n, sup, ps[0]); !errors.Is(err, supervisor.ErrNotFound) {
-		t.Fatalf("terminate twice: %v", err)
+	if err := supervisor.TerminateDynamicChild(ctx, n, sup, ps[0]); err != nil {
+		t.Fatalf("terminate twice: %v, want nil (OTP's ok for a pid that is not alive)", err)
+	}
+	if err := supervisor.TerminateDynamicChild(ctx, n, sup, sup); !errors.Is(err, supervisor.ErrNotFound) {
+		t.Fatalf("terminate a live process that is no child: %v", err)
 	}
 	wantCounts(t, n, sup, supervisor.Counts{Specs: 1, Active: 1, Workers: 1})
 	if _, err := supervisor.StartChild(ctx, n, sup, supervisor.Func("x", worker)); !errors.Is(err, supervisor.ErrDynamic) {

@@ -29,6 +29,10 @@ var (
 	// gotp.ErrShutdown, as OTP's supervisor exits with shutdown, so a parent
 	// restarts it only if it is Permanent.
 	ErrMaxIntensity = fmt.Errorf("%w: reached max restart intensity", gotp.ErrShutdown)
+	// ErrAutoShutdown is the exit reason of a supervisor that shut itself
+	// down because its significant children ended (Spec.AutoShutdown). It
+	// wraps gotp.ErrShutdown, as OTP's supervisor exits with shutdown.
+	ErrAutoShutdown = fmt.Errorf("%w: significant children ended (auto shutdown)", gotp.ErrShutdown)
 	// ErrDynamic: an operation on child ids asked of a dynamic supervisor.
 	ErrDynamic = errors.New("supervisor: not supported by a dynamic supervisor")
 	// ErrNotDynamic: a dynamic-child operation asked of a static supervisor.

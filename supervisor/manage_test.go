@@ -230,7 +230,8 @@ func TestRestartingGivesUp(t *testing.T) {
 }
 
 // TestDynamicRestarting: a dynamic child whose restart fails is listed as
-// restarting (no PID), counted as a spec but not as active, and retried
+// restarting (named by its dead process's PID), counted as a worker but not
+// as active, and retried
 // with its argument until a start succeeds; each failure is counted and
 // logged.
 func TestDynamicRestarting(t *testing.T) {
@@ -266,7 +267,7 @@ func TestDynamicRestarting(t *testing.T) {
 	n.Exit(w, gotp.ErrKill)
 	gotptest.Recv(t, down)
 	which := mustWhich(t, n, sup)
-	if len(which) != 1 || which[0].State != supervisor.ChildRestarting || !which[0].PID.IsZero() {
+	if len(which) != 1 || which[0].State != supervisor.ChildRestarting || which[0].PID != w {
 		t.Fatalf("which %+v, want one restarting child", which)
 	}
 	wantCounts(t, n, sup, supervisor.Counts{Specs: 1, Active: 0, Workers: 1})

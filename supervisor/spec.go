@@ -111,18 +111,59 @@ const (
 	NoRestarts = -1
 )
 
+// AutoShutdown says whether a supervisor ends by itself when its
+// significant children end (OTP's auto_shutdown flag).
+type AutoShutdown uint8
+
+// The auto_shutdown settings of OTP.
+const (
+	// Never: the supervisor does not shut itself down (the zero value); no
+	// child may be Significant.
+	Never AutoShutdown = iota
+	// AnySignificant: the supervisor shuts down when any significant child
+	// ends by itself and is not restarted (a Transient one that exits
+	// normally, a Temporary one that exits for any reason).
+	AnySignificant
+	// AllSignificant: the supervisor shuts down when the last running
+	// significant child ends that way.
+	AllSignificant
+)
+
+// String returns OTP's name of the setting (never, any_significant,
+// all_significant).
+func (a AutoShutdown) String() string {
+	switch a {
+	case Never:
+		return "never"
+	case AnySignificant:
+		return "any_significant"
+	case AllSignificant:
+		return "all_significant"
+	}
+	return fmt.Sprintf("AutoShutdown(%d)", uint8(a))
+}
+
 // StartFunc starts a child linked to the supervisor process sup and
 // returns its PID; for example server.StartLink(ctx, sup, b) or
 // sup.SpawnLink(fn). It runs as the supervisor process, so it must not
 // wait for messages to the supervisor. Returning server.ErrIgnore means the
 // child is not started and that is fine (OTP's ignore): the spec is kept,
-// not running. Any other error is a start failure. A panic is a start
+// not running, unless the child is Temporary (its spec is then dropped, at
+// the supervisor's start as through StartChild). Any other error is a
+// start failure. A panic is a start
 // failure with a *gotp.PanicError.
 //
 // ctx is the context of the call that starts the child: Start's, StartChild's
 // or RestartChild's; for automatic restarts it is the supervisor's process
 // context, cancelled if the supervisor dies.
 type StartFunc func(ctx context.Context, sup *gotp.Process) (gotp.PID, error)
+
+// StartInfoFunc is a StartFunc that also returns information about the
+// child it started (OTP's {ok, Pid, Info}): the supervisor keeps the
+// latest start's info with the child and reports it in ChildInfo.Info.
+// Everything else is as for StartFunc; a start that fails or returns
+// server.ErrIgnore has no info.
+type StartInfoFunc func(ctx context.Context, sup *gotp.Process) (pid gotp.PID, info any, err error)
 
 // ChildSpec declares one child of a supervisor.
 type ChildSpec struct {
@@ -131,9 +172,17 @@ type ChildSpec struct {
 	ID string
 	// Start starts the child, linked to the supervisor.
 	Start StartFunc
+	// StartInfo, set instead of Start, starts the child and also returns
+	// information about it, reported by WhichChildren (see StartInfoFunc).
+	// Exactly one of Start and StartInfo must be set.
+	StartInfo StartInfoFunc
 	// Restart says when the child is restarted; the zero value is
 	// Permanent.
 	Restart Restart
+	// Significant marks a child whose end may end the supervisor (see
+	// Spec.AutoShutdown). A significant child must be Transient or
+	// Temporary, and its supervisor's AutoShutdown must not be Never.
+	Significant bool
 	// Shutdown is how long the child has to stop after it is sent
 	// gotp.ErrShutdown before it is killed: a positive duration, BrutalKill
 	// or Infinity. Zero means the default: DefaultShutdown for a Worker,
@@ -165,6 +214,10 @@ type Spec struct {
 	Intensity int
 	// Period is the window of Intensity; zero means DefaultPeriod.
 	Period time.Duration
+	// AutoShutdown makes the supervisor shut itself down, with
+	// ErrAutoShutdown, when its significant children end (see
+	// AutoShutdown). The zero value is Never.
+	AutoShutdown AutoShutdown
 	// Children are started in order by Start, and stopped in reverse order.
 	Children []ChildSpec
 }
@@ -223,31 +276,49 @@ func (s *Spec) period() time.Duration {
 	return s.Period
 }
 
-func checkFlags(strategy Strategy, period time.Duration) error {
+func checkFlags(strategy Strategy, period time.Duration, auto AutoShutdown) error {
 	if strategy > RestForOne {
 		return &SpecError{Reason: fmt.Sprintf("unknown strategy %d", strategy)}
 	}
 	if period < 0 {
 		return &SpecError{Reason: fmt.Sprintf("negative period %v", period)}
 	}
+	if auto > AllSignificant {
+		return &SpecError{Reason: fmt.Sprintf("unknown auto shutdown %d", auto)}
+	}
 	return nil
 }
 
+// checkChild checks a child's spec on its own; checkSignificant checks it
+// against its supervisor's AutoShutdown.
 func checkChild(c *ChildSpec, dynamic bool) error {
 	if c.ID == "" && !dynamic {
 		return &SpecError{Reason: "empty child id"}
 	}
-	if c.Start == nil {
+	switch {
+	case c.Start == nil && c.StartInfo == nil:
 		return &SpecError{ID: c.ID, Reason: "nil Start"}
+	case c.Start != nil && c.StartInfo != nil:
+		return &SpecError{ID: c.ID, Reason: "both Start and StartInfo set"}
 	}
 	if c.Restart > Temporary {
 		return &SpecError{ID: c.ID, Reason: fmt.Sprintf("unknown restart type %d", c.Restart)}
+	}
+	if c.Significant && c.Restart == Permanent {
+		return &SpecError{ID: c.ID, Reason: "a significant child cannot be permanent"}
 	}
 	if c.Type > Supervisor {
 		return &SpecError{ID: c.ID, Reason: fmt.Sprintf("unknown child type %d", c.Type)}
 	}
 	if c.Shutdown < 0 && c.Shutdown != BrutalKill {
 		return &SpecError{ID: c.ID, Reason: fmt.Sprintf("invalid shutdown %v", c.Shutdown)}
+	}
+	return nil
+}
+
+func checkSignificant(c *ChildSpec, auto AutoShutdown) error {
+	if c.Significant && auto == Never {
+		return &SpecError{ID: c.ID, Reason: "a significant child needs an AutoShutdown other than Never"}
 	}
 	return nil
 }

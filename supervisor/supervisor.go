@@ -55,7 +55,7 @@ func withTrap(opts []server.Option) []server.Option {
 }
 
 func newStatic(spec Spec) (*sup, error) {
-	if err := checkFlags(spec.Strategy, spec.Period); err != nil {
+	if err := checkFlags(spec.Strategy, spec.Period, spec.AutoShutdown); err != nil {
 		return nil, err
 	}
 	seen := make(map[string]bool, len(spec.Children))
@@ -64,18 +64,22 @@ func newStatic(spec Spec) (*sup, error) {
 		if err := checkChild(c, false); err != nil {
 			return nil, err
 		}
+		if err := checkSignificant(c, spec.AutoShutdown); err != nil {
+			return nil, err
+		}
 		if seen[c.ID] {
 			return nil, &SpecError{ID: c.ID, Reason: "duplicate child id"}
 		}
 		seen[c.ID] = true
 	}
 	return &sup{
-		strategy:  spec.Strategy,
-		intensity: spec.intensity(),
-		period:    spec.period(),
-		initial:   slices.Clone(spec.Children),
-		byID:      make(map[string]*child, len(spec.Children)),
-		byPID:     newPIDMap(len(spec.Children)),
+		strategy:     spec.Strategy,
+		intensity:    spec.intensity(),
+		period:       spec.period(),
+		autoShutdown: spec.AutoShutdown,
+		initial:      slices.Clone(spec.Children),
+		byID:         make(map[string]*child, len(spec.Children)),
+		byPID:        newPIDMap(len(spec.Children)),
 	}, nil
 }
 
@@ -85,6 +89,8 @@ type child struct {
 	spec       *ChildSpec // dynamic children: the shared template (Start is nil)
 	arg        any        // dynamic children: the start argument
 	pid        gotp.PID   // zero when not running
+	last       gotp.PID   // the latest process started for it: a restarting dynamic child's identity
+	info       any        // what the latest start returned beside the PID (StartInfo)
 	restarting bool       // a restart failed; a retry is queued
 	removed    bool       // no longer a child: a queued retry is void
 	restarts   int        // times restarted by the supervisor
@@ -108,14 +114,15 @@ type infoKey struct{}
 type sup struct {
 	server.Defaults
 
-	strategy  Strategy
-	intensity int
-	period    time.Duration
-	initial   []ChildSpec
+	strategy     Strategy
+	intensity    int
+	period       time.Duration
+	autoShutdown AutoShutdown
+	initial      []ChildSpec
 
 	dynamic     bool
 	tmpl        ChildSpec // dynamic: restart, shutdown and type of every child
-	dynStart    func(ctx context.Context, sup *gotp.Process, arg any) (gotp.PID, error)
+	dynStart    func(ctx context.Context, sup *gotp.Process, arg any) (gotp.PID, any, error)
 	maxChildren int
 
 	p     *gotp.Process
@@ -152,10 +159,14 @@ func (s *sup) Init(ctx context.Context, p *gotp.Process) error {
 		s.children = append(s.children, c)
 		s.byID[spec.ID] = c
 		s.mu.Unlock()
-		if _, err := s.start(ctx, c); err != nil {
+		ignored, err := s.start(ctx, c)
+		if err != nil {
 			s.logStartFailure(c, err)
 			s.stopAll()
 			return &ChildStartError{ID: spec.ID, Err: err}
+		}
+		if ignored && spec.Restart == Temporary {
+			s.remove(c) // OTP keeps no spec of an ignored temporary child
 		}
 	}
 	s.initial = nil
@@ -209,9 +220,38 @@ func (s *sup) childExited(c *child, reason error) error {
 		if r == Temporary || s.dynamic {
 			s.remove(c)
 		}
+		if c.spec.Significant {
+			return s.significantEnded(c)
+		}
 		return nil
 	}
 	return s.restart(c, reason)
+}
+
+// significantEnded applies the supervisor's AutoShutdown after the
+// significant child c ended by itself and was not restarted: it returns
+// ErrAutoShutdown if the supervisor must shut down.
+func (s *sup) significantEnded(c *child) error {
+	switch s.autoShutdown {
+	case AnySignificant:
+	case AllSignificant:
+		if s.dynamic {
+			if s.byPID.len()+len(s.dynRestarting) > 0 {
+				return nil
+			}
+			break
+		}
+		for _, d := range s.children {
+			if d.spec.Significant && (!d.pid.IsZero() || d.restarting) {
+				return nil
+			}
+		}
+	default:
+		return nil
+	}
+	s.log.Info("supervisor: significant child ended, shutting down",
+		"supervisor", s.label, "child", c.spec.ID, "auto_shutdown", s.autoShutdown.String())
+	return ErrAutoShutdown
 }
 
 // restart counts a restart against the intensity and restarts c (and, by
@@ -295,11 +335,12 @@ func (s *sup) logStartFailure(c *child, err error) {
 
 // start runs c's start function; ignored reports server.ErrIgnore.
 func (s *sup) start(ctx context.Context, c *child) (ignored bool, err error) {
-	pid, err := s.callStart(ctx, c)
+	pid, info, err := s.callStart(ctx, c)
 	if err != nil {
 		if errors.Is(err, server.ErrIgnore) {
 			s.mu.Lock()
 			c.restarting = false
+			c.info = nil
 			delete(s.dynRestarting, c)
 			s.mu.Unlock()
 			return true, nil
@@ -307,7 +348,7 @@ func (s *sup) start(ctx context.Context, c *child) (ignored bool, err error) {
 		return false, err
 	}
 	s.mu.Lock()
-	c.pid = pid
+	c.pid, c.last, c.info = pid, pid, info
 	c.restarting = false
 	delete(s.dynRestarting, c)
 	s.byPID.put(pid, c)
@@ -315,21 +356,27 @@ func (s *sup) start(ctx context.Context, c *child) (ignored bool, err error) {
 	return false, nil
 }
 
-func (s *sup) callStart(ctx context.Context, c *child) (pid gotp.PID, err error) {
+func (s *sup) callStart(ctx context.Context, c *child) (pid gotp.PID, info any, err error) {
 	defer func() {
 		if v := recover(); v != nil {
 			err = &gotp.PanicError{Value: v, Stack: debug.Stack()}
 		}
 	}()
-	if s.dynamic {
-		pid, err = s.dynStart(ctx, s.p, c.arg)
-	} else {
+	switch {
+	case s.dynamic:
+		pid, info, err = s.dynStart(ctx, s.p, c.arg)
+	case c.spec.StartInfo != nil:
+		pid, info, err = c.spec.StartInfo(ctx, s.p)
+	default:
 		pid, err = c.spec.Start(ctx, s.p)
 	}
 	if err == nil && pid.IsZero() {
 		err = errZeroPID
 	}
-	return pid, err
+	if err != nil {
+		info = nil
+	}
+	return pid, info, err
 }
 
 var errZeroPID = errors.New("supervisor: start function returned the zero PID without an error")
