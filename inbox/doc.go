@@ -26,18 +26,22 @@
 //
 // # Claims
 //
-// A [Subscription] has up to Workers jobs in work at once. No row is ever in two
-// claims at once, whatever the number of instances. The claim forms ([Form]):
+// A [Subscription] has up to Workers jobs in work at once. Whatever the number of
+// instances, a row is in at most one live claim at a time: a claim ends when its
+// lease expires or the connection holding its lock dies, and its handler is then
+// told so through its context (see Failures below). The claim forms ([Form]):
 //
 //   - [Lease] (default, both databases): one statement writes a lock deadline, counts
 //     the attempt and commits; handlers hold no connection; the lease is extended
-//     every half lease; every settlement and extension is fenced by the deadline its
-//     claim wrote, so a worker whose lease was lost gets a [*LeaseLostError] and
-//     cannot overwrite the newer claim's result. On SQLite one claim takes a row per
-//     free worker; on Postgres [SubscribeOptions.Claimers] claims run at once.
+//     every third of a lease; every settlement and extension is fenced by the
+//     deadline its claim wrote, so a worker whose lease was lost gets a
+//     [*LeaseLostError] and cannot overwrite the newer claim's result. On SQLite one
+//     claim takes a row per free worker; on Postgres [SubscribeOptions.Claimers]
+//     claims run at once.
 //   - [RowLock] (Postgres): FOR UPDATE SKIP LOCKED in a transaction held with its
-//     connection while the handler runs.
-//   - [AdvisoryLock] (Postgres): a session advisory lock per job in work.
+//     connection while the handler runs; the settlement commits with it.
+//   - [AdvisoryLock] (Postgres): a session advisory lock per job in work, held with
+//     its connection; settlements are fenced by the attempt the claim wrote.
 //
 // Every instance sharing a table must use the same form. A form a database cannot
 // do is refused by [Queue.Subscribe] with a [*FormError]; [Subscription.Start]
@@ -63,16 +67,63 @@
 // last error: [Queue.DeadLetters] lists them and [Queue.Requeue] makes them ready.
 // [Queue.Stats] counts ready, in-work, delayed and dead jobs.
 //
-// # Lifecycle and failures
+// # Lifecycle
 //
 // [Subscription.Start] starts the subscription's goroutines; [Subscription.Stop]
-// stops claiming, lets jobs in work finish, and past its deadline cancels them and
-// releases their rows at once (attempt not counted). Ending Start's context instead
-// abandons jobs in work unsettled, as a crash would: leased rows are claimed again
-// when the lease expires. Lost database connections are retried; an accepted job is
-// never lost (it may run again after a crash: handlers should be idempotent).
-// [ChildSpec] and [Spawn] run a subscription as a gotp process, under a supervisor
-// or on its own.
+// stops claiming, lets jobs in work finish and settles them. Stop keeps its deadline:
+// when its context ends it cancels the handlers, releases what they had not finished
+// (ready at once, attempt not counted) for as long as 0.4 s allows, then cancels
+// every statement still in flight and returns the context's error, at most 0.5 s
+// after the context ended, whatever the database does. Ending Start's context instead
+// abandons jobs in work unsettled, as a crash would. [ChildSpec] and [Spawn] run a
+// subscription as a gotp process, under a supervisor or on its own.
+//
+// A failed claim is retried after a pause that grows, with jitter, from 50 ms to 2 s
+// for a transient error (a lost connection, a locked SQLite database) and from 1 s to
+// 30 s for a permanent one (the database refuses the statement: a missing table or
+// column, a wrong type, no permission), until it succeeds or Stop is called.
+// Transient errors are logged at WARN, permanent ones at ERROR, the recovery at INFO;
+// [Queue.Health] counts them, with lost locks and the last error, for the observer.
+//
+// # Failures: what each form guarantees
+//
+// In every form a job is handled at least once: an accepted job is never lost, but a
+// job whose handler ran may run again after a crash or a lost connection (handlers
+// should be idempotent). A job is never acked twice: every settlement is fenced, and
+// one that cannot prove its claim still owns the row is refused and reported with a
+// [*LeaseLostError], never as a success. When a claim is lost while its handler
+// runs, the handler's context is cancelled with a *LeaseLostError as its cause
+// (context.Cause), the loss is logged at WARN and counted in Health.LocksLost, and
+// the handler's result is reported to [SubscribeOptions.Observe] with the refused
+// settlement.
+//
+//   - [Lease]: a lost connection costs the statement in flight, which is retried;
+//     a crash leaves its rows leased until the lease expires. The lease is extended
+//     every third of a lease; if it cannot be (the database is unreachable or
+//     locked), the handler's context is cancelled (Op "expired") a tenth of a lease before the
+//     lease ends, so two runs of a job overlap only if a handler goes on for more than
+//     Lease/10 after its context is cancelled, or if the hosts' clocks differ by more
+//     than that.
+//   - [RowLock]: the lock lives in the claim's transaction. If its connection dies
+//     (the backend is terminated, the server restarts, the socket is reset), the
+//     transaction rolls back with the attempt it counted, and another worker may take
+//     the row at once. A watcher reading the held connection sees the loss as it
+//     happens (the server's closing message or the socket's error; about 10 ms after
+//     pg_terminate_backend returns, here) and cancels the handler (Op "lock"); its
+//     settlement is not written. Two runs overlap from the loss until the first
+//     handler returns. A connection cut silently (a network partition) is noticed by a
+//     heartbeat: after 1 s without a word the watcher pings, and a ping that fails or
+//     takes more than 5 s counts as a loss. Meanwhile the server keeps the session,
+//     and the lock, until its own dead-client detection ends it; with Postgres's
+//     defaults that is hours later, so no other worker takes the row first. A server
+//     whose tcp_keepalives_* or tcp_user_timeout settings end a silent session in
+//     under 6 s can let two runs overlap for the difference.
+//   - [AdvisoryLock]: as RowLock, except that the attempt is committed when the row is
+//     taken, so a run after a loss counts as a new attempt. A settlement is written
+//     only on the session that holds the lock, and only while the row still carries
+//     the attempt the claim wrote; never through another connection. The form needs
+//     session-level connections: not a transaction-pooling proxy such as PgBouncer
+//     in transaction mode.
 //
 // # Concurrency
 //

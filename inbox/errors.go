@@ -8,25 +8,42 @@ import (
 // ErrLeaseLost is matched (errors.Is) by every *LeaseLostError.
 var ErrLeaseLost = errors.New("inbox: lease lost")
 
-// ErrStopped is returned by Start on a Subscription that was already started or stopped:
-// a Subscription runs once.
+// ErrStopped is returned by Start on a Subscription that was already started or stopped
+// (a Subscription runs once), or that Stop overtook while Start checked the table.
 var ErrStopped = errors.New("inbox: subscription already started or stopped")
 
-// LeaseLostError reports that a settlement or lease extension found the row no longer
-// under the claim that took it: the lease expired and the row was claimed again (or
-// settled) by someone else. The write was not made, so the newer claim's result stands.
+// LeaseLostError reports that a claim was lost: a settlement or lease extension found
+// the row no longer under the claim that took it (the lease expired and the row was
+// claimed again, or settled, by someone else), or the claim was lost while its
+// handler ran. The write was not made, so the newer claim's result stands.
+//
+// In the row-lock and advisory-lock forms, Err is set when the connection holding the
+// lock failed: the write was not made, or, if the connection failed during the row
+// lock's COMMIT, its fate is unknown; either way the attempt is not reported as
+// settled, and the job may run again.
 type LeaseLostError struct {
 	Table string
 	ID    int64
-	// Op is the fenced statement that found no row: "ack", "retry", "dead", "drop",
-	// "extend" or "release".
+	// Op is the fenced statement that found no row ("ack", "retry", "dead", "drop",
+	// "extend" or "release"), or, as the cause of a handler's cancelled context, why
+	// the claim was lost: "expired" (the lease ran out before it could be extended)
+	// or "lock" (the connection holding the lock failed).
 	Op string
+	// Err is the connection's failure, if that is how the claim was lost.
+	Err error
 }
 
 // Error describes the failure.
 func (e *LeaseLostError) Error() string {
-	return fmt.Sprintf("inbox: lease lost on %s job %d (%s)", e.Table, e.ID, e.Op)
+	msg := fmt.Sprintf("inbox: lease lost on %s job %d (%s)", e.Table, e.ID, e.Op)
+	if e.Err != nil {
+		msg += ": " + e.Err.Error()
+	}
+	return msg
 }
+
+// Unwrap returns the connection's failure, if any.
+func (e *LeaseLostError) Unwrap() error { return e.Err }
 
 // Is makes errors.Is(err, ErrLeaseLost) true.
 func (e *LeaseLostError) Is(target error) bool { return target == ErrLeaseLost }

@@ -4,11 +4,15 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"log/slog"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/gotp/gotp/gotptest"
 	"github.com/gotp/gotp/inbox"
 )
 
@@ -291,4 +295,197 @@ func TestSQLiteWithoutBusyTimeoutRefused(t *testing.T) {
 	if err := s.Start(t.Context()); !isConfigError(err) {
 		t.Fatalf("Start without busy timeout = %v, want *ConfigError", err)
 	}
+}
+
+// lockTable takes the table's write lock from a connection of its own, as another
+// program would (SQLite: the database's write lock; Postgres: an ACCESS EXCLUSIVE
+// table lock), and returns the function that lets it go.
+func lockTable(t *testing.T, b *backend) (unlock func()) {
+	t.Helper()
+	ctx := context.Background()
+	switch db := b.newDB(t).(type) {
+	case *sql.DB:
+		conn, err := db.Conn(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := conn.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
+			t.Fatal(err)
+		}
+		return func() {
+			_, _ = conn.ExecContext(ctx, "ROLLBACK")
+			conn.Close()
+		}
+	case *pgxpool.Pool:
+		tx, err := db.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tx.Exec(ctx, `LOCK TABLE "`+b.table+`" IN ACCESS EXCLUSIVE MODE`); err != nil {
+			t.Fatal(err)
+		}
+		return func() { _ = tx.Rollback(ctx) }
+	}
+	panic("unknown backend")
+}
+
+// stopWithin stops s with a deadline of d and fails t unless Stop returns ctx's error
+// within d plus the package's grace (0.5 s) plus scheduling slack.
+func stopWithin(t *testing.T, s *inbox.Subscription[msg], d time.Duration) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	began := time.Now()
+	err := s.Stop(ctx)
+	took := time.Since(began)
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Stop = %v, want DeadlineExceeded", err)
+	}
+	if limit := d + time.Second; took > limit {
+		t.Fatalf("Stop returned after %v; its deadline was %v (limit %v)", took, d, limit)
+	}
+	t.Logf("Stop with a %v deadline returned after %v", d, took.Round(time.Millisecond))
+}
+
+// While another program holds the table's write lock, a Stop whose jobs cannot be
+// settled keeps its deadline; once the lock is gone the job, never acked, runs again
+// on another instance after its lease and is acked once.
+func TestStopKeepsDeadlineOnLockedTable(t *testing.T) {
+	eachDB(t, func(t *testing.T, b *backend) {
+		q := defaultTable(t, b)
+		const lease = time.Second
+		id, err := q.Publish(t.Context(), msg{N: 1}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		inJob := make(chan struct{})
+		finish := make(chan struct{})
+		res1 := newResults()
+		s1, err := q.Subscribe(func(ctx context.Context, j inbox.Job[msg]) error {
+			close(inJob)
+			<-finish
+			return nil
+		}, inbox.SubscribeOptions{Lease: lease, PollInterval: 20 * time.Millisecond, Observe: res1.observe})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s1.Start(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		gotptest.Recv(t, inJob)
+		unlock := lockTable(t, b)
+		close(finish) // the handler acks; the ack waits for the lock
+		stopWithin(t, s1, 500*time.Millisecond)
+		gotptest.RecvWithin(t, time.Second, s1.Done())
+		unlock()
+		res1.mu.Lock()
+		if len(res1.all) != 0 {
+			t.Errorf("the halted subscription reported %+v; its ack was never written", res1.all)
+		}
+		res1.mu.Unlock()
+		res2 := newResults()
+		start(t, newQueue(t, b, inbox.Config[msg]{}), func(ctx context.Context, j inbox.Job[msg]) error {
+			return nil
+		}, inbox.SubscribeOptions{PollInterval: 20 * time.Millisecond, Observe: res2.observe})
+		if r := res2.next(t); r.ID != id || r.Outcome != inbox.Acked || r.SettleErr != nil || r.Attempt != 2 {
+			t.Fatalf("second instance: %+v, want job %d acked at attempt 2", r, id)
+		}
+	})
+}
+
+// A handler that ignores its context cannot hold Stop past its deadline; Done closes
+// when it finally returns, and its job, unsettled, is claimed again after its lease.
+func TestStopKeepsDeadlineWhenHandlerIgnoresContext(t *testing.T) {
+	eachDB(t, func(t *testing.T, b *backend) {
+		q := defaultTable(t, b)
+		inJob := make(chan struct{})
+		release := make(chan struct{})
+		s, err := q.Subscribe(func(ctx context.Context, j inbox.Job[msg]) error {
+			close(inJob)
+			<-release // deaf to ctx
+			return nil
+		}, inbox.SubscribeOptions{Lease: time.Second, PollInterval: 20 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Start(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := q.Publish(t.Context(), msg{N: 1}, nil); err != nil {
+			t.Fatal(err)
+		}
+		gotptest.Recv(t, inJob)
+		stopWithin(t, s, 300*time.Millisecond)
+		select {
+		case <-s.Done():
+			t.Fatal("Done closed while a handler still runs")
+		default:
+		}
+		close(release)
+		gotptest.Recv(t, s.Done())
+		gotptest.Eventually(t, "the unsettled job ready again after its lease", func() bool {
+			st, err := q.Stats(t.Context())
+			return err == nil && st.Ready == 1
+		})
+	})
+}
+
+// A claim the database refuses for good (the table is dropped under a running
+// subscription) is counted as a permanent error, logged at ERROR and retried with a
+// growing pause, not in a tight loop; Stop does not wait for the pause; and once the
+// table is back, claims recover.
+func TestPermanentClaimErrorsBackOffAndAreReported(t *testing.T) {
+	eachDB(t, func(t *testing.T, b *backend) {
+		q0 := defaultTable(t, b)
+		logs := gotptest.NewLogRecorder()
+		q := newQueue(t, b, inbox.Config[msg]{Logger: logs.Logger()})
+		done := make(chan int, 1)
+		s := start(t, q, func(ctx context.Context, j inbox.Job[msg]) error {
+			done <- j.Payload.N
+			return nil
+		}, inbox.SubscribeOptions{PollInterval: 10 * time.Millisecond})
+		b.exec(t, `DROP TABLE "`+b.table+`"`)
+		gotptest.Eventually(t, "two permanent claim errors", func() bool { return q.Health().PermanentErrors >= 2 })
+		// 1 s, then about 2 s: a third within 1.5 s more would be a tight loop.
+		n := q.Health().ClaimErrors
+		time.Sleep(1500 * time.Millisecond) // time is the subject: the pause between retries
+		if more := q.Health().ClaimErrors - n; more > 1 {
+			t.Fatalf("%d more claim errors in 1.5 s: retries do not back off", more)
+		}
+		h := q.Health()
+		if h.Failing != 1 || h.LastError == "" || h.LastErrorAt.IsZero() || h.PermanentErrors != h.ClaimErrors {
+			t.Fatalf("health %+v: want one failing claimer, every error permanent, the last one kept", h)
+		}
+		rec := logs.Wait(t, "inbox: claim cycle refused by the database; retrying until it is fixed")
+		if rec.Level != slog.LevelError || rec.Attrs["table"] != b.table {
+			t.Fatalf("log record %+v, want an ERROR naming the table", rec)
+		}
+		if err := q0.CreateTable(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := q0.Publish(t.Context(), msg{N: 7}, nil); err != nil {
+			t.Fatal(err)
+		}
+		if n := gotptest.RecvWithin(t, 40*time.Second, done); n != 7 {
+			t.Fatalf("handled %d", n)
+		}
+		logs.Wait(t, "inbox: claims recovered")
+		gotptest.Eventually(t, "the job acked", func() bool { return q.Outcomes()["ack"] == 1 })
+		if h := q.Health(); h.Failing != 0 {
+			t.Fatalf("health after recovery %+v, want none failing", h)
+		}
+		// Stop while failing: the pause is cut short.
+		b.exec(t, `DROP TABLE "`+b.table+`"`)
+		gotptest.Eventually(t, "failing again", func() bool { return q.Health().Failing == 1 })
+		began := time.Now()
+		if err := s.Stop(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		if d := time.Since(began); d > time.Second {
+			t.Fatalf("Stop took %v while the claimer was backing off", d)
+		}
+		if h := q.Health(); h.Failing != 0 {
+			t.Fatalf("health after Stop %+v, want none failing", h)
+		}
+	})
 }

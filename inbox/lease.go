@@ -20,6 +20,34 @@ type leased struct {
 	extendAt time.Time
 	ctx      context.Context
 	cancel   context.CancelCauseFunc
+	expiry   *time.Timer // cancels ctx when the lease is about to expire unextended
+}
+
+// finish ends the job's context and its expiry timer: its handler has returned, or
+// will not run.
+func (j *leased) finish() {
+	j.expiry.Stop()
+	j.cancel(nil)
+}
+
+// arm gives a claimed job its context and its expiry timer. The timer cancels the
+// handler (cause *LeaseLostError, Op "expired") expiryMargin before the lease written
+// in the table runs out, so that a lease that cannot be extended (the database is
+// unreachable or locked) stops its handler before another instance may claim the row.
+func (s *Subscription[T]) arm(j *leased) {
+	j.ctx, j.cancel = context.WithCancelCause(s.workCtx)
+	j.expiry = time.AfterFunc(s.untilExpiry(j.fence), func() {
+		lost := &LeaseLostError{Table: s.q.name, ID: j.id, Op: "expired"}
+		j.cancel(lost)
+		if context.Cause(j.ctx) == lost {
+			s.claimLost(j.id, lost)
+		}
+	})
+}
+
+// untilExpiry is how long from now a handler may run on a lease that ends at fence.
+func (s *Subscription[T]) untilExpiry(fence time.Time) time.Duration {
+	return time.Until(fence) - s.o.Lease/10
 }
 
 // ackResult is the outcome of a background ack cycle.
@@ -36,6 +64,28 @@ type settlement struct {
 	// written and lost record a Postgres settlement already written by an earlier
 	// try of a cycle that then failed, so that a retry does not write it twice.
 	written, lost bool
+	// failed is the error of a settlement the database refused for good: it is not
+	// tried again, and the row is left to its lease.
+	failed error
+}
+
+// settleFailure is a cycle's failure in the statement of its i-th settlement.
+type settleFailure struct {
+	i   int
+	err error
+}
+
+func (e *settleFailure) Error() string { return e.err.Error() }
+func (e *settleFailure) Unwrap() error { return e.err }
+
+// pending reports whether a batch has settlements still to write.
+func pending(batch []settlement) bool {
+	for _, st := range batch {
+		if !st.written && st.failed == nil {
+			return true
+		}
+	}
+	return false
 }
 
 // lane is one claimer of the lease form with its workers: the loop claims for them,
@@ -51,28 +101,33 @@ type lane struct {
 // leaseWorker handles jobs that its lane's loop dispatches until the loop closes l.jobs.
 func (s *Subscription[T]) leaseWorker(l *lane) {
 	for j := range l.jobs {
-		if context.Cause(s.workCtx) == errAbandon {
-			j.cancel(nil)
-			continue // abandoned: a dispatched job is not started, nor settled
+		if s.ctx.Err() != nil {
+			// Abandoned or halted: a dispatched job is neither started nor settled; its
+			// lease expires, as in a crash.
+			j.finish()
+			continue
 		}
+		stopping := false
 		select {
 		case <-s.stopClaim:
-			// Stopping: a prefetched job not yet started goes back at once.
-			j.cancel(nil)
-			l.settleCh <- settlement{j: j, d: decision{out: Released}}
-			continue
+			stopping = true
 		default:
 		}
+		if stopping || j.ctx.Err() != nil {
+			// Stopping, or its lease expired while it waited (prefetched): a job not
+			// yet started goes back at once.
+			j.finish()
+			l.settleCh <- settlement{j: j, d: decision{out: Released}}
+			continue
+		}
 		err := s.run(j.ctx, j.id, j.attempt, j.payload)
-		j.cancel(nil)
-		d := decide(err, j.attempt, s.o.MaxAttempts, s.q.c.Attempts != "", s.o.Backoff)
-		switch context.Cause(s.workCtx) {
-		case errAbandon:
+		j.finish()
+		if s.ctx.Err() != nil {
 			continue // as in a crash: nothing is written; the lease expires
-		case errRelease:
-			if err != nil {
-				d = decision{out: Released, err: err}
-			}
+		}
+		d := decide(err, j.attempt, s.o.MaxAttempts, s.q.c.Attempts != "", s.o.Backoff)
+		if err != nil && context.Cause(s.workCtx) == errRelease {
+			d = decision{out: Released, err: err}
 		}
 		l.settleCh <- settlement{j: j, d: d} // never blocks: capacity l.max
 	}
@@ -80,16 +135,30 @@ func (s *Subscription[T]) leaseWorker(l *lane) {
 
 // leaseLoop is the lease form's single owner of claims, settlements and extensions.
 // It claims while claims come back full, waits PollInterval (or a wake) after a short
-// one, and writes each cycle's settlements together with the next claim.
-func (s *Subscription[T]) leaseLoop(ctx context.Context, l *lane) {
+// one, and writes each cycle's settlements together with the next claim. It returns
+// when stopped with nothing in flight, or when s.ctx ends.
+func (s *Subscription[T]) leaseLoop(l *lane) {
+	ctx := s.ctx
 	n := l.max
 	inflight := make(map[int64]*leased, n)
+	defer func() {
+		if len(inflight) > 0 {
+			ids := make([]int64, 0, len(inflight))
+			for id := range inflight {
+				ids = append(ids, id)
+			}
+			slices.Sort(ids)
+			s.q.log.Warn("inbox: subscription ended with jobs unsettled; each is claimed again when its lease expires",
+				"table", s.q.name, "cause", context.Cause(ctx), "jobs", ids)
+		}
+	}()
 	canClaim := true
 	stopping, drained := false, false
 	stopClaim := s.stopClaim
+	released := s.workCtx.Done() // Stop's deadline passed (or the subscription ended)
 	poll := time.NewTimer(s.o.PollInterval)
 	defer poll.Stop()
-	ext := time.NewTimer(s.o.Lease / 2)
+	ext := time.NewTimer(s.o.Lease / 3)
 	defer ext.Stop()
 	var batch []settlement
 	woken := s.w.wait()
@@ -106,7 +175,10 @@ func (s *Subscription[T]) leaseLoop(ctx context.Context, l *lane) {
 		for _, st := range batch {
 			delete(inflight, st.j.id)
 			r := Result{ID: st.j.id, Attempt: st.j.attempt, Outcome: st.d.out, Err: st.d.err}
-			if lost[st.j.id] {
+			switch {
+			case st.failed != nil:
+				r.SettleErr = st.failed
+			case lost[st.j.id]:
 				r.SettleErr = &LeaseLostError{Table: s.q.name, ID: st.j.id, Op: kindOf(st.d.out).String()}
 			}
 			s.observe(r)
@@ -129,12 +201,16 @@ func (s *Subscription[T]) leaseLoop(ctx context.Context, l *lane) {
 			case r := <-ackDone:
 				acking = false
 				if !r.ok {
-					return // abandoned
+					return // abandoned or halted
 				}
 				settled(r.batch, r.lost)
 				continue
 			case <-stopClaim:
 				stopping, stopClaim = true, nil
+			case <-released:
+				// Stop's deadline passed: settle what finished, release the rest as it
+				// returns.
+				stopping, released = true, nil
 			case <-ctx.Done():
 				return
 			}
@@ -179,18 +255,14 @@ func (s *Subscription[T]) leaseLoop(ctx context.Context, l *lane) {
 			for {
 				select {
 				case j := <-l.jobs:
-					j.cancel(nil)
+					j.finish()
 					batch = append(batch, settlement{j: j, d: decision{out: Released}})
 				default:
 					break undispatch
 				}
 			}
 		}
-		if context.Cause(s.workCtx) == errRelease {
-			// Stop's deadline passed: settle what finished, release the rest as it returns.
-			stopping = true
-		}
-		s.extendDue(ctx, inflight)
+		s.extendDue(inflight)
 		want := 0
 		if canClaim && !stopping {
 			want = n - (len(inflight) - len(batch))
@@ -201,7 +273,12 @@ func (s *Subscription[T]) leaseLoop(ctx context.Context, l *lane) {
 		}
 		if want == 0 && acking {
 			// One background ack cycle at a time: let it finish first.
-			r := <-ackDone
+			var r ackResult
+			select {
+			case r = <-ackDone:
+			case <-ctx.Done():
+				return
+			}
 			acking = false
 			if !r.ok {
 				return
@@ -212,7 +289,7 @@ func (s *Subscription[T]) leaseLoop(ctx context.Context, l *lane) {
 			b := slices.Clone(batch)
 			acking = true
 			ackWG.Go(func() {
-				_, lost, ok := s.cycle(ctx, b, 0)
+				_, lost, ok := s.cycle(b, 0)
 				ackDone <- ackResult{batch: b, lost: lost, ok: ok}
 			})
 			s.resetExt(ext, inflight)
@@ -221,13 +298,13 @@ func (s *Subscription[T]) leaseLoop(ctx context.Context, l *lane) {
 		if want > 0 {
 			woken = s.w.wait() // before the claim: a publish during it wakes the next wait
 		}
-		got, lost, ok := s.cycle(ctx, batch, want)
+		got, lost, ok := s.cycle(batch, want)
 		if !ok {
-			return // abandoned
+			return // abandoned or halted
 		}
 		settled(batch, lost)
 		for _, j := range got {
-			j.ctx, j.cancel = context.WithCancelCause(s.workCtx)
+			s.arm(j)
 			inflight[j.id] = j
 			l.jobs <- j // never blocks: at most l.max in flight
 		}
@@ -245,7 +322,7 @@ const lingerFor = 200 * time.Microsecond
 
 // resetExt arms the extension timer for the earliest extension due.
 func (s *Subscription[T]) resetExt(t *time.Timer, inflight map[int64]*leased) {
-	next := s.o.Lease / 2
+	next := s.o.Lease / 3
 	now := time.Now()
 	for _, j := range inflight {
 		next = min(next, max(j.extendAt.Sub(now), 0))
@@ -253,117 +330,143 @@ func (s *Subscription[T]) resetExt(t *time.Timer, inflight map[int64]*leased) {
 	t.Reset(next)
 }
 
-// extendDue extends, fenced, every lease whose half-life has passed. A lease found lost
+// extendDue extends, fenced, every lease whose first third has passed. A lease found lost
 // cancels its handler with a *LeaseLostError cause; the handler's settlement will be
-// refused by its fence too.
-func (s *Subscription[T]) extendDue(ctx context.Context, inflight map[int64]*leased) {
+// refused by its fence too. A failed extension is tried again a tenth of a lease
+// later; the job's expiry timer stops its handler if none succeeds in time.
+func (s *Subscription[T]) extendDue(inflight map[int64]*leased) {
 	now := time.Now()
 	for _, j := range inflight {
 		if j.extendAt.After(now) || j.ctx.Err() != nil {
 			continue
 		}
 		deadline := trunc(now.Add(s.o.Lease))
-		sql, args := s.q.settleSQL(skExtend, j.id, &j.fence, now, 0, "", deadline)
-		var n int64
-		err := s.retrying(ctx, func() (err error) {
-			n, err = s.q.db().exec(ctx, sql, args...)
-			return err
-		})
+		sql, args := s.q.settleSQL(skExtend, j.id, fence{lease: &j.fence}, now, 0, "", deadline)
+		ctx, cancel := context.WithTimeout(s.ctx, s.o.Lease/4)
+		n, err := s.q.db().exec(ctx, sql, args...)
+		cancel()
+		if s.ctx.Err() != nil {
+			return
+		}
 		if err != nil {
-			// Try again a little later, not in a tight loop; the lease has half its
-			// length left.
+			s.q.health.noteErr(err)
+			s.q.log.Warn("inbox: lease extension failed; trying again", "table", s.q.name, "id", j.id, "err", err)
 			j.extendAt = now.Add(s.o.Lease / 10)
 			continue
 		}
 		if n == 0 {
-			j.cancel(&LeaseLostError{Table: s.q.name, ID: j.id, Op: "extend"})
+			lost := &LeaseLostError{Table: s.q.name, ID: j.id, Op: "extend"}
+			j.cancel(lost)
+			if context.Cause(j.ctx) == lost {
+				s.claimLost(j.id, lost)
+			}
 			continue
 		}
 		j.fence = deadline
-		j.extendAt = now.Add(s.o.Lease / 2)
+		j.extendAt = now.Add(s.o.Lease / 3)
+		j.expiry.Reset(s.untilExpiry(deadline))
 	}
 }
 
-// retrying runs f until it succeeds, retrying connection failures with a growing
-// pause; it gives up (returning the error) on other errors or when ctx ends.
-func (s *Subscription[T]) retrying(ctx context.Context, f func() error) error {
-	wait := 10 * time.Millisecond
-	for {
-		err := f()
-		if err == nil || ctx.Err() != nil {
-			return err
-		}
-		s.q.log.Error("inbox: statement failed; retrying", "table", s.q.name, "err", err)
-		if !isConnErr(err) && !isBusy(err) {
-			return err
-		}
-		if !pause(ctx, wait) {
-			return ctx.Err()
-		}
-		wait = min(2*wait, s.o.PollInterval, time.Second)
-	}
-}
-
-// isBusy reports a SQLite lock that outlasted the busy timeout.
-func isBusy(err error) bool {
-	var e interface{ Code() int }
-	if errors.As(err, &e) {
-		c := e.Code() & 0xff
-		return c == 5 || c == 6 // SQLITE_BUSY, SQLITE_LOCKED
-	}
-	return false
-}
-
-// cycle writes a batch of settlements and claims up to want rows, retrying lost
-// connections. It reports the rows claimed, the settlements whose lease was lost, and
-// false if the subscription was abandoned meanwhile.
-func (s *Subscription[T]) cycle(ctx context.Context, batch []settlement, want int) (got []*leased, lost map[int64]bool, ok bool) {
+// cycle writes a batch of settlements and claims up to want rows, retrying failures
+// after a backoff until it succeeds or s.ctx ends (it then reports ok false). Once
+// Stop has been called a retry claims nothing, so that only settlements hold Stop
+// up. A settlement the database refuses for good (a permanent error in its own
+// statement) is given up and marked failed; the others go on. It reports the rows
+// claimed and the settlements whose lease was lost.
+func (s *Subscription[T]) cycle(batch []settlement, want int) (got []*leased, lost map[int64]bool, ok bool) {
 	q := s.q
+	ctx := s.ctx
+	r := newRetrier(&q.health, q.log, "table", q.name, "form", s.o.Form.String())
+	defer r.done()
+	split := false // settle acks one statement each, to find the one that fails
 	for {
 		got, lost = nil, map[int64]bool{}
+		if want == 0 && !pending(batch) {
+			for _, st := range batch {
+				if st.lost {
+					lost[st.j.id] = true
+				}
+			}
+			return nil, lost, true
+		}
 		now := q.now()
 		deadline := trunc(now.Add(s.o.Lease))
 		var err error
 		if q.dialect == SQLite {
-			err = q.sqliteTx(ctx, func(db querier) error {
-				clear(lost)
-				got = got[:0]
-				for _, st := range batch {
-					sql, args := q.settleSQL(kindOf(st.d.out), st.j.id, &st.j.fence, now, st.d.delay, errText(st.d.err), now)
-					n, err := db.exec(ctx, sql, args...)
-					if err != nil {
-						return err
-					}
-					if n == 0 {
-						lost[st.j.id] = true
-					}
-				}
-				if want > 0 {
-					sql, args := q.leaseClaimSQL(deadline, now, want)
-					var err error
-					got, err = s.scanClaim(ctx, db, sql, args)
-					return err
-				}
-				return nil
-			})
+			got, err = s.sqliteCycle(ctx, batch, want, now, deadline, lost)
 		} else {
-			err = s.pgCycle(ctx, batch, want, now, deadline, &got, lost)
+			err = s.pgCycle(ctx, batch, want, now, deadline, &got, lost, split)
 		}
 		if err == nil {
+			r.ok()
 			for _, j := range got {
 				j.fence = deadline
-				j.extendAt = now.Add(s.o.Lease / 2)
+				j.extendAt = now.Add(s.o.Lease / 3)
 			}
 			return got, lost, true
 		}
 		if ctx.Err() != nil {
 			return nil, nil, false
 		}
-		q.log.Error("inbox: claim cycle failed; retrying", "table", q.name, "err", err)
-		if !pause(ctx, min(s.o.PollInterval, 100*time.Millisecond)) {
+		if sf, isSettle := errors.AsType[*settleFailure](err); isSettle && permanent(sf.err) {
+			st := &batch[sf.i]
+			st.failed = sf.err
+			q.health.noteErr(sf.err)
+			q.log.Error("inbox: settlement refused by the database; the job is left to its lease",
+				"table", q.name, "id", st.j.id, "outcome", st.d.out.String(), "err", sf.err)
+			continue
+		}
+		if permanent(err) && q.dialect == Postgres && !split && pending(batch) {
+			// Perhaps one ack's row is what the database refuses: settle them one
+			// statement each, at once, to find it.
+			split = true
+			continue
+		}
+		// With nothing to settle, Stop cuts the pause short: the claim is dropped.
+		pctx := ctx
+		if !pending(batch) {
+			pctx = s.claimCtx
+		}
+		if !r.failed(pctx, "claim cycle", err) && ctx.Err() != nil {
 			return nil, nil, false
 		}
+		select {
+		case <-s.stopClaim:
+			want = 0
+		default:
+		}
 	}
+}
+
+// sqliteCycle is one SQLite cycle: every settlement, then the claim, in one immediate
+// transaction.
+func (s *Subscription[T]) sqliteCycle(ctx context.Context, batch []settlement, want int, now, deadline time.Time, lost map[int64]bool) (got []*leased, err error) {
+	q := s.q
+	err = q.sqliteTx(ctx, func(db querier) error {
+		clear(lost)
+		for i, st := range batch {
+			if st.failed != nil {
+				continue
+			}
+			sql, args := q.settleSQL(kindOf(st.d.out), st.j.id, fence{lease: &st.j.fence}, now, st.d.delay, errText(st.d.err), now)
+			n, err := db.exec(ctx, sql, args...)
+			if err != nil {
+				return &settleFailure{i: i, err: err}
+			}
+			if n == 0 {
+				lost[st.j.id] = true
+			}
+		}
+		if want > 0 {
+			sql, args := q.leaseClaimSQL(deadline, now, want)
+			var err error
+			got, err = s.scanClaim(ctx, db, sql, args)
+			return err
+		}
+		return nil
+	})
+	return got, err
 }
 
 func (s *Subscription[T]) scanClaim(ctx context.Context, db querier, sql string, args []any) ([]*leased, error) {
@@ -387,24 +490,24 @@ func (s *Subscription[T]) scanClaim(ctx context.Context, db querier, sql string,
 
 // pgCycle is one Postgres cycle: settlements other than acks one statement each, then
 // the acks and the claim together in one statement.
-func (s *Subscription[T]) pgCycle(ctx context.Context, batch []settlement, want int, now, deadline time.Time, got *[]*leased, lost map[int64]bool) error {
+func (s *Subscription[T]) pgCycle(ctx context.Context, batch []settlement, want int, now, deadline time.Time, got *[]*leased, lost map[int64]bool, split bool) error {
 	q := s.q
 	var ids []int64
 	var fences []time.Time
 	for i := range batch {
 		st := &batch[i]
-		if st.written {
+		if st.written || st.failed != nil {
 			continue
 		}
-		if st.d.out == Acked {
+		if st.d.out == Acked && !split {
 			ids = append(ids, st.j.id)
 			fences = append(fences, trunc(st.j.fence))
 			continue
 		}
-		sql, args := q.settleSQL(kindOf(st.d.out), st.j.id, &st.j.fence, now, st.d.delay, errText(st.d.err), now)
+		sql, args := q.settleSQL(kindOf(st.d.out), st.j.id, fence{lease: &st.j.fence}, now, st.d.delay, errText(st.d.err), now)
 		n, err := q.db().exec(ctx, sql, args...)
 		if err != nil {
-			return err
+			return &settleFailure{i: i, err: err}
 		}
 		st.written, st.lost = true, n == 0
 	}

@@ -2,23 +2,31 @@ package inbox
 
 import (
 	"context"
+	"errors"
 	"hash/fnv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
+// closeTimeout bounds the rollback or close of a lock form's connection after its job.
+const closeTimeout = time.Second
+
 // lockWorker is one worker of the RowLock or AdvisoryLock form: it holds its own
-// claim, on its own connection, while its handler runs.
-func (s *Subscription[T]) lockWorker(ctx context.Context) {
+// claim, on its own connection, while its handler runs. It returns when Stop is
+// called (after its job in work, if any) or when s.ctx ends.
+func (s *Subscription[T]) lockWorker() {
+	r := newRetrier(&s.q.health, s.q.log, "table", s.q.name, "form", s.o.Form.String())
+	defer r.done()
 	poll := time.NewTimer(s.o.PollInterval)
 	defer poll.Stop()
 	for {
 		select {
 		case <-s.stopClaim:
 			return
-		case <-ctx.Done():
+		case <-s.ctx.Done():
 			return
 		case s.conns <- struct{}{}:
 		}
@@ -26,21 +34,21 @@ func (s *Subscription[T]) lockWorker(ctx context.Context) {
 		var found bool
 		var err error
 		if s.o.Form == RowLock {
-			found, err = s.rowLockOnce(ctx)
+			found, err = s.rowLockOnce()
 		} else {
-			found, err = s.advisoryOnce(ctx)
+			found, err = s.advisoryOnce()
 		}
 		<-s.conns
-		if ctx.Err() != nil {
-			return
+		if s.claimCtx.Err() != nil {
+			return // stopped (or ended) while claiming, or after a job
 		}
 		if err != nil {
-			s.q.log.Error("inbox: claim failed; retrying", "table", s.q.name, "form", s.o.Form.String(), "err", err)
-			if !pause(ctx, min(s.o.PollInterval, 100*time.Millisecond)) {
+			if !r.failed(s.claimCtx, "claim", err) {
 				return
 			}
 			continue
 		}
+		r.ok()
 		if found {
 			continue // the claim came back full: claim again at once
 		}
@@ -50,53 +58,65 @@ func (s *Subscription[T]) lockWorker(ctx context.Context) {
 		case <-woken:
 		case <-s.stopClaim:
 			return
-		case <-ctx.Done():
+		case <-s.ctx.Done():
 			return
 		}
 	}
 }
 
 // rowLockOnce claims one row with FOR UPDATE SKIP LOCKED, handles it and settles it in
-// the same transaction. found is false when no row was claimable.
-func (s *Subscription[T]) rowLockOnce(ctx context.Context) (found bool, err error) {
+// the same transaction. found is false when no row was claimable; err is a failure of
+// the claim (what happens after it is reported through observe).
+func (s *Subscription[T]) rowLockOnce() (found bool, err error) {
 	q := s.q
-	tx, err := q.pool.Begin(ctx)
+	tx, err := q.pool.Begin(s.claimCtx)
 	if err != nil {
 		return false, err
 	}
-	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	defer func() {
+		// A no-op after a commit; otherwise it hands the row back, as a crash would.
+		ctx, cancel := context.WithTimeout(context.Background(), closeTimeout)
+		_ = tx.Rollback(ctx)
+		cancel()
+	}()
 	now := q.now()
 	sql, args := q.lockClaimSQL(now)
 	var id int64
-	if err := tx.QueryRow(ctx, sql, args...).Scan(&id); err != nil {
-		if err == pgx.ErrNoRows {
+	if err := tx.QueryRow(s.claimCtx, sql, args...).Scan(&id); err != nil {
+		if errors.Is(err, pgx.ErrNoRows) {
 			return false, nil
 		}
 		return false, err
 	}
-	attempt, payload, ok, err := s.take(ctx, pgQ{tx}, id, now)
+	attempt, payload, ok, err := s.take(s.claimCtx, pgQ{tx}, id, now)
 	if err != nil || !ok {
 		return ok, err
 	}
-	hctx, cancel := context.WithCancelCause(s.workCtx)
-	herr := s.run(hctx, id, attempt, payload)
-	cancel(nil)
-	d := decide(herr, attempt, s.o.MaxAttempts, q.c.Attempts != "", s.o.Backoff)
-	switch context.Cause(s.workCtx) {
-	case errAbandon:
+	lost, herr := s.runHeld(tx.Conn().PgConn(), id, attempt, payload)
+	if s.ctx.Err() != nil {
+		s.unsettled(id)
 		return true, nil // the deferred rollback hands the row back, as a crash would
-	case errRelease:
-		if herr != nil {
-			s.observe(Result{ID: id, Attempt: attempt, Outcome: Released, Err: herr})
-			return true, nil // rollback: the row is free at once, the attempt uncounted
-		}
 	}
+	d := decide(herr, attempt, s.o.MaxAttempts, q.c.Attempts != "", s.o.Backoff)
 	r := Result{ID: id, Attempt: attempt, Outcome: d.out, Err: d.err}
-	sql, args = q.settleSQL(kindOf(d.out), id, nil, q.now(), d.delay, errText(d.err), time.Time{})
-	if _, err := tx.Exec(ctx, sql, args...); err != nil {
-		r.SettleErr = err
-	} else if err := tx.Commit(ctx); err != nil {
-		r.SettleErr = err
+	switch {
+	case lost != nil:
+		r.SettleErr = s.lostSettle(id, d.out, lost.Err)
+	case herr != nil && context.Cause(s.workCtx) == errRelease:
+		r.Outcome = Released // rollback: the row is free at once, the attempt uncounted
+	default:
+		sql, args := q.settleSQL(kindOf(d.out), id, s.attemptFence(attempt), q.now(), d.delay, errText(d.err), time.Time{})
+		tag, err := tx.Exec(s.ctx, sql, args...)
+		if err == nil && tag.RowsAffected() == 0 {
+			r.SettleErr = s.lostSettle(id, d.out, nil)
+			break
+		}
+		if err == nil {
+			err = tx.Commit(s.ctx)
+		}
+		if err != nil {
+			r.SettleErr = s.settleErr(tx.Conn().PgConn(), id, d.out, err)
+		}
 	}
 	s.observe(r)
 	return true, nil
@@ -128,10 +148,11 @@ func (q *Queue[T]) lockKey() int32 {
 }
 
 // advisoryOnce picks a claimable row whose advisory lock it can take, counts the
-// attempt, handles it and settles it on the same connection, then unlocks.
-func (s *Subscription[T]) advisoryOnce(ctx context.Context) (found bool, err error) {
+// attempt, handles it and settles it on the same connection, then unlocks. found is
+// false when no row was claimable; err is a failure of the claim.
+func (s *Subscription[T]) advisoryOnce() (found bool, err error) {
 	q := s.q
-	conn, err := q.pool.Acquire(ctx)
+	conn, err := q.pool.Acquire(s.claimCtx)
 	if err != nil {
 		return false, err
 	}
@@ -139,13 +160,15 @@ func (s *Subscription[T]) advisoryOnce(ctx context.Context) (found bool, err err
 	defer func() {
 		if !healthy {
 			// A connection that may still hold a lock must not go back to the pool.
-			_ = conn.Conn().Close(context.WithoutCancel(ctx))
+			ctx, cancel := context.WithTimeout(context.Background(), closeTimeout)
+			_ = conn.Conn().Close(ctx)
+			cancel()
 		}
 		conn.Release()
 	}()
 	now := q.now()
 	sql, args := q.candidatesSQL(now, 2*s.o.Workers)
-	r, err := conn.Query(ctx, sql, args...)
+	r, err := conn.Query(s.claimCtx, sql, args...)
 	if err != nil {
 		return false, err
 	}
@@ -156,25 +179,22 @@ func (s *Subscription[T]) advisoryOnce(ctx context.Context) (found bool, err err
 	key := q.lockKey()
 	for _, id := range ids {
 		var got bool
-		if err := conn.QueryRow(ctx, "SELECT pg_try_advisory_lock($1, $2)", key, int32(id)).Scan(&got); err != nil {
+		if err := conn.QueryRow(s.claimCtx, "SELECT pg_try_advisory_lock($1, $2)", key, int32(id)).Scan(&got); err != nil {
 			return false, err
 		}
 		if !got {
 			continue
 		}
-		attempt, payload, ok, err := s.take(ctx, pgQ{conn}, id, now)
+		attempt, payload, ok, err := s.take(s.claimCtx, pgQ{conn}, id, now)
 		if err != nil {
 			return false, err
 		}
-		if ok {
-			s.handleAdvisory(ctx, conn, id, attempt, payload)
-		}
-		if ctx.Err() != nil {
-			return true, nil
+		if ok && !s.handleAdvisory(conn, id, attempt, payload) {
+			return true, nil // the connection is lost, or the subscription ended: closed unsettled
 		}
 		var unlocked bool
-		if err := conn.QueryRow(ctx, "SELECT pg_advisory_unlock($1, $2)", key, int32(id)).Scan(&unlocked); err != nil {
-			return false, err
+		if err := conn.QueryRow(s.ctx, "SELECT pg_advisory_unlock($1, $2)", key, int32(id)).Scan(&unlocked); err != nil {
+			return ok, nil // the connection is closed, and the lock with it
 		}
 		if ok {
 			healthy = true
@@ -185,30 +205,93 @@ func (s *Subscription[T]) advisoryOnce(ctx context.Context) (found bool, err err
 	return false, nil
 }
 
-func (s *Subscription[T]) handleAdvisory(ctx context.Context, conn *pgxpool.Conn, id int64, attempt int, payload []byte) {
+// handleAdvisory runs and settles a job whose advisory lock conn holds. It reports
+// whether conn is still fit to unlock and go back to the pool.
+func (s *Subscription[T]) handleAdvisory(conn *pgxpool.Conn, id int64, attempt int, payload []byte) bool {
 	q := s.q
-	hctx, cancel := context.WithCancelCause(s.workCtx)
-	herr := s.run(hctx, id, attempt, payload)
-	cancel(nil)
+	lost, herr := s.runHeld(conn.Conn().PgConn(), id, attempt, payload)
+	if s.ctx.Err() != nil {
+		s.unsettled(id)
+		return false // the connection is closed unsettled, as in a crash
+	}
 	d := decide(herr, attempt, s.o.MaxAttempts, q.c.Attempts != "", s.o.Backoff)
-	switch context.Cause(s.workCtx) {
-	case errAbandon:
-		return // the connection is closed unsettled, as in a crash
-	case errRelease:
-		if herr != nil {
-			d = decision{out: Released, err: herr}
-		}
+	if herr != nil && context.Cause(s.workCtx) == errRelease {
+		d = decision{out: Released, err: herr}
 	}
 	r := Result{ID: id, Attempt: attempt, Outcome: d.out, Err: d.err}
-	sql, args := q.settleSQL(kindOf(d.out), id, nil, q.now(), d.delay, errText(d.err), time.Time{})
-	_, err := conn.Exec(ctx, sql, args...)
-	if err != nil && isConnErr(err) {
-		// The connection (and with it the lock) is gone; write through the pool.
-		err = s.retrying(ctx, func() error {
-			_, err := q.db().exec(ctx, sql, args...)
-			return err
-		})
+	if lost != nil {
+		r.SettleErr = s.lostSettle(id, d.out, lost.Err)
+		s.observe(r)
+		return false
 	}
-	r.SettleErr = err
+	// Fenced twice: only this session holds the row's lock while it lives, and the
+	// row must still carry the attempt this claim wrote. Never through another
+	// connection: without the lock the row may be another worker's.
+	sql, args := q.settleSQL(kindOf(d.out), id, s.attemptFence(attempt), q.now(), d.delay, errText(d.err), time.Time{})
+	tag, err := conn.Exec(s.ctx, sql, args...)
+	switch {
+	case err != nil:
+		r.SettleErr = s.settleErr(conn.Conn().PgConn(), id, d.out, err)
+	case tag.RowsAffected() == 0:
+		r.SettleErr = s.lostSettle(id, d.out, nil)
+	}
 	s.observe(r)
+	return err == nil || !conn.Conn().IsClosed()
+}
+
+// runHeld runs the handler of a job whose lock connection pc holds, watching pc: if
+// the connection is lost meanwhile, the handler's context is cancelled at once with a
+// *LeaseLostError (Op "lock") as its cause, which runHeld also returns.
+func (s *Subscription[T]) runHeld(pc *pgconn.PgConn, id int64, attempt int, payload []byte) (lost *LeaseLostError, herr error) {
+	hctx, cancel := context.WithCancelCause(s.workCtx)
+	defer cancel(nil)
+	w := watchConn(pc, func(err error) {
+		le := &LeaseLostError{Table: s.q.name, ID: id, Op: "lock", Err: err}
+		lost = le // read after w.stop, which waits for this goroutine
+		cancel(le)
+		if context.Cause(hctx) == le {
+			s.claimLost(id, le)
+		}
+	})
+	herr = s.run(hctx, id, attempt, payload)
+	w.stop()
+	return lost, herr
+}
+
+// attemptFence is the fence of a lock form's settlement: the attempt its claim wrote,
+// on a table that counts attempts.
+func (s *Subscription[T]) attemptFence(attempt int) fence {
+	return fence{attempt: attempt, byAttempt: s.q.c.Attempts != ""}
+}
+
+// lostSettle is the settlement error of a lock form's job whose lock was lost: the
+// write was not made (or, if the connection failed during COMMIT, may have been).
+func (s *Subscription[T]) lostSettle(id int64, out Outcome, cause error) error {
+	return &LeaseLostError{Table: s.q.name, ID: id, Op: kindOf(out).String(), Err: cause}
+}
+
+// settleErr classifies the failure of a lock form's settlement on its held connection:
+// a lost connection loses the lock with it (*LeaseLostError); any other error is the
+// database refusing the write, and is returned as it is.
+func (s *Subscription[T]) settleErr(pc *pgconn.PgConn, id int64, out Outcome, err error) error {
+	if pc.IsClosed() || isConnErr(err) || s.ctx.Err() != nil {
+		return s.lostSettle(id, out, err)
+	}
+	return err
+}
+
+// unsettled logs a lock form's job that the subscription left unsettled when it was
+// abandoned or halted.
+func (s *Subscription[T]) unsettled(id int64) {
+	s.q.log.Warn("inbox: subscription ended with a job unsettled; its lock goes with its connection",
+		"table", s.q.name, "id", id, "form", s.o.Form.String(), "cause", context.Cause(s.ctx))
+}
+
+// claimLost records that job id's claim was lost while its handler ran, which was then
+// cancelled.
+func (s *Subscription[T]) claimLost(id int64, err *LeaseLostError) {
+	s.q.health.locksLost.Add(1)
+	s.q.health.noteErr(err)
+	s.q.log.Warn("inbox: claim lost while its handler ran; handler cancelled (the job runs again unless its settlement still finds the row unclaimed)",
+		"table", s.q.name, "id", id, "form", s.o.Form.String(), "err", err)
 }

@@ -2,6 +2,7 @@ package inbox_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"sync/atomic"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/gotp/gotp/gotptest"
 	"github.com/gotp/gotp/inbox"
 )
 
@@ -316,5 +318,126 @@ func TestLeaseOptionsKeepExactlyOnce(t *testing.T) {
 				return b.queryN(t, `SELECT count(*) FROM "`+b.table+`"`) == 0
 			}, "every ack written")
 		})
+	}
+}
+
+// appPool opens a pool whose connections carry a unique application_name, so that a
+// test can terminate exactly its backends.
+func appPool(t *testing.T, maxConns int32) (*pgxpool.Pool, string) {
+	t.Helper()
+	cfg, err := pgxpool.ParseConfig(pgURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	app := fmt.Sprintf("inbox-%d", time.Now().UnixNano())
+	cfg.ConnConfig.RuntimeParams["application_name"] = app
+	cfg.MaxConns = maxConns
+	pool, err := pgxpool.NewWithConfig(t.Context(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	return pool, app
+}
+
+// terminate ends every backend of application app on this test's database, and
+// reports how many.
+func terminate(t *testing.T, b *backend, app string) int64 {
+	t.Helper()
+	return b.queryN(t, `SELECT count(*) FROM (SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+		WHERE datname = current_database() AND application_name = $1) k`, app)
+}
+
+// When the connection holding a job's row lock or advisory lock dies, the handler's
+// context is cancelled at once with ErrLeaseLost as its cause; whatever the handler
+// then returns is never reported as settled, and the job runs again, once, to a
+// single clean ack.
+func TestLockLossCancelsHandlerAndIsNeverASuccess(t *testing.T) {
+	for _, form := range []inbox.Form{inbox.RowLock, inbox.AdvisoryLock} {
+		t.Run(form.String(), func(t *testing.T) {
+			t.Parallel()
+			b := pgBackend(t)
+			defaultTable(t, b)
+			pool, app := appPool(t, 4)
+			q, err := inbox.NewPostgres(pool, inbox.Config[msg]{Table: b.table, Logger: quiet()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			res := newResults()
+			inJob := make(chan struct{}, 2)
+			cancelled := make(chan time.Time, 1)
+			var runs atomic.Int64
+			start(t, q, func(ctx context.Context, j inbox.Job[msg]) error {
+				if runs.Add(1) > 1 {
+					return nil
+				}
+				inJob <- struct{}{}
+				<-ctx.Done()
+				cancelled <- time.Now()
+				if cause := context.Cause(ctx); !errors.Is(cause, inbox.ErrLeaseLost) {
+					t.Errorf("cause %v, want ErrLeaseLost", cause)
+				} else if le, _ := errors.AsType[*inbox.LeaseLostError](cause); le.Op != "lock" || le.Err == nil {
+					t.Errorf("cause %#v, want Op lock with the connection's error", le)
+				}
+				return nil // would ack, if the lock were still held
+			}, inbox.SubscribeOptions{Form: form, PollInterval: 20 * time.Millisecond, Observe: res.observe})
+			id, err := q.Publish(t.Context(), msg{N: 1}, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			gotptest.Recv(t, inJob)
+			killed := time.Now()
+			if n := terminate(t, b, app); n == 0 {
+				t.Fatal("no backend terminated")
+			}
+			at := gotptest.Recv(t, cancelled)
+			t.Logf("handler cancelled %v after pg_terminate_backend returned", at.Sub(killed))
+			first := res.next(t)
+			if first.ID != id || !errors.Is(first.SettleErr, inbox.ErrLeaseLost) {
+				t.Fatalf("first run: %+v, want its settlement refused with ErrLeaseLost", first)
+			}
+			second := res.next(t)
+			if second.ID != id || second.Outcome != inbox.Acked || second.SettleErr != nil {
+				t.Fatalf("second run: %+v, want a clean ack", second)
+			}
+			if h := q.Health(); h.LocksLost != 1 {
+				t.Fatalf("health %+v, want one lock lost", h)
+			}
+			if o := q.Outcomes(); o["lease_lost"] != 1 || o["ack"] != 1 {
+				t.Fatalf("outcomes %v, want one ack and one lease_lost", o)
+			}
+		})
+	}
+}
+
+// An advisory-lock settlement is fenced by the attempt its claim wrote: when the row
+// carries another claim's attempt, the late settlement is refused with a
+// *LeaseLostError and the row stays.
+func TestAdvisorySettlementIsFencedByAttempt(t *testing.T) {
+	b := pgBackend(t)
+	q := defaultTable(t, b)
+	res := newResults()
+	inJob := make(chan int64, 1)
+	release := make(chan struct{})
+	start(t, q, func(ctx context.Context, j inbox.Job[msg]) error {
+		inJob <- j.ID
+		<-release
+		return nil
+	}, inbox.SubscribeOptions{Form: inbox.AdvisoryLock, PollInterval: 20 * time.Millisecond, Observe: res.observe})
+	if _, err := q.Publish(t.Context(), msg{N: 1}, nil); err != nil {
+		t.Fatal(err)
+	}
+	id := gotptest.Recv(t, inJob)
+	// As a newer claim would: the attempt moves on (and the row is put out of reach,
+	// so that no claim of this subscription takes it again).
+	b.exec(t, `UPDATE "`+b.table+`" SET attempts = attempts + 1, locked_until = now() + interval '1 hour' WHERE id = $1`, id)
+	close(release)
+	r := res.next(t)
+	lost, ok := errors.AsType[*inbox.LeaseLostError](r.SettleErr)
+	if !ok || lost.ID != id || lost.Op != "ack" {
+		t.Fatalf("late settlement: %+v, want *LeaseLostError on ack", r)
+	}
+	if n := b.queryN(t, `SELECT count(*) FROM "`+b.table+`" WHERE id = $1`, id); n != 1 {
+		t.Fatal("the row owned by the newer claim was deleted by the fenced-out one")
 	}
 }

@@ -53,7 +53,9 @@ func Spawn[T any](ctx context.Context, n *gotp.Node, q *Queue[T], h Handler[T], 
 // as the process.
 func (s *Subscription[T]) runProcess(p *gotp.Process, stopTimeout time.Duration) error {
 	p.TrapExit(true)
-	s.launch(p.Context())
+	if !s.launch(p.Context()) {
+		return nil
+	}
 	for {
 		msg, err := p.Receive(p.Context())
 		if err != nil {

@@ -104,6 +104,7 @@ type Queue[T any] struct {
 
 	// outcomes counts settled attempts by Outcome (index) and lost leases (index 0).
 	outcomes [Released + 1]atomic.Int64
+	health   health
 
 	mu        sync.Mutex // guards wakers and listener
 	wakers    map[*waker]struct{}

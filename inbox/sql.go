@@ -66,10 +66,19 @@ func (s *stmt[T]) after(host time.Time, d time.Duration) string {
 	return s.arg(s.q.ts(host.Add(d)))
 }
 
-// settleSQL builds the statement for one settlement of row id. With fence non-nil the
-// write happens only while the row's lock deadline still equals *fence (the lease
-// form); the row-lock and advisory forms hold the row otherwise and pass nil.
-func (q *Queue[T]) settleSQL(k settleKind, id int64, fence *time.Time, now time.Time, delay time.Duration, lastErr string, newDeadline time.Time) (string, []any) {
+// fence is the condition under which a settlement still owns its row.
+type fence struct {
+	// lease (the lease form): the row's lock deadline must still be the one this
+	// claim (or its last extension) wrote.
+	lease *time.Time
+	// attempt (the lock forms, on a table with an Attempts column): the row's
+	// attempts must still be the count this claim wrote.
+	attempt   int
+	byAttempt bool
+}
+
+// settleSQL builds the statement for one settlement of row id, fenced by f.
+func (q *Queue[T]) settleSQL(k settleKind, id int64, f fence, now time.Time, delay time.Duration, lastErr string, newDeadline time.Time) (string, []any) {
 	s := &stmt[T]{q: q}
 	c := q.c
 	var set []string
@@ -120,8 +129,11 @@ func (q *Queue[T]) settleSQL(k settleKind, id int64, fence *time.Time, now time.
 		b.WriteString("UPDATE " + q.table + " SET " + strings.Join(set, ", "))
 	}
 	b.WriteString(" WHERE " + col(c.ID) + " = " + s.arg(id))
-	if fence != nil {
-		b.WriteString(" AND " + lu + " = " + s.arg(q.ts(*fence)))
+	if f.lease != nil {
+		b.WriteString(" AND " + lu + " = " + s.arg(q.ts(*f.lease)))
+	}
+	if f.byAttempt && c.Attempts != "" {
+		b.WriteString(" AND " + col(c.Attempts) + " = " + s.arg(f.attempt))
 	}
 	return b.String(), s.args
 }

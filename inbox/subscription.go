@@ -15,16 +15,19 @@ type Form uint8
 const (
 	// Lease (the default; SQLite and Postgres): a claim writes a lock deadline, counts
 	// the attempt and commits in one statement; the handler holds no connection; the
-	// lease is extended every half lease while the handler runs, and every settlement
-	// and extension is fenced by the deadline the claim wrote.
+	// lease is extended every third of a lease while the handler runs, and every
+	// settlement and extension is fenced by the deadline the claim wrote.
 	Lease Form = iota
 	// RowLock (Postgres): SELECT ... FOR UPDATE SKIP LOCKED in a transaction held,
 	// with its connection, while the handler runs; the settlement commits with it.
+	// In both lock forms a watcher on the held connection cancels the handler as
+	// soon as the connection (and with it the lock) is lost.
 	// A crash rolls the transaction back, and the attempt count with it: under
 	// RowLock a crashed attempt is not counted.
 	RowLock
 	// AdvisoryLock (Postgres): a session advisory lock on the row's id, held with its
-	// connection while the handler runs.
+	// connection while the handler runs; the settlement is written on that
+	// connection, fenced by the attempt the claim wrote.
 	AdvisoryLock
 )
 
@@ -56,7 +59,7 @@ type SubscribeOptions struct {
 	// Form is the claim form. Defaults to Lease.
 	Form Form
 	// Lease is the lease length of the Lease form. Defaults to DefaultLease (30 s);
-	// it is extended every half lease while a handler runs.
+	// it is extended every third of a lease while a handler runs.
 	Lease time.Duration
 	// PollInterval is how long the subscription waits after a claim that came back
 	// short before claiming again, unless woken. Defaults to DefaultPollInterval (1 s).
@@ -101,16 +104,24 @@ type Job[T any] struct {
 
 // Handler handles one job. Return nil to ack; Retry, Drop or DeadLetter to say so;
 // any other error (or a panic) is a failed attempt, retried after Backoff and
-// dead-lettered at MaxAttempts. ctx is cancelled when the lease is lost (cause
-// ErrLeaseLost), when Stop's deadline passes, or when Start's context ends; a handler
-// must return soon after.
+// dead-lettered at MaxAttempts. ctx is cancelled when the claim is lost (the cause is
+// a *LeaseLostError: the lease could not be extended in time, or the connection
+// holding a row or advisory lock failed), when Stop's deadline passes, or when
+// Start's context ends; a handler must return soon after, since another instance may
+// be running the same job by then.
 type Handler[T any] func(ctx context.Context, job Job[T]) error
 
-// Causes of the work context's cancellation.
+// Causes of the cancellation of the subscription's contexts.
 var (
 	errAbandon = errors.New("inbox: subscription abandoned (start context ended)")
 	errRelease = errors.New("inbox: subscription stopping (stop deadline passed)")
+	errHalt    = errors.New("inbox: subscription halted (stop deadline passed long enough ago)")
 )
+
+// stopGrace is how long Stop goes on after its context ends: the first four fifths
+// to release the jobs whose handlers were cancelled, the last fifth for the
+// subscription's goroutines to return once every statement is cancelled.
+const stopGrace = 500 * time.Millisecond
 
 // Subscription handles a queue's jobs with up to Workers of them in work at once.
 // Start it, then Stop it; it runs once. Its goroutines are its own: Stop (or the end
@@ -129,10 +140,19 @@ type Subscription[T any] struct {
 	started bool
 	stopped bool
 
-	workCtx    context.Context // parent of every handler context
-	workCancel context.CancelCauseFunc
-	stopWatch  func() bool // stops the AfterFunc on Start's ctx
-
+	// The contexts, made by launch. ctx bounds every statement and every wait of the
+	// subscription's goroutines: it ends with Start's context (cause errAbandon) or
+	// stopGrace*4/5 after Stop's deadline (errHalt). workCtx, its child, is the parent
+	// of every handler's context and also ends at Stop's deadline (errRelease).
+	// claimCtx, another child, bounds the lock forms' claims and ends when Stop is
+	// called, so that a claim waiting for a connection does not hold Stop up.
+	ctx         context.Context
+	cancel      context.CancelCauseFunc
+	workCtx     context.Context
+	workCancel  context.CancelCauseFunc
+	claimCtx    context.Context
+	claimCancel context.CancelFunc
+	stopWatch   func() bool // stops the AfterFunc on Start's ctx
 }
 
 // Subscribe makes a subscription of h on the queue's table. It checks the options and
@@ -219,7 +239,8 @@ func (q *Queue[T]) poolSize() int {
 // subscription's goroutines and returns. ctx is the subscription's lifetime: when it
 // ends, handlers are cancelled and jobs in work are abandoned unsettled, as in a
 // crash (leased jobs are claimed again once their lease expires); use Stop to end
-// gracefully. A second Start returns ErrStopped.
+// gracefully. A second Start, or a Start that Stop overtook while it checked the
+// table, returns ErrStopped.
 func (s *Subscription[T]) Start(ctx context.Context) error {
 	if err := s.begin(); err != nil {
 		return err
@@ -228,7 +249,9 @@ func (s *Subscription[T]) Start(ctx context.Context) error {
 		s.fail()
 		return err
 	}
-	s.launch(ctx)
+	if !s.launch(ctx) {
+		return ErrStopped
+	}
 	return nil
 }
 
@@ -251,10 +274,20 @@ func (s *Subscription[T]) fail() {
 	close(s.done)
 }
 
-// launch starts the goroutines of a checked subscription.
-func (s *Subscription[T]) launch(ctx context.Context) {
-	s.workCtx, s.workCancel = context.WithCancelCause(context.WithoutCancel(ctx))
-	s.stopWatch = context.AfterFunc(ctx, func() { s.workCancel(errAbandon) })
+// launch starts the goroutines of a checked subscription. A subscription stopped
+// while Start was checking it is not launched: launch closes done and reports false.
+func (s *Subscription[T]) launch(ctx context.Context) bool {
+	s.mu.Lock()
+	if s.stopped {
+		s.mu.Unlock()
+		close(s.done)
+		return false
+	}
+	s.ctx, s.cancel = context.WithCancelCause(context.WithoutCancel(ctx))
+	s.workCtx, s.workCancel = context.WithCancelCause(s.ctx)
+	s.claimCtx, s.claimCancel = context.WithCancel(s.ctx)
+	s.mu.Unlock()
+	s.stopWatch = context.AfterFunc(ctx, func() { s.cancel(errAbandon) })
 	s.q.addWaker(s.w)
 	if s.q.notify {
 		s.q.listen(s.w)
@@ -277,13 +310,13 @@ func (s *Subscription[T]) launch(ctx context.Context) {
 				wg.Go(func() { s.leaseWorker(l) })
 			}
 			wg.Go(func() {
-				s.leaseLoop(ctx, l)
+				s.leaseLoop(l)
 				close(l.jobs)
 			})
 		}
 	} else {
 		for range s.o.Workers {
-			wg.Go(func() { s.lockWorker(ctx) })
+			wg.Go(s.lockWorker)
 		}
 	}
 	go func() {
@@ -293,16 +326,27 @@ func (s *Subscription[T]) launch(ctx context.Context) {
 			s.q.unlisten(s.w)
 		}
 		s.stopWatch()
-		s.workCancel(context.Canceled)
+		s.cancel(context.Canceled)
 		close(s.done)
 	}()
+	return true
 }
 
-// Stop ends the subscription gracefully: it claims no more, waits for jobs in work to
-// finish and settles them. If ctx ends first, it cancels the handlers, releases the
-// jobs they had not finished (ready at once for another instance, their attempt not
-// counted), waits for the workers to return, and returns ctx's error. Stop on a
-// subscription never started, or stopped already, returns nil.
+// Stop ends the subscription gracefully: it claims no more, waits for the jobs in work
+// to finish and settles them, and returns nil once every goroutine of the
+// subscription has returned.
+//
+// If ctx ends first, Stop keeps its deadline: it cancels the handlers' contexts and
+// releases the jobs they had not finished (ready at once for another instance, their
+// attempt not counted) for as long as the next 0.4 s allows; then it cancels every
+// statement and wait still in flight, and returns ctx's error at most 0.5 s after ctx
+// ended, whatever the database does. Jobs it could not release by then are left to
+// their lease (or, in the lock forms, to the end of their connection). Done is
+// closed when the last goroutine has returned: by the time Stop returns, unless a
+// handler ignores its context.
+//
+// Stop on a subscription never started, or stopped already, returns nil. Safe for
+// concurrent use.
 func (s *Subscription[T]) Stop(ctx context.Context) error {
 	s.mu.Lock()
 	if !s.started {
@@ -316,15 +360,35 @@ func (s *Subscription[T]) Stop(ctx context.Context) error {
 	if !s.stopped {
 		s.stopped = true
 		close(s.stopClaim)
+		if s.claimCancel != nil {
+			s.claimCancel()
+		}
 	}
+	launched := s.workCancel != nil
 	s.mu.Unlock()
 	select {
 	case <-s.done:
 		return nil
 	case <-ctx.Done():
 	}
+	if !launched {
+		// Start is still checking the table; it will see the stop and not launch.
+		return ctx.Err()
+	}
 	s.workCancel(errRelease)
-	<-s.done
+	t := time.NewTimer(stopGrace * 4 / 5)
+	defer t.Stop()
+	select {
+	case <-s.done:
+		return ctx.Err()
+	case <-t.C:
+	}
+	s.cancel(errHalt)
+	t.Reset(stopGrace / 5)
+	select {
+	case <-s.done:
+	case <-t.C:
+	}
 	return ctx.Err()
 }
 
@@ -346,9 +410,9 @@ func (s *Subscription[T]) check(ctx context.Context) error {
 			add(q.pgAckClaimSQL(nil, nil, now, now, 1))
 			add(q.pgAckClaimSQL(nil, nil, now, now, 0))
 		}
-		add(q.settleSQL(skExtend, 0, &now, now, 0, "", now))
+		add(q.settleSQL(skExtend, 0, fence{lease: &now}, now, 0, "", now))
 		for _, k := range []settleKind{skAck, skRetry, skDead, skRelease} {
-			add(q.settleSQL(k, 0, &now, now, time.Second, "", now))
+			add(q.settleSQL(k, 0, fence{lease: &now}, now, time.Second, "", now))
 		}
 	case RowLock, AdvisoryLock:
 		if s.o.Form == RowLock {
@@ -358,7 +422,7 @@ func (s *Subscription[T]) check(ctx context.Context) error {
 		}
 		add(q.takeSQL(0, now))
 		for _, k := range []settleKind{skAck, skRetry, skDead, skRelease} {
-			add(q.settleSQL(k, 0, nil, now, time.Second, "", now))
+			add(q.settleSQL(k, 0, fence{attempt: 1, byAttempt: true}, now, time.Second, "", now))
 		}
 	}
 	if q.dialect == SQLite {

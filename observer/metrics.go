@@ -20,6 +20,10 @@ var (
 		"Jobs of each inbox table by state (ready, in_work, delayed, dead).", []string{"table", "state"}, nil)
 	descOutcomes = prometheus.NewDesc("gotp_inbox_outcomes_total",
 		"Jobs handled by this node's subscriptions, by outcome.", []string{"table", "outcome"}, nil)
+	descInboxErrors = prometheus.NewDesc("gotp_inbox_errors_total",
+		"Failures met by this node's subscriptions of each inbox table, by kind (claim, permanent, lock_lost, bad_row).", []string{"table", "kind"}, nil)
+	descInboxFailing = prometheus.NewDesc("gotp_inbox_failing_claimers",
+		"Claimers of each inbox table backing off after a failed claim.", []string{"table"}, nil)
 	descCluster = prometheus.NewDesc("gotp_cluster_messages_total",
 		"Cluster messages exchanged with each peer, by direction.", []string{"peer", "direction"}, nil)
 )
@@ -31,7 +35,7 @@ var mailboxBuckets = []float64{0, 1, 10, 100, 1000, 10000, 100000}
 type collector struct{ o *Observer }
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descProcesses, descMailbox, descRestarts, descRegistry, descGroup, descInbox, descOutcomes, descCluster} {
+	for _, d := range []*prometheus.Desc{descProcesses, descMailbox, descRestarts, descRegistry, descGroup, descInbox, descOutcomes, descInboxErrors, descInboxFailing, descCluster} {
 		ch <- d
 	}
 }
@@ -88,6 +92,12 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		}
 		for outcome, v := range t.Outcomes {
 			ch <- prometheus.MustNewConstMetric(descOutcomes, prometheus.CounterValue, float64(v), t.Name, outcome)
+		}
+		if h := t.Health; h != nil {
+			for kind, v := range map[string]int64{"claim": h.ClaimErrors, "permanent": h.PermanentErrors, "lock_lost": h.LocksLost, "bad_row": h.BadRows} {
+				ch <- prometheus.MustNewConstMetric(descInboxErrors, prometheus.CounterValue, float64(v), t.Name, kind)
+			}
+			ch <- prometheus.MustNewConstMetric(descInboxFailing, prometheus.GaugeValue, float64(h.Failing), t.Name)
 		}
 	}
 	for _, p := range s.Cluster {

@@ -204,7 +204,8 @@ func TestMetrics(t *testing.T) {
 	extra := observer.SourceFunc(func(_ context.Context, s *observer.Snapshot) {
 		s.Registries = append(s.Registries, observer.Registry{Name: "online", Kind: "unique", Partitions: 2, Entries: 3, Keys: []int{1, 2}})
 		s.Scopes = append(s.Scopes, observer.Scope{ID: "chat", Groups: []observer.Group{{Name: "room:lobby", Size: 4}}})
-		s.Inboxes = append(s.Inboxes, observer.InboxTable{Name: "jobs", Ready: 7, Outcomes: map[string]int64{"ack": 9}})
+		s.Inboxes = append(s.Inboxes, observer.InboxTable{Name: "jobs", Ready: 7, Outcomes: map[string]int64{"ack": 9},
+			Health: &observer.InboxHealth{ClaimErrors: 3, PermanentErrors: 1, Failing: 1}})
 		s.Cluster = append(s.Cluster, observer.ClusterPeer{Node: "b", Up: true, MessagesIn: 5, MessagesOut: 6})
 	})
 	// Restart one child so the restart counter is not zero.
@@ -234,12 +235,21 @@ func TestMetrics(t *testing.T) {
 		"gotp_cluster_messages_total":    0, // checked below
 		"gotp_inbox_jobs":                0,
 		"gotp_inbox_outcomes_total":      9,
+		"gotp_inbox_errors_total":        3,
+		"gotp_inbox_failing_claimers":    1,
 		"gotp_mailbox_length":            0,
 		"gotp_supervisor_restarts_total": 0,
 	}
 	for name := range want {
 		if fams[name] == nil {
 			t.Errorf("missing metric family %s", name)
+		}
+	}
+	for _, m := range fams["gotp_inbox_errors_total"].GetMetric() {
+		for _, l := range m.GetLabel() {
+			if l.GetName() == "kind" && l.GetValue() == "claim" && m.GetCounter().GetValue() != 3 {
+				t.Errorf("gotp_inbox_errors_total{kind=claim} = %v, want 3", m.GetCounter().GetValue())
+			}
 		}
 	}
 	if v := fams["gotp_processes"].GetMetric()[0].GetGauge().GetValue(); v != want["gotp_processes"] {
@@ -320,7 +330,8 @@ func TestSources(t *testing.T) {
 	if len(s.Scopes) != 1 || len(s.Scopes[0].Groups) != 1 || s.Scopes[0].Groups[0].Size != 1 || len(s.Scopes[0].Groups[0].Members["obs"]) != 1 {
 		t.Fatalf("scopes %+v", s.Scopes)
 	}
-	if len(s.Inboxes) != 1 || s.Inboxes[0].Name != "jobs" || s.Inboxes[0].Ready != 3 {
+	if len(s.Inboxes) != 1 || s.Inboxes[0].Name != "jobs" || s.Inboxes[0].Ready != 3 ||
+		s.Inboxes[0].Health == nil || s.Inboxes[0].Health.ClaimErrors != 0 {
 		t.Fatalf("inboxes %+v", s.Inboxes)
 	}
 	_, page := get(t, o, "/observer/")

@@ -91,7 +91,22 @@ type InboxTable struct {
 	Delayed  int64            `json:"delayed"`
 	Dead     int64            `json:"dead"`
 	Outcomes map[string]int64 `json:"outcomes,omitempty"` // outcome → jobs since start
-	Err      string           `json:"error,omitempty"`
+	// Health is what the table's subscriptions in this process met (see
+	// inbox.Health), when the value reports it.
+	Health *InboxHealth `json:"health,omitempty"`
+	Err    string       `json:"error,omitempty"`
+}
+
+// InboxHealth is what an inbox table's subscriptions in this process met
+// since they started: failed claims, lost locks, unreadable rows.
+type InboxHealth struct {
+	ClaimErrors     int64     `json:"claim_errors"`
+	PermanentErrors int64     `json:"permanent_errors"` // of claim_errors: the table refuses the statement
+	LocksLost       int64     `json:"locks_lost"`
+	BadRows         int64     `json:"bad_rows"`
+	Failing         int64     `json:"failing"` // claimers backing off now
+	LastError       string    `json:"last_error,omitempty"`
+	LastErrorAt     time.Time `json:"last_error_at,omitzero"`
 }
 
 // ClusterPeer is one node of the cluster as this node sees it.

@@ -64,9 +64,14 @@ type inboxStats interface {
 // ended (acked, retried, dropped, dead-lettered...).
 type outcomeCounter interface{ Outcomes() map[string]int64 }
 
-// InboxSource shows inbox tables: ready, in work, delayed and dead jobs
-// (one statement per table and request), and job outcomes when the value
-// counts them.
+// healthReporter is implemented by inbox values that report the failures
+// their subscriptions met (failed claims, lost locks, unreadable rows).
+type healthReporter interface{ Health() inbox.Health }
+
+// InboxSource shows inbox tables: ready, in work, delayed, dead and invalid
+// jobs (one statement per table and request), job outcomes when the value
+// counts them, and the failures its subscriptions met (inbox.Health) when
+// the value reports them.
 func InboxSource(tables ...inboxStats) Source {
 	return SourceFunc(func(ctx context.Context, s *Snapshot) {
 		for _, q := range tables {
@@ -79,6 +84,14 @@ func InboxSource(tables ...inboxStats) Source {
 			}
 			if oc, ok := q.(outcomeCounter); ok {
 				row.Outcomes = oc.Outcomes()
+			}
+			if hr, ok := q.(healthReporter); ok {
+				h := hr.Health()
+				row.Health = &InboxHealth{
+					ClaimErrors: h.ClaimErrors, PermanentErrors: h.PermanentErrors,
+					LocksLost: h.LocksLost, BadRows: h.BadRows, Failing: h.Failing,
+					LastError: h.LastError, LastErrorAt: h.LastErrorAt,
+				}
 			}
 			s.Inboxes = append(s.Inboxes, row)
 		}

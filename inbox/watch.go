@@ -1,0 +1,108 @@
+package inbox
+
+import (
+	"context"
+	"errors"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// Heartbeat of a held connection: how often a watcher that has heard nothing pings
+// the connection of a lock form's job, and how long the ping may take.
+const (
+	heartbeatEvery   = time.Second
+	heartbeatTimeout = 5 * time.Second
+)
+
+// connWatch watches the connection that holds a lock form's job while its handler
+// runs, so that the loss of the connection (and with it of the lock) cancels the
+// handler at once instead of when the settlement finds the connection dead.
+//
+// The connection is idle while the handler runs, so a goroutine can read from it:
+// it blocks in WaitForNotification, which returns as soon as the server closes the
+// session (pg_terminate_backend sends a FATAL error first) or the socket fails. A
+// silent loss (a cut network) sends nothing; for it the watcher pings the connection
+// after every heartbeatEvery of silence and counts a ping that fails or outlasts
+// heartbeatTimeout as a loss. stop interrupts the read with a read deadline, never
+// a ping (an interrupted query would close the connection).
+type connWatch struct {
+	pc   *pgconn.PgConn
+	nc   net.Conn
+	lost func(error) // called once, from the watcher's goroutine, on a loss
+	done chan struct{}
+
+	mu       sync.Mutex // guards stopping, pinging and the read deadline of nc
+	stopping bool
+	pinging  bool
+}
+
+// watchConn starts watching pc; lost is called on a loss. Call stop before using pc
+// again.
+func watchConn(pc *pgconn.PgConn, lost func(error)) *connWatch {
+	w := &connWatch{pc: pc, nc: pc.Conn(), lost: lost, done: make(chan struct{})}
+	go w.run()
+	return w
+}
+
+func (w *connWatch) run() {
+	defer close(w.done)
+	for {
+		w.mu.Lock()
+		if w.stopping {
+			w.mu.Unlock()
+			return
+		}
+		_ = w.nc.SetReadDeadline(time.Now().Add(heartbeatEvery))
+		w.mu.Unlock()
+		// Background: the deadline above, not a context, interrupts the wait, so the
+		// pool's context watcher (which might send a cancel request) is not involved.
+		err := w.pc.WaitForNotification(context.Background())
+		w.mu.Lock()
+		if w.stopping {
+			w.mu.Unlock()
+			return
+		}
+		var ne net.Error
+		silent := err == nil || (errors.As(err, &ne) && ne.Timeout() && !w.pc.IsClosed())
+		if !silent {
+			w.mu.Unlock()
+			w.lost(err)
+			return
+		}
+		// Nothing heard for a heartbeat (or a stray notification): ping.
+		w.pinging = true
+		_ = w.nc.SetReadDeadline(time.Time{})
+		w.mu.Unlock()
+		ctx, cancel := context.WithTimeout(context.Background(), heartbeatTimeout)
+		err = w.pc.Ping(ctx)
+		cancel()
+		w.mu.Lock()
+		w.pinging = false
+		stopping := w.stopping
+		w.mu.Unlock()
+		if err != nil {
+			if !stopping {
+				// When stopping, the handler has returned: the settlement will find
+				// the connection closed and report it.
+				w.lost(err)
+			}
+			return
+		}
+	}
+}
+
+// stop ends the watch and waits for its goroutine; the connection is then free for
+// its owner (or closed, if the watch saw it lost).
+func (w *connWatch) stop() {
+	w.mu.Lock()
+	w.stopping = true
+	if !w.pinging {
+		_ = w.nc.SetReadDeadline(time.Now())
+	}
+	w.mu.Unlock()
+	<-w.done
+	_ = w.nc.SetReadDeadline(time.Time{})
+}
