@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs gotp's benchmarks for BENCHMARKS.md, each family beside its baseline,
 # COUNT times (default 5), and prints benchstat medians. With ANCHORS=1 it
-# first reruns the Erlang/Elixir anchors of ../shared/bench/beam in the same
+# first reruns the Erlang/Elixir anchors of docs/bench/beam in the same
 # sitting (needs erlang-nox and elixir from apt).
 #
 #   scripts/bench.sh                 # gotp only
@@ -17,9 +17,7 @@ export PATH="$PATH:$(go env GOPATH)/bin"
 command -v benchstat >/dev/null || go install golang.org/x/perf/cmd/benchstat@v0.0.0-20260908200009-22c9c6c9d4da
 
 if [ "${ANCHORS:-0}" = 1 ]; then
-	beam=../shared/bench/beam
-	[ -d "$beam" ] || beam=/work/shared/bench/beam
-	(cd "$beam" && ./run_all.sh "$COUNT" "$PWD/../../../main/$OUT/beam") | tee "$OUT/anchors.txt"
+	ROUNDS=$COUNT OUT="$PWD/$OUT/beam" docs/bench/beam/run.sh | tee "$OUT/anchors.txt"
 fi
 
 run() { # name package pattern [benchtime]

@@ -1,14 +1,15 @@
 #!/bin/bash
 # One quiet sitting of W1–W8: each round runs a BEAM anchor script
-# (../shared/bench/beam, Elixir 1.14 / OTP 25) and then the matching gotp
-# benchmarks, so that drift in the machine's speed falls on both. Run it on
-# an otherwise idle machine; results go to $OUT (default /tmp/sit), one
-# file per script and round. Summarise with docs/bench/quiet-sitting.py.
+# (docs/bench/beam; Elixir and Erlang/OTP must be installed) and then the
+# matching gotp benchmarks, so that drift in the machine's speed falls on
+# both. Run it on an otherwise idle machine; results go to $OUT (default
+# /tmp/sit), one file per script and round. Summarise with
+# docs/bench/quiet-sitting.py. Five rounds take 7–10 minutes.
 #
 #   docs/bench/quiet-sitting.sh            # 3 rounds
 #   ROUNDS=5 OUT=/tmp/sit5 docs/bench/quiet-sitting.sh
 set -e
-B=${BEAM:-$(cd "$(dirname "$0")/../../.." && pwd)/shared/bench/beam}
+B=${BEAM:-$(cd "$(dirname "$0")" && pwd)/beam}
 ROUNDS=${ROUNDS:-3}
 OUT=${OUT:-/tmp/sit}
 cd "$(dirname "$0")/../.."
