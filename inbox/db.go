@@ -172,3 +172,10 @@ func isConnErr(err error) bool {
 	}
 	return true
 }
+
+// isPgError reports whether err is an error the Postgres server returned: the
+// statement was refused, and not applied.
+func isPgError(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr)
+}

@@ -24,6 +24,20 @@
 // *sql.Tx or pgx.Tx: the job exists only if it commits) and [PublishOpts.RunAt]
 // (delayed jobs) insert them.
 //
+// No row can wedge a queue. [Subscription.Start] refuses, with a [*ColumnError]
+// naming the column, a table whose columns allow rows that no claim could take or
+// settle: a lock deadline that allows NULL without [Columns.LockedUntilNullable]; an
+// id that allows NULL, or (SQLite) is not the INTEGER PRIMARY KEY; or (Postgres)
+// columns whose values the inbox cannot read: an id or attempts column that is not
+// an integer type, a payload that is not bytea, text, varchar, json or jsonb, a
+// LastError column limited in length. What outside writers may still leave is read
+// safely: a NULL attempts count is read as 0, counts saturate at 32767 instead of
+// overflowing, and on SQLite (where any column holds any type) attempts are cast to
+// integers and payloads to bytes. Error messages are stored as valid UTF-8, at most
+// 4 KiB. A payload the codec cannot decode is dead-lettered (see Outcomes); a
+// claimed row that still could not be read is skipped and reported (Health.BadRows)
+// while the rest of its claim proceeds.
+//
 // # Claims
 //
 // A [Subscription] has up to Workers jobs in work at once. Whatever the number of
@@ -63,9 +77,12 @@
 // ProcessedAt column), [Retry] (now or after a delay), [Drop] (done without success,
 // logged) or [DeadLetter]; any other error or a panic is a failed attempt, retried
 // after [SubscribeOptions.Backoff] and dead-lettered at MaxAttempts. A payload that
-// cannot be decoded is dead-lettered with a [*DecodeError]. Dead letters keep their
-// last error: [Queue.DeadLetters] lists them and [Queue.Requeue] makes them ready.
-// [Queue.Stats] counts ready, in-work, delayed and dead jobs.
+// cannot be decoded (a codec error or panic) is dead-lettered at once with a
+// [*DecodeError]; the JSON codec refuses a null payload ([ErrNullPayload]) rather
+// than run the handler with a zero value. Dead letters keep their last error:
+// [Queue.DeadLetters] lists them and [Queue.Requeue] makes them ready. [Queue.Stats]
+// puts every row of the table in one count: ready, in work, delayed, dead,
+// processed, or invalid (rows no claim will take as they stand).
 //
 // # Lifecycle
 //

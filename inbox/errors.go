@@ -122,3 +122,18 @@ type DialectError struct {
 func (e *DialectError) Error() string {
 	return fmt.Sprintf("inbox: %s needs a %s queue, got %s", e.Op, e.Want, e.Got)
 }
+
+// ColumnError reports a column of the job table whose definition would break claims:
+// it allows rows that no claim could take or settle (a NULL id, a NULL lock deadline
+// on a table without Columns.LockedUntilNullable), or values the inbox cannot read.
+// Start and Spawn return it, before any job is claimed.
+type ColumnError struct {
+	Table  string
+	Column string
+	Reason string
+}
+
+// Error describes the failure.
+func (e *ColumnError) Error() string {
+	return fmt.Sprintf("inbox: table %s, column %s: %s", e.Table, e.Column, e.Reason)
+}

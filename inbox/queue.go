@@ -29,13 +29,14 @@ type Columns struct {
 	Payload     string // the encoded job (BLOB / bytea)
 
 	// LockedUntilNullable adds "IS NULL OR" to the claim predicate, for tables whose
-	// outside writers leave the column NULL. The default schema does not need it.
+	// outside writers leave the column NULL. The default schema does not need it;
+	// Start refuses a nullable LockedUntil column without it (*ColumnError).
 	LockedUntilNullable bool
 
 	Priority    string // claim order: lower first; without it, by LockedUntil then ID
-	Attempts    string // counted by each claim; without it, attempts and MaxAttempts are not kept
+	Attempts    string // counted by each claim (NULL counts as 0; saturates at 32767); without it, attempts and MaxAttempts are not kept
 	ClaimedAt   string // set while a row is in work; without it Stats cannot tell in work from delayed
-	LastError   string // the last failure of a retried or dead-lettered row
+	LastError   string // the last failure of a retried or dead-lettered row (valid UTF-8, at most 4 KiB)
 	DeadAt      string // when a row was dead-lettered
 	ProcessedAt string // if set, ack marks the row processed instead of deleting it
 }

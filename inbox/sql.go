@@ -1,8 +1,10 @@
 package inbox
 
 import (
+	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 )
 
 // settleKind is a write that ends or extends an attempt.
@@ -69,8 +71,10 @@ func (s *stmt[T]) after(host time.Time, d time.Duration) string {
 // fence is the condition under which a settlement still owns its row.
 type fence struct {
 	// lease (the lease form): the row's lock deadline must still be the one this
-	// claim (or its last extension) wrote.
-	lease *time.Time
+	// claim (or its last extension) wrote, or one of unsure: deadlines that
+	// extensions tried to write without learning whether they did.
+	lease  *time.Time
+	unsure []time.Time
 	// attempt (the lock forms, on a table with an Attempts column): the row's
 	// attempts must still be the count this claim wrote.
 	attempt   int
@@ -90,7 +94,7 @@ func (q *Queue[T]) settleSQL(k settleKind, id int64, f fence, now time.Time, del
 	}
 	setErr := func() {
 		if c.LastError != "" {
-			set = append(set, col(c.LastError)+" = "+s.arg(lastErr))
+			set = append(set, col(c.LastError)+" = "+s.arg(storedError(lastErr)))
 		}
 	}
 	done := false
@@ -130,7 +134,15 @@ func (q *Queue[T]) settleSQL(k settleKind, id int64, f fence, now time.Time, del
 	}
 	b.WriteString(" WHERE " + col(c.ID) + " = " + s.arg(id))
 	if f.lease != nil {
-		b.WriteString(" AND " + lu + " = " + s.arg(q.ts(*f.lease)))
+		if len(f.unsure) == 0 {
+			b.WriteString(" AND " + lu + " = " + s.arg(q.ts(*f.lease)))
+		} else {
+			b.WriteString(" AND " + lu + " IN (" + s.arg(q.ts(*f.lease)))
+			for _, u := range f.unsure {
+				b.WriteString(", " + s.arg(q.ts(u)))
+			}
+			b.WriteString(")")
+		}
 	}
 	if f.byAttempt && c.Attempts != "" {
 		b.WriteString(" AND " + col(c.Attempts) + " = " + s.arg(f.attempt))
@@ -138,11 +150,22 @@ func (q *Queue[T]) settleSQL(k settleKind, id int64, f fence, now time.Time, del
 	return b.String(), s.args
 }
 
-// claimSet is the SET list of a claim: attempts and claimed_at, when present.
+// maxAttempts is where a claim's count of attempts stops growing: the largest value
+// that fits every integer column type (smallint), less one. Claims must not fail on
+// the values of the rows they take, and attempts + 1 would overflow there.
+const maxAttempts = 32766
+
+// claimSet is the SET list of a claim: attempts and claimed_at, when present. The
+// count of attempts reads a NULL (an outside row's) as 0, a value that is not an
+// integer (SQLite) as an integer, and saturates at maxAttempts + 1.
 func (q *Queue[T]) claimSet(s *stmt[T], now string) []string {
 	var set []string
-	if q.c.Attempts != "" {
-		set = append(set, col(q.c.Attempts)+" = "+col(q.c.Attempts)+" + 1")
+	if a := q.c.Attempts; a != "" {
+		if q.dialect == SQLite {
+			set = append(set, col(a)+" = MIN(CAST(COALESCE("+col(a)+", 0) AS INTEGER), "+strconv.Itoa(maxAttempts)+") + 1")
+		} else {
+			set = append(set, col(a)+" = LEAST(COALESCE("+col(a)+", 0), "+strconv.Itoa(maxAttempts)+") + 1")
+		}
 	}
 	if q.c.ClaimedAt != "" {
 		set = append(set, col(q.c.ClaimedAt)+" = "+now)
@@ -150,11 +173,22 @@ func (q *Queue[T]) claimSet(s *stmt[T], now string) []string {
 	return set
 }
 
+// attemptsCol is what a claim returns for the attempt: the count it just wrote.
 func (q *Queue[T]) attemptsCol() string {
 	if q.c.Attempts != "" {
 		return col(q.c.Attempts)
 	}
 	return "0"
+}
+
+// payloadCol is what a claim returns for the payload: on SQLite cast to a BLOB, so
+// that a row whose payload an outside writer stored as a number still reads as bytes
+// (Postgres types are checked at Start).
+func (q *Queue[T]) payloadCol() string {
+	if q.dialect == SQLite {
+		return "CAST(" + col(q.c.Payload) + " AS BLOB)"
+	}
+	return col(q.c.Payload)
 }
 
 // leaseClaimSQL (SQLite) takes up to limit claimable rows, writes the lease deadline,
@@ -167,13 +201,14 @@ func (q *Queue[T]) leaseClaimSQL(deadline, now time.Time, limit int) (string, []
 	sql := "UPDATE " + q.table + " SET " + strings.Join(set, ", ") +
 		" WHERE " + col(q.c.ID) + " IN (SELECT " + col(q.c.ID) + " FROM " + q.table +
 		" WHERE " + q.claimable(n) + " ORDER BY " + q.order() + " LIMIT " + s.arg(limit) + ")" +
-		" RETURNING " + col(q.c.ID) + ", " + q.attemptsCol() + ", " + col(q.c.Payload)
+		" RETURNING " + col(q.c.ID) + ", " + q.attemptsCol() + ", " + q.payloadCol()
 	return sql, s.args
 }
 
 // pgAckClaimSQL (Postgres) settles a batch of acks (fenced) and claims up to limit rows
-// in one statement: one round trip and one commit per cycle. Result rows are
-// (acked bool, id, attempts, payload).
+// in one statement: one round trip and one commit per cycle. ids and fences are
+// pairs: an id may come more than once, with each deadline its row may hold. Result
+// rows are (acked bool, id, attempts, payload).
 func (q *Queue[T]) pgAckClaimSQL(ids []int64, fences []time.Time, deadline, now time.Time, limit int) (string, []any) {
 	s := &stmt[T]{q: q}
 	c := q.c
@@ -200,7 +235,7 @@ func (q *Queue[T]) pgAckClaimSQL(ids []int64, fences []time.Time, deadline, now 
 			" WHERE " + q.claimable(n) + " AND " + col(c.ID) + " <> ALL(" + idsA + "::bigint[])" +
 			" ORDER BY " + q.order() + " LIMIT " + s.arg(limit) + " FOR UPDATE SKIP LOCKED)" +
 			" RETURNING " + col(c.ID) + ", " + q.attemptsCol() + ", " + col(c.Payload) + ")" +
-			" SELECT true, id, 0, NULL::bytea FROM acked UNION ALL SELECT false, " + col(c.ID) + ", " + q.attemptsCol() + ", " + col(c.Payload) + " FROM claimed"
+			" SELECT true, id, 0, NULL FROM acked UNION ALL SELECT false, " + col(c.ID) + ", " + q.attemptsCol() + ", " + col(c.Payload) + " FROM claimed"
 	} else {
 		sql += " SELECT true, id, 0, NULL::bytea FROM acked"
 	}
@@ -234,4 +269,23 @@ func (q *Queue[T]) takeSQL(id int64, now time.Time) (string, []any) {
 	}
 	return "UPDATE " + q.table + " SET " + strings.Join(set, ", ") + " WHERE " + col(q.c.ID) + " = " + s.arg(id) +
 		" AND " + q.claimable(n) + " RETURNING " + q.attemptsCol() + ", " + col(q.c.Payload), s.args
+}
+
+// maxErrorLen bounds the error message a settlement stores in the LastError column.
+const maxErrorLen = 4096
+
+// storedError is an error message as the LastError column stores it: valid UTF-8
+// without NUL bytes (Postgres text refuses both, and a settlement must not fail on
+// its own message), at most maxErrorLen bytes.
+func storedError(msg string) string {
+	msg = strings.ToValidUTF8(msg, "\uFFFD")
+	msg = strings.ReplaceAll(msg, "\x00", "")
+	if len(msg) > maxErrorLen {
+		cut := maxErrorLen
+		for cut > 0 && !utf8.RuneStart(msg[cut]) {
+			cut--
+		}
+		msg = msg[:cut]
+	}
+	return msg
 }

@@ -7,56 +7,70 @@ import (
 	"time"
 )
 
-// Stats counts a table's jobs by state at one moment (one statement).
+// Stats counts a table's rows by state at one moment (one statement). Every row is in
+// exactly one count, so their sum is the number of rows in the table.
 type Stats struct {
-	// Ready jobs may be claimed now (including those whose lease expired).
+	// Ready jobs may be claimed now (including those whose lease expired). Rows held
+	// by the row-lock or advisory-lock forms hold no lease and count as Ready.
 	Ready int64
-	// InWork jobs are under a live lease. Rows held by the row-lock or advisory-lock
-	// forms hold no lease and count as Ready. Needs the ClaimedAt column (else 0).
+	// InWork jobs are under a live lease. Needs the ClaimedAt column (without it they
+	// count as Delayed).
 	InWork int64
 	// Delayed jobs wait for their run time or retry backoff.
 	Delayed int64
-	// Dead jobs were dead-lettered: kept, never claimed again until requeued.
+	// Dead jobs were dead-lettered: kept, never claimed again until requeued. A row
+	// whose lock deadline an outside writer set past year 9999, or (on SQLite) to
+	// something that is not a number, counts here too: no claim takes it.
 	Dead int64
 	// Processed jobs were acked on a table with a ProcessedAt column.
 	Processed int64
+	// Invalid rows are ones no claim will ever take as they stand: a NULL lock
+	// deadline on a table without Columns.LockedUntilNullable, or a NULL id. Start
+	// refuses a table whose columns allow them (a *ColumnError), so they come from
+	// before, or from a queue that was never started; fix or delete them by hand.
+	Invalid int64
 }
 
 // Stats returns the table's counts by state. It blocks for one statement.
 func (q *Queue[T]) Stats(ctx context.Context) (Stats, error) {
-	lu := col(q.c.LockedUntil)
-	now := q.p(1)
-	far := q.p(2)
-	notDead := lu + " < " + far
-	dead := lu + " >= " + far
-	processed := "0"
-	if q.c.ProcessedAt != "" {
-		dead += " AND " + col(q.c.ProcessedAt) + " IS NULL"
-		processed = "CASE WHEN " + col(q.c.ProcessedAt) + " IS NOT NULL THEN 1 ELSE 0 END"
+	c := q.c
+	lu := col(c.LockedUntil)
+	now, far := q.p(1), q.p(2)
+	// One bucket per row, the first that fits: 0 ready, 1 in work, 2 delayed, 3 dead,
+	// 4 processed, 5 invalid.
+	var b strings.Builder
+	b.WriteString("CASE")
+	if c.ProcessedAt != "" {
+		b.WriteString(" WHEN " + col(c.ProcessedAt) + " IS NOT NULL THEN 4")
 	}
-	inWork, delayed := "0", "CASE WHEN "+lu+" > "+now+" AND "+notDead+" THEN 1 ELSE 0 END"
-	if q.c.ClaimedAt != "" {
-		ca := col(q.c.ClaimedAt)
-		inWork = "CASE WHEN " + ca + " IS NOT NULL AND " + lu + " > " + now + " AND " + notDead + " THEN 1 ELSE 0 END"
-		delayed = "CASE WHEN " + ca + " IS NULL AND " + lu + " > " + now + " AND " + notDead + " THEN 1 ELSE 0 END"
+	b.WriteString(" WHEN " + col(c.ID) + " IS NULL THEN 5")
+	if c.LockedUntilNullable {
+		b.WriteString(" WHEN " + lu + " IS NULL THEN 0")
+	} else {
+		b.WriteString(" WHEN " + lu + " IS NULL THEN 5")
 	}
-	ready := "CASE WHEN " + q.claimable(now) + " THEN 1 ELSE 0 END"
-	sum := func(e string) string { return "COALESCE(SUM(" + e + "), 0)" }
-	stmt := "SELECT " + strings.Join([]string{sum(ready), sum(inWork), sum(delayed),
-		sum("CASE WHEN " + dead + " THEN 1 ELSE 0 END"), sum(processed)}, ", ") + " FROM " + q.table
+	b.WriteString(" WHEN " + lu + " >= " + far + " THEN 3")
+	b.WriteString(" WHEN " + lu + " <= " + now + " THEN 0")
+	if c.ClaimedAt != "" {
+		b.WriteString(" WHEN " + col(c.ClaimedAt) + " IS NOT NULL THEN 1")
+	}
+	b.WriteString(" ELSE 2 END")
+	stmt := "SELECT bucket, count(*) FROM (SELECT " + b.String() + " AS bucket FROM " + q.table + ") AS s GROUP BY bucket"
 	r, err := q.db().query(ctx, stmt, q.ts(q.now()), q.ts(farFuture()))
 	if err != nil {
 		return Stats{}, fmt.Errorf("inbox: stats of %s: %w", q.name, err)
 	}
 	defer r.Close()
 	var s Stats
-	if r.Next() {
-		err = r.Scan(&s.Ready, &s.InWork, &s.Delayed, &s.Dead, &s.Processed)
+	counts := [...]*int64{&s.Ready, &s.InWork, &s.Delayed, &s.Dead, &s.Processed, &s.Invalid}
+	for r.Next() {
+		var bucket, n int64
+		if err := r.Scan(&bucket, &n); err != nil {
+			return Stats{}, fmt.Errorf("inbox: stats of %s: %w", q.name, err)
+		}
+		*counts[bucket] = n
 	}
-	if err == nil {
-		err = r.Err()
-	}
-	if err != nil {
+	if err := r.Err(); err != nil {
 		return Stats{}, fmt.Errorf("inbox: stats of %s: %w", q.name, err)
 	}
 	return s, nil
@@ -80,7 +94,10 @@ func (q *Queue[T]) DeadLetters(ctx context.Context, limit int) ([]DeadJob, error
 	}
 	attempts, lastErr := "0", "''"
 	if q.c.Attempts != "" {
-		attempts = col(q.c.Attempts)
+		attempts = "COALESCE(" + col(q.c.Attempts) + ", 0)"
+		if q.dialect == SQLite {
+			attempts = "CAST(" + attempts + " AS INTEGER)"
+		}
 	}
 	if q.c.LastError != "" {
 		lastErr = "COALESCE(" + col(q.c.LastError) + ", '')"
@@ -89,7 +106,7 @@ func (q *Queue[T]) DeadLetters(ctx context.Context, limit int) ([]DeadJob, error
 	if q.c.ProcessedAt != "" {
 		where += " AND " + col(q.c.ProcessedAt) + " IS NULL"
 	}
-	stmt := "SELECT " + col(q.c.ID) + ", " + attempts + ", " + lastErr + ", " + col(q.c.Payload) +
+	stmt := "SELECT " + col(q.c.ID) + ", " + attempts + ", " + lastErr + ", " + q.payloadCol() +
 		" FROM " + q.table + " WHERE " + where + " ORDER BY " + col(q.c.ID) + " LIMIT " + q.p(2)
 	r, err := q.db().query(ctx, stmt, q.ts(farFuture()), limit)
 	if err != nil {

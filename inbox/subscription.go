@@ -235,8 +235,10 @@ func (q *Queue[T]) poolSize() int {
 }
 
 // Start checks every statement of the subscription against the real table (a
-// *StatementError names the table and the statement it refuses), then starts the
-// subscription's goroutines and returns. ctx is the subscription's lifetime: when it
+// *StatementError names the table and the statement it refuses) and the table's
+// columns (a *ColumnError names a column whose definition would break claims, such
+// as a lock deadline that allows NULL without Columns.LockedUntilNullable), then
+// starts the subscription's goroutines and returns. ctx is the subscription's lifetime: when it
 // ends, handlers are cancelled and jobs in work are abandoned unsettled, as in a
 // crash (leased jobs are claimed again once their lease expires); use Stop to end
 // gracefully. A second Start, or a Start that Stop overtook while it checked the
@@ -440,7 +442,7 @@ func (s *Subscription[T]) check(ctx context.Context) error {
 			return &StatementError{Table: q.name, Statement: st, Err: err}
 		}
 	}
-	return nil
+	return q.checkColumns(ctx)
 }
 
 // prepare asks the database to prepare a statement without running it.
@@ -461,18 +463,37 @@ func (q *Queue[T]) prepare(ctx context.Context, sql string) error {
 	return err
 }
 
-// run calls the handler, turning a panic into a *PanicError.
-func (s *Subscription[T]) run(ctx context.Context, id int64, attempt int, payload []byte) (err error) {
-	v, derr := s.q.codec.Decode(payload)
-	if derr != nil {
-		return &DecodeError{ID: id, Err: derr}
+// run decodes the payload and calls the handler. A decode error, or a panic of the
+// codec, is a *DecodeError (the job is dead-lettered); a panic of the handler is a
+// *PanicError (a failed attempt).
+func (s *Subscription[T]) run(ctx context.Context, id int64, attempt int, payload []byte) error {
+	v, err := s.decode(id, payload)
+	if err != nil {
+		return err
 	}
+	return s.call(ctx, Job[T]{ID: id, Attempt: attempt, Payload: v})
+}
+
+func (s *Subscription[T]) decode(id int64, payload []byte) (v T, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = &DecodeError{ID: id, Err: &PanicError{Value: r, Stack: debug.Stack()}}
+		}
+	}()
+	v, err = s.q.codec.Decode(payload)
+	if err != nil {
+		return v, &DecodeError{ID: id, Err: err}
+	}
+	return v, nil
+}
+
+func (s *Subscription[T]) call(ctx context.Context, j Job[T]) (err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			err = &PanicError{Value: r, Stack: debug.Stack()}
 		}
 	}()
-	return s.h(ctx, Job[T]{ID: id, Attempt: attempt, Payload: v})
+	return s.h(ctx, j)
 }
 
 // observe reports a settled attempt to Observe and the log.

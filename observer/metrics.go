@@ -17,7 +17,7 @@ var (
 	descGroup    = prometheus.NewDesc("gotp_pg_group_members",
 		"Members of each pg group, on every node.", []string{"scope", "group"}, nil)
 	descInbox = prometheus.NewDesc("gotp_inbox_jobs",
-		"Jobs of each inbox table by state (ready, in_work, delayed, dead).", []string{"table", "state"}, nil)
+		"Jobs of each inbox table by state (ready, in_work, delayed, dead, invalid).", []string{"table", "state"}, nil)
 	descOutcomes = prometheus.NewDesc("gotp_inbox_outcomes_total",
 		"Jobs handled by this node's subscriptions, by outcome.", []string{"table", "outcome"}, nil)
 	descInboxErrors = prometheus.NewDesc("gotp_inbox_errors_total",
@@ -87,7 +87,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		}
 	}
 	for _, t := range s.Inboxes {
-		for state, v := range map[string]int64{"ready": t.Ready, "in_work": t.InWork, "delayed": t.Delayed, "dead": t.Dead} {
+		for state, v := range map[string]int64{"ready": t.Ready, "in_work": t.InWork, "delayed": t.Delayed, "dead": t.Dead, "invalid": t.Invalid} {
 			ch <- prometheus.MustNewConstMetric(descInbox, prometheus.GaugeValue, float64(v), t.Name, state)
 		}
 		for outcome, v := range t.Outcomes {

@@ -109,8 +109,8 @@ var pageTmpl = template.Must(template.New("page").Parse(`
 </table>{{end}}{{end}}
 
 {{if .S.Inboxes}}<h2>Inbox tables</h2>
-<table id="inboxes"><tr><th>table</th><th>ready</th><th>in work</th><th>delayed</th><th>dead</th><th>outcomes</th><th>health</th></tr>
-{{range .S.Inboxes}}<tr><td>{{.Name}}</td><td class="num">{{.Ready}}</td><td class="num">{{.InWork}}</td><td class="num">{{.Delayed}}</td><td class="num">{{.Dead}}</td>
+<table id="inboxes"><tr><th>table</th><th>ready</th><th>in work</th><th>delayed</th><th>dead</th><th>invalid</th><th>outcomes</th><th>health</th></tr>
+{{range .S.Inboxes}}<tr><td>{{.Name}}</td><td class="num">{{.Ready}}</td><td class="num">{{.InWork}}</td><td class="num">{{.Delayed}}</td><td class="num">{{.Dead}}</td><td class="num">{{if .Invalid}}<span class="err">{{.Invalid}}</span>{{else}}0{{end}}</td>
 <td>{{range $k, $v := .Outcomes}}{{$k}}={{$v}} {{end}}{{if .Err}}<span class="err">{{.Err}}</span>{{end}}</td>
 <td>{{with .Health}}{{if .Failing}}<span class="err">failing</span> {{end}}claim errors={{.ClaimErrors}} (permanent {{.PermanentErrors}}) locks lost={{.LocksLost}} bad rows={{.BadRows}}{{if .LastError}}<br><span class="err">{{.LastError}}</span> at {{.LastErrorAt.Format "15:04:05"}}{{end}}{{end}}</td></tr>{{end}}
 </table>{{end}}

@@ -90,6 +90,7 @@ type InboxTable struct {
 	InWork   int64            `json:"in_work"`
 	Delayed  int64            `json:"delayed"`
 	Dead     int64            `json:"dead"`
+	Invalid  int64            `json:"invalid"`            // rows no claim will take (see inbox.Stats)
 	Outcomes map[string]int64 `json:"outcomes,omitempty"` // outcome → jobs since start
 	// Health is what the table's subscriptions in this process met (see
 	// inbox.Health), when the value reports it.

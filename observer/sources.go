@@ -80,7 +80,7 @@ func InboxSource(tables ...inboxStats) Source {
 			if err != nil {
 				row.Err = fmt.Sprint(err)
 			} else {
-				row.Ready, row.InWork, row.Delayed, row.Dead = st.Ready, st.InWork, st.Delayed, st.Dead
+				row.Ready, row.InWork, row.Delayed, row.Dead, row.Invalid = st.Ready, st.InWork, st.Delayed, st.Dead, st.Invalid
 			}
 			if oc, ok := q.(outcomeCounter); ok {
 				row.Outcomes = oc.Outcomes()
