@@ -1,8 +1,8 @@
 package gotp_test
 
-// Benchmarks for W6 and W7 of ../shared/bench/WORKLOADS.md, each beside a
-// bare-Go baseline measured in the same run. Targets are in
-// ../shared/bench/ANCHORS.md. Run them with
+// Benchmarks for W6 and W7 (docs/bench/workloads.md), each beside a
+// bare-Go baseline measured in the same run; the targets and the BEAM's
+// figures are in BENCHMARKS.md. Run them with
 //
 //	go test -run '^$' -bench 'W6|W7|Baseline' -count 5 .
 //

@@ -11,7 +11,7 @@ import (
 	"github.com/gotp/gotp/inbox"
 )
 
-// The seed's first test: two instances, each with its own pool, on one table of
+// RustStream's first test of an inbox on several instances: two instances, each with its own pool, on one table of
 // twenty jobs handle every job exactly once.
 func TestTwoInstancesHandleEachJobOnce(t *testing.T) {
 	eachDB(t, func(t *testing.T, b *backend) {
@@ -42,7 +42,7 @@ func TestTwoInstancesHandleEachJobOnce(t *testing.T) {
 	})
 }
 
-// The seed's second test: a row another program writes with plain SQL is seen
+// RustStream's second test: a row another program writes with plain SQL is seen
 // within the poll interval.
 func TestOutsideRowSeenWithinPollInterval(t *testing.T) {
 	eachDB(t, func(t *testing.T, b *backend) {
@@ -70,7 +70,7 @@ func TestOutsideRowSeenWithinPollInterval(t *testing.T) {
 	})
 }
 
-// The seed's third test: a broker publish reaches its own instance at once, on the
+// RustStream's third test: a broker publish reaches its own instance at once, on the
 // real clock, with a poll interval far longer than the test.
 func TestPublishWakesOwnInstanceAtOnce(t *testing.T) {
 	eachDB(t, func(t *testing.T, b *backend) {

@@ -252,7 +252,7 @@ func TestSmallPoolRunsFewerAtOnceWithoutErrors(t *testing.T) {
 	}
 }
 
-// The stress test of the issue: 4 instances x 8 workers x 10,000 jobs on Postgres,
+// A stress test of the inbox on several instances: 4 instances x 8 workers x 10,000 jobs on Postgres,
 // every job handled exactly once. It takes a few seconds; -short skips it unless
 // INBOX_STRESS=1 is set.
 func TestStressFourInstancesEightWorkers(t *testing.T) {

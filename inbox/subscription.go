@@ -80,7 +80,7 @@ type SubscribeOptions struct {
 	// Prefetch (lease form) lets the subscription lease up to this many rows beyond
 	// its free workers, so that a claim statement takes more rows at once; they wait
 	// leased, not in work, and are released at once (attempt uncounted) by Stop.
-	// Defaults to 0: only free workers are claimed for, as the seed describes.
+	// Defaults to 0: only free workers are claimed for, as RustStream's inbox does.
 	Prefetch int
 	// AsyncCommit (Postgres, lease form) commits each claim-and-ack statement without
 	// waiting for its WAL flush (SET LOCAL synchronous_commit = off): a cycle costs no

@@ -11,7 +11,7 @@ import (
 	"github.com/gotp/gotp/pg"
 )
 
-// W5 sizes (../shared/bench/WORKLOADS.md).
+// W5 sizes (docs/bench/workloads.md).
 const (
 	w5Members    = 10_000
 	w5Broadcasts = 100

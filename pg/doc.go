@@ -1,4 +1,4 @@
-// Package pg is gotp's process groups (the seed's pg module, on the model
+// Package pg is gotp's process groups (Wippy's pg module, on the model
 // of Erlang's pg): processes join named groups, and anyone may list a
 // group's members, broadcast to them, or watch them come and go.
 //
@@ -62,7 +62,7 @@
 //
 // # Policy
 //
-// Every operation asks the scope's [Policy] first, with the seed's
+// Every operation asks the scope's [Policy] first, with Wippy's
 // permission names (pg.open on the scope id; pg.join, pg.leave,
 // pg.get_members, pg.get_local_members, pg.broadcast, pg.broadcast_local,
 // pg.monitor on the group; pg.which_groups, pg.which_local_groups,

@@ -8,7 +8,7 @@ import (
 )
 
 // An Instance is a scope opened by one process (Scope.Open): every
-// operation acts for that process. It is the seed's pg.Instance.
+// operation acts for that process. It is Wippy's pg instance.
 //
 // An instance is safe for concurrent use by multiple goroutines; the
 // operations act for its process whichever goroutine calls them. After

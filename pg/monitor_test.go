@@ -192,7 +192,7 @@ func TestOverflow(t *testing.T) {
 		event(t, fast)
 		fastGot++
 	}
-	if pg.DefaultBuffer != 64 { // the figure
+	if pg.DefaultBuffer != 64 { // Wippy's figure
 		t.Fatalf("DefaultBuffer = %d, want 64", pg.DefaultBuffer)
 	}
 	if cap(slow.C()) != pg.DefaultBuffer || len(slow.C()) != pg.DefaultBuffer {

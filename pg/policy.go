@@ -3,7 +3,7 @@ package pg
 import "github.com/gotp/gotp"
 
 // Permission names an operation a Policy may allow or deny. The names are
-// those of the seed's pg module.
+// those of Wippy's pg module.
 type Permission string
 
 // The permissions, with the resource each is checked on.
@@ -21,7 +21,8 @@ const (
 	PermEvents           Permission = "pg.events"             // Instance.Events; resource: the scope id
 )
 
-// Permissions lists every permission, in the order of the seed.
+// Permissions lists every permission, in the order Wippy's documentation
+// lists them.
 func Permissions() []Permission {
 	return []Permission{
 		PermOpen, PermJoin, PermLeave, PermGetMembers, PermGetLocalMembers,

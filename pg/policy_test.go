@@ -48,7 +48,7 @@ func (r *recorder) questions() []ask {
 // TestPolicy checks every permission, denied and allowed: a denied
 // operation fails with *DeniedError naming permission, resource and
 // process, and changes nothing; the same operation allowed works; the
-// policy is asked with the seed's names and the right resource.
+// policy is asked with Wippy's names and the right resource.
 func TestPolicy(t *testing.T) {
 	pol := &recorder{}
 	n := gotptest.NewNode(t, gotptest.Name("a"))

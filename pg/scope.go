@@ -13,7 +13,7 @@ import (
 )
 
 // DefaultBuffer is the capacity of a subscription's channel when
-// Options.Buffer is zero, as the seed specifies.
+// Options.Buffer is zero, as in Wippy's pg.
 const DefaultBuffer = 64
 
 // Options configure a scope. The zero value is a working configuration.
@@ -210,7 +210,7 @@ func Lookup(ctx context.Context, n *gotp.Node, id string) (*Scope, error) {
 }
 
 // Open finds the scope id on p's node (Lookup) and opens an instance bound
-// to p (Scope.Open). It is the seed's pg.open(id).
+// to p (Scope.Open). It is Wippy's pg.open(id).
 func Open(ctx context.Context, p *gotp.Process, id string) (*Instance, error) {
 	if p == nil {
 		return nil, invalid("nil process")

@@ -9,7 +9,7 @@ import (
 // EventKind tells a member joining from a member leaving.
 type EventKind uint8
 
-// The event kinds. Their String is the seed's event kind.
+// The event kinds. Their String is Wippy's event kind.
 const (
 	MemberJoined EventKind = iota + 1 // "member.joined"
 	MemberLeft                        // "member.left"
@@ -83,7 +83,7 @@ func (sub *Subscription) Close() { sub.close(false) }
 // CloseFlush unsubscribes and closes the channel, keeping the events
 // already queued in it: no event is added after CloseFlush returns, and the
 // consumer receives the queued ones, in order, before it sees the channel
-// closed. It is the seed's close({flush = true}). Closing an already closed
+// closed. It is Wippy's close({flush = true}). Closing an already closed
 // subscription does nothing.
 func (sub *Subscription) CloseFlush() { sub.close(true) }
 

@@ -1,6 +1,6 @@
 package registry_test
 
-// Benchmarks W1–W4 of the workloads file (../shared/bench/WORKLOADS.md),
+// Benchmarks W1–W4 (docs/bench/workloads.md),
 // each reporting its figure with b.ReportMetric, with a plain sharded map
 // of the same partitions as the baseline of W1 and W2. Run:
 //

@@ -176,7 +176,7 @@
 // # Tests
 //
 // The package's tests run in well under a minute with -race. The long
-// stress test runs only when GOTP_REGISTRY_STRESS=1; benchmarks W1–W4 of
-// the workloads file are BenchmarkW1..W4, with a plain sharded map as the
+// stress test runs only when GOTP_REGISTRY_STRESS=1; benchmarks W1–W4
+// (docs/bench/workloads.md) are BenchmarkW1..W4, with a plain sharded map as the
 // baseline (BenchmarkW1Baseline, BenchmarkW2Baseline).
 package registry

@@ -11,7 +11,8 @@ import (
 	"github.com/gotp/gotp/server"
 )
 
-// counter is the seed's Agent: a server holding a number.
+// counter plays the Agent of Elixir's Registry examples: a server holding
+// a number.
 type counter struct {
 	server.Defaults
 	n int
@@ -27,7 +28,7 @@ func (c *counter) HandleCall(_ *gotp.Process, _ server.From, req any) (any, erro
 	return c.n, nil
 }
 
-// Naming a process by any key of a unique registry (the seed's
+// Naming a process by any key of a unique registry (Elixir's
 // {:via, Registry, {Registry.ViaTest, "agent"}}).
 func Example() {
 	ctx := context.Background()
@@ -149,7 +150,7 @@ func Example_pubSub() {
 	// subscriber 3 got "world"
 }
 
-// Matching values by shape: the seed's match examples.
+// Matching values by shape: the examples of Elixir's Registry.match/4.
 func ExampleRegistry_Match() {
 	ctx := context.Background()
 	node := gotp.NewNode(gotp.Options{})

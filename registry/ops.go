@@ -546,8 +546,9 @@ func (r *Registry[K, V]) UpdateValue(p *gotp.Process, key K, fn func(old V) V) (
 // not raised.
 //
 // With Parallel(false) the calls run one after the other on the caller's
-// goroutine instead (current Elixir's default, parallel: false; the seed
-// documents the parallel form, which is this package's default), and a
+// goroutine instead (Elixir's default, parallel: false; this package
+// defaults to the parallel form, which suits a broadcast to many
+// receivers), and a
 // panic ends Dispatch at once, leaving the partitions after it uncalled.
 // That is as fast when fn is short, as sending is, and starts no goroutine.
 //
@@ -687,8 +688,8 @@ type dispatchParallel bool
 func (dispatchParallel) dispatchOption() {}
 
 // Parallel sets whether Dispatch on a partitioned duplicate registry runs
-// its per-partition calls in parallel (true, the default, as the seed
-// documents) or one after the other on the caller's goroutine.
+// its per-partition calls in parallel (true, the default, unlike Elixir's)
+// or one after the other on the caller's goroutine.
 func Parallel(on bool) DispatchOption { return dispatchParallel(on) }
 
 // All returns an iterator over every entry of the registry. It reads one

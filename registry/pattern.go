@@ -29,7 +29,7 @@ import (
 // wrong length, a missing field) does not match; patterns never panic,
 // but the function of a Where may.
 //
-// The seed's examples, for values of type struct{ A int; B string; C int }:
+// The examples of Elixir's Registry.match/4, for values of type struct{ A int; B string; C int }:
 //
 //	Tuple(Eq(1), Any(), Any())        // {1, :_, :_}
 //	Tuple(Any(), Eq("atom"), Any())   // {:_, :atom, :_}

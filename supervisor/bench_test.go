@@ -15,7 +15,7 @@ import (
 
 // W8: one_for_one supervisor, one permanent worker killed N times, each
 // time waiting for its restart; a dynamic supervisor starting 100,000
-// children. The figures mirror ../shared/bench/beam/w8_supervisor.exs.
+// children. The figures mirror docs/bench/beam/w8_supervisor.exs.
 
 // notifier is a gen_server worker that reports each (re)start, as the
 // BEAM script's W8.Worker does.

@@ -1,4 +1,4 @@
-// Command chat runs the chat service of seed 003: a supervision tree with
+// Command chat runs gotp's reference chat service: a supervision tree with
 // an online registry, a history owner (SQLite under -data) and one process
 // per connected user, serving a line protocol over TCP and a web page with
 // a WebSocket, and the gotp observer under /observer/.

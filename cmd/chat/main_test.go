@@ -365,7 +365,7 @@ func TestProgramServesAndStopsCleanly(t *testing.T) {
 				t.Fatalf("bob read %q after the program stopped", l)
 			}
 
-			// The seed's restart scenario, at the program's level: a new run
+			// The restart scenario of the chat's design, at the program's level: a new run
 			// on the same data directory still has the history.
 			p2 := startProgram(t, "-data", dir)
 			bob2 := dialLine(t, p2.tcp)

@@ -1,5 +1,6 @@
-// Package chat is gotp's reference application: the chat service of seed
-// 003, built as the seed's supervision tree.
+// Package chat is gotp's reference application: a chat service built as an
+// Erlang/OTP application would be, a supervision tree in which every piece of
+// live state has one owner.
 //
 //	n := gotp.NewNode(gotp.Options{Name: "chat"})
 //	svc, err := chat.Start(ctx, n, chat.Config{DataDir: "data", TCPAddr: ":4000", HTTPAddr: ":8080"})
@@ -11,7 +12,7 @@
 //
 //	chat.root          supervisor, one_for_one, intensity 3 in 5 s
 //	├── online         gen_server, permanent: the unique registry of this node's users and the pg scope "chat"
-//	├── history        gen_server, permanent: owns the SQLite history store (the seed's DETS table)
+//	├── history        gen_server, permanent: owns the SQLite history store (where OTP would use a DETS table)
 //	└── connections    dynamic supervisor: one temporary process per connected client
 //
 // Every piece of live state has one owner and one way to recover: a

@@ -17,7 +17,8 @@ const HistoryLimit = 1000
 
 // Store is the durable history of direct messages: one SQLite file in WAL
 // mode. It is safe for concurrent use, but the chat lets one process own
-// it (the history owner), as the seed's DETS table is owned by one process.
+// it (the history owner), as an OTP design gives a DETS table one owning
+// process.
 type Store struct {
 	db *sql.DB
 }

@@ -19,7 +19,7 @@ const ScopeID = "chat"
 func userGroup(name string) string { return "user:" + name }
 func roomGroup(name string) string { return "room:" + name }
 
-// online is the online registry of the seed: the one owner of who is
+// online is the online registry: the one owner of who is
 // online. It runs the unique registry of local users and the chat's pg
 // scope, both linked to it, so a crash of any of the three restarts them
 // together, empty; connections then register again (see conn).

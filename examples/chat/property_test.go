@@ -17,7 +17,7 @@ import (
 	"pgregory.net/rapid"
 )
 
-// The property of seed 003, over real TCP: every command from a client ends
+// The protocol's promise, over real TCP: every command from a client ends
 // in exactly one reply, and every SEND from a connected user ends in
 // SENT <name> or ERROR <reason>, never silence. Random mixes of valid and
 // invalid commands, some pipelined, come from 2–3 clients against one

@@ -104,7 +104,8 @@ type Message struct {
 // Reason says why a command failed.
 type Reason string
 
-// The reasons of the protocol: the seed's two, and those of the wire.
+// The reasons of the protocol: not_connected and unknown_recipient, and
+// those of the wire.
 const (
 	NotConnected     Reason = "not_connected"     // a command other than CONNECT before CONNECT
 	UnknownRecipient Reason = "unknown_recipient" // SEND to a user who is not online

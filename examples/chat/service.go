@@ -28,7 +28,7 @@ const (
 	connectionsName = "chat.connections"
 )
 
-// Root supervisor intensity: tight, as the seed asks, so that a failure
+// Root supervisor intensity: tight, so that a failure
 // that repeats escalates instead of looping.
 const (
 	DefaultIntensity = 3
@@ -61,7 +61,7 @@ type Config struct {
 	Period    time.Duration
 }
 
-// Service is a running chat: the supervision tree of seed 003 and its
+// Service is a running chat: its supervision tree and its
 // listeners.
 type Service struct {
 	n     *gotp.Node

@@ -246,7 +246,7 @@ func TestLineTooLongClosesOnlyThatConnection(t *testing.T) {
 	}
 }
 
-// The failure table of seed 003, one row per test.
+// The failure table of the chat's design (doc.go), one row per test.
 
 func TestFailureConnectionCrashes(t *testing.T) {
 	ts := startService(t, t.TempDir())
