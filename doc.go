@@ -4,6 +4,11 @@
 // an exit reason; it fails alone, and the processes that care learn of it
 // through links and monitors:
 //
+//	type request struct {
+//		from gotp.PID
+//		text string
+//	}
+//
 //	n := gotp.NewNode(gotp.Options{Name: "demo"})
 //	defer n.Stop(context.Background())
 //
@@ -17,7 +22,16 @@
 //			p.Send(req.from, "echo: "+req.text)
 //		}
 //	})
-//	n.Send(echo, request{from: me, text: "hello"})
+//
+//	// A second process asks, and waits for the answer.
+//	n.Spawn(func(p *gotp.Process) error {
+//		p.Send(echo, request{from: p.Self(), text: "hello"})
+//		reply, err := p.Receive(p.Context())
+//		fmt.Println(reply, err) // echo: hello <nil>
+//		return err
+//	})
+//
+// The package's Example runs this program and checks what it prints.
 //
 // # Processes
 //

@@ -3,21 +3,25 @@
 // signals, server.Call/Cast/Stop), nodes see each other come and go, and
 // pg scopes span the cluster.
 //
-//	codec := cluster.NewCodec()
-//	_ = cluster.Register[chat.Say](codec, "chat.Say") // the same on every node
+//	type Greet struct{ Name string } // a message that crosses nodes
 //
-//	node := gotp.NewNode(gotp.Options{Name: "chat-1"})
+//	codec := cluster.NewCodec()
+//	_ = cluster.Register[Greet](codec, "myapp.Greet") // the same name on every node
+//
+//	node := gotp.NewNode(gotp.Options{Name: "app-1"})
 //	c, err := cluster.Join(ctx, node, cluster.Options{
 //		RouteListen: "0.0.0.0:6222",
-//		Peers:       []string{"nats-route://chat-2:6222", "nats-route://chat-3:6222"},
+//		Peers:       []string{"nats-route://app-2:6222", "nats-route://app-3:6222"},
 //		Token:       os.Getenv("CLUSTER_TOKEN"),
 //		Codec:       codec,
 //	})
-//	// ... node.Send(remotePID, chat.Say{Text: "olá"}); server.Call[R](ctx, node, remotePID, req)
+//	// node.Send(remotePID, Greet{Name: "ana"})
+//	// reply, err := server.Call[string](ctx, node, remotePID, Greet{Name: "ana"})
 //	_ = c.Replicate(scope) // a pg scope started with pg.Start on every node
 //
 // Running the same program on three machines with each other's route URLs
-// in Peers makes one cluster.
+// in Peers makes one cluster. The package's Example runs two nodes in one
+// program; examples/cluster runs two OS processes.
 //
 // # Transport
 //
