@@ -9,7 +9,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log"
+	"os"
 	"time"
 
 	"github.com/gotp/gotp"
@@ -34,47 +36,55 @@ func (c *counter) HandleCall(p *gotp.Process, from server.From, req any) (any, e
 }
 
 func main() {
+	if err := run(os.Stdout); err != nil {
+		log.Fatal(err)
+	}
+}
+
+// run is the tour, writing what happens to w.
+func run(w io.Writer) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 
 	n := gotp.NewNode(gotp.Options{Name: "counter"})
-	defer func() {
-		if err := n.Stop(ctx); err != nil {
-			log.Fatal(err)
-		}
-	}()
+	defer n.Stop(ctx)
 
 	if _, err := server.Start(ctx, n, &counter{}, server.Named("counter")); err != nil {
-		log.Fatal(err)
+		return err
 	}
 
-	// Three workers add to the counter; the third one fails after its call.
-	downs := make(chan gotp.Down, 3)
+	// Three workers add to the counter, one after another; the third fails
+	// after its call. Each waits for a go-ahead, so that its monitor is in
+	// place before it can end (a monitor of a process that has already
+	// ended reports gotp.ErrNoProc, not why it ended).
+	downs := make(chan gotp.Down, 1)
 	for i := 1; i <= 3; i++ {
 		pid, err := n.Spawn(func(p *gotp.Process) error {
+			if _, err := p.Receive(p.Context()); err != nil {
+				return err
+			}
 			total, err := server.Call[int](p.Context(), n, gotp.Name("counter"), add{i})
 			if err != nil {
 				return err
 			}
-			fmt.Printf("worker %v added %d, total now %d\n", p.Self(), i, total)
+			fmt.Fprintf(w, "worker %d added %d, total now %d\n", i, i, total)
 			if i == 3 {
 				return errors.New("worker 3 gave up")
 			}
 			return nil
 		})
 		if err != nil {
-			log.Fatal(err)
+			return err
 		}
 		n.MonitorFunc(pid, func(d gotp.Down) { downs <- d })
-	}
-	for range 3 {
-		d := <-downs
-		if d.Reason == nil {
-			fmt.Printf("%v ended normally\n", d.PID)
+		n.Send(pid, "go")
+		if d := <-downs; d.Reason == nil {
+			fmt.Fprintf(w, "worker %d ended normally\n", i)
 		} else {
-			fmt.Printf("%v failed alone: %v\n", d.PID, d.Reason)
+			fmt.Fprintf(w, "worker %d failed alone: %v\n", i, d.Reason)
 		}
 	}
 	total, err := server.Call[int](ctx, n, gotp.Name("counter"), add{0})
-	fmt.Println("the counter is still running, total:", total, err)
+	fmt.Fprintln(w, "the counter is still running, total:", total, err)
+	return n.Stop(ctx)
 }
