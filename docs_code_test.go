@@ -176,14 +176,20 @@ func programs(t *testing.T, root string, blocks []docBlock) []*docProgram {
 	return progs
 }
 
-// expectedOutput returns the text of a trailing "// Output:" comment.
+// expectedOutput returns the text of the "// Output:" comment that ends
+// src, as in a Go example: the last thing in main's body, so only closing
+// braces may follow it.
 func expectedOutput(src string) (string, bool) {
 	lines := strings.Split(strings.TrimRight(src, "\n"), "\n")
-	for i := len(lines) - 1; i >= 0; i-- {
+	end := len(lines)
+	for end > 0 && strings.TrimSpace(lines[end-1]) == "}" {
+		end--
+	}
+	for i := end - 1; i >= 0; i-- {
 		l := strings.TrimSpace(lines[i])
 		if l == "// Output:" {
 			var out []string
-			for _, o := range lines[i+1:] {
+			for _, o := range lines[i+1 : end] {
 				out = append(out, strings.TrimPrefix(strings.TrimPrefix(strings.TrimSpace(o), "//"), " "))
 			}
 			return strings.Join(out, "\n"), true
@@ -361,6 +367,25 @@ func TestNoPlanningWords(t *testing.T) {
 			if m := planningWords.FindString(line); m != "" && !strings.Contains(line, "planningWords") {
 				t.Errorf("%s:%d: %q: name the system gotp follows (Erlang, Elixir, Wippy, RustStream), not our planning", f, i+1, m)
 			}
+		}
+	}
+}
+
+// TestExpectedOutput checks how TestDocsCode reads an // Output: comment,
+// since a mistake there would pass every program.
+func TestExpectedOutput(t *testing.T) {
+	for _, tc := range []struct {
+		src, want string
+		ok        bool
+	}{
+		{"func main() {\n\tfmt.Println(1)\n\t// Output:\n\t// 1\n}\n", "1", true},
+		{"func main() {\n\t// Output:\n\t// a\n\t//\n\t// b\n}\n}\n", "a\n\nb", true},
+		{"func main() {\n\t// Output:\n\t// 1\n\tfmt.Println(1)\n}\n", "", false},
+		{"func main() {\n\tfmt.Println(1)\n}\n", "", false},
+	} {
+		got, ok := expectedOutput(tc.src)
+		if got != tc.want || ok != tc.ok {
+			t.Errorf("expectedOutput(%q) = %q, %v; want %q, %v", tc.src, got, ok, tc.want, tc.ok)
 		}
 	}
 }
