@@ -96,9 +96,10 @@ func waitJS(expr string) chromedp.Action[chromedp.Void] {
 	return chromedp.Poll[chromedp.Void](expr, chromedp.WithPollingTimeout(20*time.Second), chromedp.WithPollingInterval(50*time.Millisecond))
 }
 
-// logHas is a JS expression: the chat page's log has a line equal to line.
+// logHas is a JS expression: the chat page's log has a line whose text
+// (after its time) is line.
 func logHas(line string) string {
-	return fmt.Sprintf(`Array.from(document.querySelectorAll('#log div')).some(d => d.textContent === %s)`, strconv.Quote(line))
+	return fmt.Sprintf(`Array.from(document.querySelectorAll('#log div')).some(d => (d.querySelector('.text') || d).textContent === %s)`, strconv.Quote(line))
 }
 
 func text(t *testing.T, ctx context.Context, sel string) string {
@@ -340,7 +341,7 @@ func TestBrowserChatReconnect(t *testing.T) {
 		chromedp.Click(chromedp.CSS(`#send button`)),
 		chromedp.Click(chromedp.CSS(`#connect button`)),
 	)
-	ok := chromedp.Do(ana, chromedp.Poll[chromedp.Void](`Array.from(document.querySelectorAll('#log div')).filter(d => d.textContent === 'connected as ana').length === 2`,
+	ok := chromedp.Do(ana, chromedp.Poll[chromedp.Void](`Array.from(document.querySelectorAll('#log div .text')).filter(d => d.textContent === 'connected as ana').length === 2`,
 		chromedp.WithPollingTimeout(10*time.Second), chromedp.WithPollingInterval(50*time.Millisecond)))
 	if ok != nil {
 		var log []string

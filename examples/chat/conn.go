@@ -18,6 +18,7 @@ import (
 type Delivery struct {
 	From, To, Text string
 	Origin         string
+	Time           time.Time // when the sender's node accepted it
 }
 
 // inbound is a command (or a protocol error) read by a session.
@@ -80,11 +81,12 @@ func (c *conn) HandleInfo(p *gotp.Process, msg any) error {
 	case Delivery:
 		if m.Origin != p.Node().Name() {
 			// Kept on the recipient's node too, so both users see it in HISTORY.
-			c.svc.appendHistory(p.Context(), Message{From: m.From, To: m.To, Text: m.Text})
+			c.svc.appendHistory(p.Context(), Message{From: m.From, To: m.To, Text: m.Text, Time: m.Time})
 		}
-		c.write(p, Msg{From: m.From, Text: m.Text})
+		c.write(p, Msg{From: m.From, Text: m.Text, Time: m.Time})
 	case pg.Message:
 		if rm, ok := m.Payload.(RoomMsg); ok {
+			c.keepRoomMsg(p, rm)
 			c.write(p, rm)
 		}
 	case nameConflict:
@@ -114,6 +116,10 @@ func (c *conn) run(p *gotp.Process, cmd Command) error {
 		c.write(p, Bye{})
 		return server.StopReason(nil)
 	}
+	if _, ok := cmd.(Help); ok {
+		c.write(p, HelpReply{Lines: helpLines()})
+		return nil
+	}
 	if _, ok := cmd.(Connect); !ok && c.name == "" {
 		c.write(p, Error{Reason: NotConnected})
 		return nil
@@ -140,11 +146,11 @@ func (c *conn) exec(p *gotp.Process, cmd Command) Reply {
 		if !ok {
 			return Error{Reason: UnknownRecipient}
 		}
-		m := Message{From: c.name, To: cmd.To, Text: cmd.Text}
+		m := Message{From: c.name, To: cmd.To, Text: cmd.Text, Time: time.Now().UTC()}
 		if err := c.svc.appendHistory(ctx, m); err != nil {
 			return Error{Reason: Unavailable}
 		}
-		p.Send(to, Delivery{From: c.name, To: cmd.To, Text: cmd.Text, Origin: p.Node().Name()})
+		p.Send(to, Delivery{From: c.name, To: cmd.To, Text: cmd.Text, Origin: p.Node().Name(), Time: m.Time})
 		return Sent{To: cmd.To}
 	case History:
 		ms, err := server.Call[[]Message](ctx, p.Node(), gotp.Name(historyName), betweenReq{a: c.name, b: cmd.With})
@@ -153,14 +159,19 @@ func (c *conn) exec(p *gotp.Process, cmd Command) Reply {
 		}
 		return HistoryReply{Messages: ms}
 	case Join:
-		if slices.Contains(c.rooms, cmd.Room) {
-			return OK{}
+		if !slices.Contains(c.rooms, cmd.Room) {
+			if c.inst == nil || c.inst.Join(roomGroup(cmd.Room)) != nil {
+				return Error{Reason: Unavailable}
+			}
+			c.rooms = append(c.rooms, cmd.Room)
 		}
-		if c.inst == nil || c.inst.Join(roomGroup(cmd.Room)) != nil {
-			return Error{Reason: Unavailable}
+		// Joined now: the room's earlier messages are a courtesy, so a
+		// history that cannot be read shows none rather than failing the join.
+		earlier, err := server.Call[[]Message](ctx, p.Node(), gotp.Name(historyName), roomReq{room: cmd.Room})
+		if err != nil {
+			p.Node().Logger().Warn("chat: cannot read a room's history", "room", cmd.Room, "err", err)
 		}
-		c.rooms = append(c.rooms, cmd.Room)
-		return OK{}
+		return Joined{Room: cmd.Room, Messages: earlier}
 	case Leave:
 		i := slices.Index(c.rooms, cmd.Room)
 		if i < 0 {
@@ -172,10 +183,17 @@ func (c *conn) exec(p *gotp.Process, cmd Command) Reply {
 		}
 		return OK{}
 	case Say:
+		if !slices.Contains(c.rooms, cmd.Room) {
+			return Error{Reason: NotJoined}
+		}
 		if c.inst == nil {
 			return Error{Reason: Unavailable}
 		}
-		if err := c.inst.Broadcast(roomGroup(cmd.Room), "say", RoomMsg{Room: cmd.Room, From: c.name, Text: cmd.Text}); err != nil {
+		m := RoomMsg{Room: cmd.Room, From: c.name, Text: cmd.Text, Time: time.Now().UTC(), Origin: c.svc.origin, Seq: c.svc.seq.Add(1)}
+		if _, err := server.Call[bool](ctx, p.Node(), gotp.Name(historyName), appendRoomMsg{m: m}); err != nil {
+			return Error{Reason: Unavailable}
+		}
+		if err := c.inst.Broadcast(roomGroup(cmd.Room), "say", m); err != nil {
 			return Error{Reason: Unavailable}
 		}
 		return OK{}
@@ -197,6 +215,30 @@ func (c *conn) exec(p *gotp.Process, cmd Command) Reply {
 		return Online{Names: names}
 	}
 	return Error{Reason: BadCommand}
+}
+
+// keepRoomMsg stores a room message said on another node in this node's
+// history, so that a later JOIN here shows it. Of this node's members of
+// the room, the one with the lowest PID stores it; the store keeps a
+// message once however many of them do (membership may change meanwhile).
+func (c *conn) keepRoomMsg(p *gotp.Process, m RoomMsg) {
+	if m.Origin == c.svc.origin || c.inst == nil {
+		return // the sender's node stored it before sending
+	}
+	local, err := c.inst.LocalMembers(roomGroup(m.Room))
+	if err != nil {
+		return
+	}
+	for _, pid := range local {
+		if pid.ID() < p.Self().ID() {
+			return
+		}
+	}
+	ctx, cancel := context.WithTimeout(p.Context(), 5*time.Second)
+	defer cancel()
+	if _, err := server.Call[bool](ctx, p.Node(), gotp.Name(historyName), appendRoomMsg{m: m}); err != nil {
+		p.Node().Logger().Warn("chat: cannot keep a room message", "room", m.Room, "err", err)
+	}
 }
 
 // register holds name for this connection in the online registry, then

@@ -25,12 +25,23 @@
 // # The protocol
 //
 // Commands and replies are Go types first (Connect, Send, History, Join,
-// Leave, Say, Who, Quit; OK, Sent, HistoryReply, Online, Bye, Error, and
-// the pushed Msg and RoomMsg), then two wire forms: one UTF-8 line per
-// command over TCP (ParseLine, FormatReply) and JSON over a WebSocket
-// (ParseJSON, FormatJSON). Every command from a client ends in exactly one
-// reply; bad input gets a *ProtocolError and an ERROR reply, and never
-// affects more than its own connection.
+// Leave, Say, Who, Help, Quit; OK, Joined, Sent, HistoryReply, Online,
+// HelpReply, Bye, Error, and the pushed Msg and RoomMsg), then two wire
+// forms: one UTF-8 line per command over TCP (ParseLine, FormatReply) and
+// JSON over a WebSocket (ParseJSON, FormatJSON). Every command from a
+// client ends in exactly one reply; bad input gets a *ProtocolError and an
+// ERROR reply, and never affects more than its own connection. HELP works
+// before CONNECT; SAY to a room the user has not joined is ERROR
+// not_joined, so a mistyped room name is not a message to nobody.
+//
+// Messages carry the time the sender's node accepted them (in the JSON
+// form; the line protocol keeps its lines as they were). Room messages
+// are kept in the history file like direct ones, and a JOIN over the
+// WebSocket answers with the room's latest RoomHistoryLimit messages kept
+// on that node: those said there, and those its users received from other
+// nodes. The web page (GET /) also reads GET /api/online, the users and
+// rooms of the whole chat (a Directory), so that a visitor sees them
+// before connecting.
 //
 // # Clusters
 //

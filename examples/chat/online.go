@@ -40,6 +40,9 @@ type connectReq struct {
 // "user:<name>" and rooms in.
 type connectOK struct{ scope *pg.Scope }
 
+// directoryReq asks for the Directory.
+type directoryReq struct{}
+
 // nameConflict tells a connection that another node holds its name too and
 // won: it must answer ERROR name_taken and close.
 type nameConflict struct{}
@@ -108,6 +111,8 @@ func (o *online) HandleCall(p *gotp.Process, from server.From, req any) (any, er
 			return &ProtocolError{Reason: NameTaken}, nil
 		}
 		return connectOK{scope: o.inst.Scope()}, nil
+	case directoryReq:
+		return o.directory()
 	case crashNow:
 		return nil, errors.New("online registry: crash requested")
 	}
@@ -127,6 +132,31 @@ func (o *online) HandleInfo(p *gotp.Process, msg any) error {
 		return m.Reason
 	}
 	return o.Defaults.HandleInfo(p, msg)
+}
+
+// directory lists the users and rooms of the chat scope, on every node.
+func (o *online) directory() (Directory, error) {
+	groups, err := o.inst.WhichGroups()
+	if err != nil {
+		return Directory{}, err
+	}
+	d := Directory{Users: []string{}, Rooms: []RoomInfo{}}
+	for _, g := range groups {
+		if name, ok := strings.CutPrefix(g, "user:"); ok {
+			d.Users = append(d.Users, name)
+		} else if name, ok := strings.CutPrefix(g, "room:"); ok {
+			members, err := o.inst.Members(g)
+			if err != nil {
+				return Directory{}, err
+			}
+			if len(members) > 0 {
+				d.Rooms = append(d.Rooms, RoomInfo{Name: name, Members: len(members)})
+			}
+		}
+	}
+	slices.Sort(d.Users)
+	slices.SortFunc(d.Rooms, func(a, b RoomInfo) int { return strings.Compare(a.Name, b.Name) })
+	return d, nil
 }
 
 // resolve settles a name held on several nodes: the member on the node

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 	"unicode"
 	"unicode/utf8"
 )
@@ -20,7 +21,7 @@ const MaxLine = 64 << 10
 const MaxName = 64
 
 // A Command is what a client asks of its connection. The concrete types
-// are Connect, Send, History, Join, Leave, Say, Who and Quit.
+// are Connect, Send, History, Join, Leave, Say, Who, Help and Quit.
 type Command interface{ command() }
 
 // Connect names the user of this connection; it must come first.
@@ -38,11 +39,15 @@ type Join struct{ Room string }
 // Leave ends the caller's membership of Room.
 type Leave struct{ Room string }
 
-// Say sends Text to every member of Room, on every node.
+// Say sends Text to every member of Room, on every node. The caller must
+// have joined Room.
 type Say struct{ Room, Text string }
 
 // Who asks for the users online.
 type Who struct{}
+
+// Help asks for the list of commands. It works before Connect.
+type Help struct{}
 
 // Quit ends the session.
 type Quit struct{}
@@ -54,15 +59,25 @@ func (Join) command()    {}
 func (Leave) command()   {}
 func (Say) command()     {}
 func (Who) command()     {}
+func (Help) command()    {}
 func (Quit) command()    {}
 
 // A Reply is what a connection answers to one command, or an event it
-// pushes (Msg, RoomMsg). The concrete types are OK, Sent, HistoryReply,
-// Online, Bye, Error, Msg and RoomMsg.
+// pushes (Msg, RoomMsg). The concrete types are OK, Joined, Sent,
+// HistoryReply, Online, HelpReply, Bye, Error, Msg and RoomMsg.
 type Reply interface{ reply() }
 
-// OK acknowledges Connect, Join, Leave and Say.
+// OK acknowledges Connect, Leave and Say.
 type OK struct{}
+
+// Joined acknowledges Join, with the room's latest messages kept on this
+// node (at most RoomHistoryLimit, oldest first; each Message's To is the
+// room). The line
+// protocol answers OK; the WebSocket's reply carries the messages.
+type Joined struct {
+	Room     string
+	Messages []Message
+}
 
 // Sent acknowledges a Send to To.
 type Sent struct{ To string }
@@ -73,32 +88,52 @@ type HistoryReply struct{ Messages []Message }
 // Online lists the users online, sorted.
 type Online struct{ Names []string }
 
+// HelpReply lists the commands, one line each.
+type HelpReply struct{ Lines []string }
+
 // Bye acknowledges Quit; the connection closes after it.
 type Bye struct{}
 
 // Error reports why a command failed.
 type Error struct{ Reason Reason }
 
-// Msg is a direct message pushed to its recipient.
-type Msg struct{ From, Text string }
+// Msg is a direct message pushed to its recipient. Time is when the
+// sender's node accepted it.
+type Msg struct {
+	From, Text string
+	Time       time.Time
+}
 
-// RoomMsg is a room message pushed to every member of the room.
-type RoomMsg struct{ Room, From, Text string }
+// RoomMsg is a room message pushed to every member of the room. Time is
+// when the sender's node accepted it; Origin (the sender's node and its
+// incarnation) and Seq name the message, so that a node keeps it once
+// however many of its users receive it.
+type RoomMsg struct {
+	Room, From, Text string
+	Time             time.Time
+	Origin           string
+	Seq              uint64
+}
 
 func (OK) reply()           {}
+func (Joined) reply()       {}
 func (Sent) reply()         {}
 func (HistoryReply) reply() {}
 func (Online) reply()       {}
+func (HelpReply) reply()    {}
 func (Bye) reply()          {}
 func (Error) reply()        {}
 func (Msg) reply()          {}
 func (RoomMsg) reply()      {}
 
-// Message is one stored direct message.
+// Message is one stored message: a direct one, or (To being the room) a
+// room's. Time is when the sender's node accepted it; it is zero for
+// messages stored before times were kept.
 type Message struct {
-	From string `json:"from"`
-	To   string `json:"to"`
-	Text string `json:"text"`
+	From string    `json:"from"`
+	To   string    `json:"to"`
+	Text string    `json:"text"`
+	Time time.Time `json:"time,omitzero"`
 }
 
 // Reason says why a command failed.
@@ -115,7 +150,8 @@ const (
 	BadName          Reason = "bad_name"          // a name that is empty, too long or has spaces or controls
 	BadEncoding      Reason = "bad_encoding"      // a line that is not UTF-8
 	LineTooLong      Reason = "line_too_long"     // a line over MaxLine bytes
-	NotMember        Reason = "not_member"        // LEAVE of a room the user is not in (SAY needs no membership)
+	NotMember        Reason = "not_member"        // LEAVE of a room the user is not in
+	NotJoined        Reason = "not_joined"        // SAY to a room the user has not joined (a typo in its name, say)
 	Unavailable      Reason = "unavailable"       // the service could not do it now (retry)
 )
 
@@ -167,6 +203,11 @@ func ParseLine(line []byte) (Command, error) {
 			return nil, protoErr(BadCommand)
 		}
 		return Who{}, nil
+	case "HELP":
+		if rest != "" {
+			return nil, protoErr(BadCommand)
+		}
+		return Help{}, nil
 	case "QUIT":
 		if rest != "" {
 			return nil, protoErr(BadCommand)
@@ -174,6 +215,21 @@ func ParseLine(line []byte) (Command, error) {
 		return Quit{}, nil
 	}
 	return nil, protoErr(BadCommand)
+}
+
+// helpLines is what HELP answers: every command of the protocol.
+func helpLines() []string {
+	return []string{
+		"CONNECT name       take a name (first: everything but HELP and QUIT needs it)",
+		"SEND user text     a direct message to a user online, kept in the history",
+		"HISTORY user       the messages between you and a user, oldest first",
+		"WHO                the users online",
+		"JOIN room          enter a room (created on first use)",
+		"LEAVE room         leave a room",
+		"SAY room text      a message to everyone in a room you have joined",
+		"HELP               this list",
+		"QUIT               leave",
+	}
 }
 
 func oneName(rest string, mk func(string) Command) (Command, error) {
@@ -249,7 +305,7 @@ func Validate(c Command) error {
 		return errors.Join(name(c.To), text(c.Text))
 	case Say:
 		return errors.Join(name(c.Room), text(c.Text))
-	case Who, Quit:
+	case Who, Help, Quit:
 		return nil
 	case nil:
 		return protoErr(BadCommand)
@@ -261,7 +317,7 @@ func Validate(c Command) error {
 func FormatReply(r Reply) []byte {
 	var b bytes.Buffer
 	switch r := r.(type) {
-	case OK:
+	case OK, Joined:
 		b.WriteString("OK\n")
 	case Sent:
 		fmt.Fprintf(&b, "SENT %s\n", r.To)
@@ -276,6 +332,11 @@ func FormatReply(r Reply) []byte {
 			b.WriteString(" " + n)
 		}
 		b.WriteString("\n")
+	case HelpReply:
+		b.WriteString("HELP " + strconv.Itoa(len(r.Lines)) + "\n")
+		for _, l := range r.Lines {
+			b.WriteString(l + "\n")
+		}
 	case Bye:
 		b.WriteString("BYE\n")
 	case Error:
@@ -327,6 +388,8 @@ func ParseJSON(data []byte) (Command, error) {
 		c = Say{Room: j.Room, Text: j.Text}
 	case "who":
 		c = Who{}
+	case "help":
+		c = Help{}
 	case "quit":
 		c = Quit{}
 	default:
@@ -344,16 +407,24 @@ type jsonReply struct {
 	Text     string    `json:"text,omitempty"`
 	Reason   Reason    `json:"reason,omitempty"`
 	Names    []string  `json:"names,omitempty"`
+	Lines    []string  `json:"lines,omitempty"`
 	Messages []Message `json:"messages,omitzero"`
+	Time     time.Time `json:"time,omitzero"`
 }
 
-// FormatJSON encodes r for the WebSocket:
-// {"type":"sent","to":"ana"}, {"type":"msg","from":"ana","text":"olá"}, ...
+// FormatJSON encodes r for the WebSocket: {"type":"sent","to":"ana"},
+// {"type":"msg","from":"ana","text":"olá","time":"2026-12-01T10:00:00Z"},
+// {"type":"ok","room":"lobby","messages":[...]} for a join, ...
 func FormatJSON(r Reply) []byte {
 	var j jsonReply
 	switch r := r.(type) {
 	case OK:
 		j.Type = "ok"
+	case Joined:
+		j = jsonReply{Type: "ok", Room: r.Room, Messages: r.Messages}
+		if j.Messages == nil {
+			j.Messages = []Message{}
+		}
 	case Sent:
 		j = jsonReply{Type: "sent", To: r.To}
 	case HistoryReply:
@@ -363,14 +434,16 @@ func FormatJSON(r Reply) []byte {
 		}
 	case Online:
 		j = jsonReply{Type: "online", Names: r.Names}
+	case HelpReply:
+		j = jsonReply{Type: "help", Lines: r.Lines}
 	case Bye:
 		j.Type = "bye"
 	case Error:
 		j = jsonReply{Type: "error", Reason: r.Reason}
 	case Msg:
-		j = jsonReply{Type: "msg", From: r.From, Text: r.Text}
+		j = jsonReply{Type: "msg", From: r.From, Text: r.Text, Time: r.Time}
 	case RoomMsg:
-		j = jsonReply{Type: "room", Room: r.Room, From: r.From, Text: r.Text}
+		j = jsonReply{Type: "room", Room: r.Room, From: r.From, Text: r.Text, Time: r.Time}
 	}
 	b, _ := json.Marshal(j)
 	return b

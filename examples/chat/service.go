@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/gotp/gotp"
@@ -70,6 +71,11 @@ type Service struct {
 	root  gotp.PID
 	users *registry.Registry[string, struct{}] // online users of this node
 
+	// origin names this node's incarnation in the room messages it sends;
+	// seq numbers them.
+	origin string
+	seq    atomic.Uint64
+
 	tcp  net.Listener
 	http *http.Server
 	hln  net.Listener
@@ -99,7 +105,8 @@ func Start(ctx context.Context, n *gotp.Node, cfg Config) (*Service, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Service{n: n, cfg: cfg, log: n.Logger(), users: users, done: make(chan struct{})}
+	s := &Service{n: n, cfg: cfg, log: n.Logger(), users: users, done: make(chan struct{}),
+		origin: fmt.Sprintf("%s/%d", n.Name(), n.Creation())}
 	spec := supervisor.Spec{
 		Strategy:  supervisor.OneForOne,
 		Intensity: cfg.Intensity,
@@ -293,6 +300,25 @@ func (s *Service) find(inst *pg.Instance, name string) (gotp.PID, bool) {
 		return gotp.PID{}, false
 	}
 	return members[0], true
+}
+
+// Directory is what the chat shows a visitor who has not connected: the
+// users online and the rooms that have members, on every node, sorted.
+type Directory struct {
+	Users []string   `json:"users"`
+	Rooms []RoomInfo `json:"rooms"`
+}
+
+// RoomInfo is one room of a Directory.
+type RoomInfo struct {
+	Name    string `json:"name"`
+	Members int    `json:"members"`
+}
+
+// Directory returns the users online and the rooms, asking the online
+// registry. It fails while the registry is restarting.
+func (s *Service) Directory(ctx context.Context) (Directory, error) {
+	return server.Call[Directory](ctx, s.n, gotp.Name(onlineName), directoryReq{})
 }
 
 // appendHistory stores one message through the history owner.

@@ -126,7 +126,7 @@ func eventually(t *testing.T, what string, check func() bool) {
 	}
 }
 
-func TestTreeMatchesTheSeed(t *testing.T) {
+func TestTreeMatchesTheDesign(t *testing.T) {
 	ts := startService(t, t.TempDir())
 	ctx := context.Background()
 	root, err := supervisor.WhichChildren(ctx, ts.n, gotp.Name(rootName))
@@ -282,6 +282,8 @@ func TestFailureOnlineRegistryCrashes(t *testing.T) {
 	if got := ana.line(); got != "MSG bob still here?" {
 		t.Fatalf("ana got %q", got)
 	}
+	bob.expect("SAY lobby knock knock", "ERROR not_joined")
+	bob.expect("JOIN lobby", "OK")
 	bob.expect("SAY lobby knock knock", "OK")
 	if got := ana.line(); got != "ROOM lobby bob knock knock" {
 		t.Fatalf("ana got %q", got)

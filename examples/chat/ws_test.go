@@ -23,7 +23,9 @@ type wsReply struct {
 	Text     string    `json:"text"`
 	Reason   Reason    `json:"reason"`
 	Names    []string  `json:"names"`
+	Lines    []string  `json:"lines"`
 	Messages []Message `json:"messages"`
+	Time     time.Time `json:"time"`
 }
 
 type wsClient struct {
@@ -377,6 +379,7 @@ func TestWebSocketUserSurvivesOnlineRestart(t *testing.T) {
 	if got := ana.next(); got.Type != "msg" || got.From != "bob" || got.Text != "still there?" {
 		t.Fatalf("ana got %+v", got)
 	}
+	bob.expect("JOIN lobby", "OK")
 	bob.expect("SAY lobby knock", "OK")
 	if got := ana.next(); got.Type != "room" || got.Room != "lobby" || got.Text != "knock" {
 		t.Fatalf("ana got %+v", got)
