@@ -346,7 +346,7 @@ func TestDocsLinks(t *testing.T) {
 
 // planningWords are words of gotp's planning documents, which a user has
 // never read: the docs name the system whose behaviour gotp follows.
-var planningWords = regexp.MustCompile(`(?i:\bseeds? ?0\d\d|\bthe seeds?\b|\bseed's|\bseeds/)|WORKLOADS\.md|ANCHORS\.md|\.\./shared|/work/shared`)
+var planningWords = regexp.MustCompile(`(?i:\bseeds? ?0\d\d|\bthe seeds?\b|\bseed's|\bseeds/)|TheSeed|WORKLOADS\.md|ANCHORS\.md|\.\./shared|/work/shared`)
 
 // TestNoPlanningWords checks the repository's text for them.
 func TestNoPlanningWords(t *testing.T) {
