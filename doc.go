@@ -67,10 +67,50 @@
 //
 // Send never blocks and never fails: a message to a process that is gone is
 // dropped. Messages from one sender to one receiver arrive in the order they
-// were sent; there is no order across senders. Mailboxes are unbounded.
-// To send to many processes at once (a broadcast), use a [Batch]: it wakes
-// the idle handler-mode processes together, on a few goroutines, instead
-// of starting one goroutine for each.
+// were sent; there is no order across senders. To send to many processes
+// at once (a broadcast), use a [Batch]: it wakes the idle handler-mode
+// processes together, on a few goroutines, instead of starting one
+// goroutine for each.
+//
+// # Mailbox length, limits and flow control
+//
+// Mailboxes are unbounded by default, as Erlang's are: a sender never
+// waits, so a process that receives faster than it handles grows its
+// mailbox. [Process.MailboxLen] (and [Node.MailboxLen]) reads the length
+// cheaply, from any goroutine, without allocating.
+//
+// A process may opt in to a limit ([MailboxLimit] at spawn, or
+// [Process.SetMailboxLimit] later) with an explicit [Overflow] policy for
+// a message that finds the mailbox full: [OverflowKill] kills the process
+// with [ErrMailboxOverflow], which it cannot trap and which its links,
+// monitors and supervisor see (Erlang's max_heap_size with kill);
+// [OverflowDrop] drops the new message and counts it (ProcessInfo.Dropped,
+// [Node.MailboxOverflows], and the observer's page and metrics). Nothing is
+// dropped silently. The signals of links and monitors are never limited.
+//
+// A limit is a safety net, not flow control: it acts after the fact, on
+// whoever happens to send next. A producer that must not outrun a process
+// (a goroutine reading a socket for it, say) holds credits instead: it
+// takes one before each message it sends and the process gives it back
+// once it has handled the message, so that at most a known number of
+// messages wait and the producer stops reading meanwhile (the operating
+// system then pushes back on the far end). With a buffered channel as
+// the credits:
+//
+//	credits := make(chan struct{}, 8) // at most 8 commands wait
+//	go func() { // the reader
+//		for sc.Scan() {
+//			credits <- struct{}{} // waits while 8 are queued: no more reading
+//			n.Send(conn, command(sc.Text()))
+//		}
+//	}()
+//	// ...and in conn's handler, once a command is answered:
+//	<-credits
+//
+// The chat's connection process (examples/chat, conn.go and session.go)
+// is a full example: its reader stops at 8 commands waiting, it defers
+// commands while its client is slow to read their replies, and it
+// disconnects a client that cannot keep up with the messages pushed to it.
 //
 // # Concurrency
 //

@@ -23,6 +23,9 @@ type ProcessInfo struct {
 	Behaviour   string    // label given at spawn (for example "server")
 	Status      Status    // what it is doing
 	MailboxLen  int       // messages waiting
+	MailboxMax  int       // the mailbox limit (0: unbounded, the default); see Process.SetMailboxLimit
+	Overflow    Overflow  // the limit's policy (0 when unbounded)
+	Dropped     uint64    // messages dropped by an OverflowDrop limit, over the process's life
 	Handled     uint64    // messages received or handled so far
 	Links       []PID     // linked processes
 	Monitors    []PID     // processes this one monitors
@@ -79,6 +82,10 @@ func (p *Process) info() ProcessInfo {
 		in.Label = p.extra.label
 	}
 	in.Behaviour = p.label
+	if p.extra != nil && p.extra.mbox != nil {
+		m := p.extra.mbox
+		in.MailboxMax, in.Overflow, in.Dropped = m.max, m.policy, m.dropped
+	}
 	switch {
 	case p.dead.Load():
 		in.Status = StatusExited

@@ -64,6 +64,9 @@ type Node struct {
 	crashes atomic.Uint64 // crash reports (see Process.crashed)
 	table   procTable
 
+	dropped       atomic.Uint64 // messages dropped by mailbox limits (OverflowDrop)
+	overflowKills atomic.Uint64 // processes killed by mailbox limits (OverflowKill)
+
 	namesMu sync.RWMutex // guards names
 	names   map[string]*Process
 

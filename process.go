@@ -39,6 +39,7 @@ type Process struct {
 	waiting   bool     // function mode: the receiver waits on wake, and no hand-off to it has begun
 	running   bool     // handler mode: a goroutine handles messages (or Init runs)
 	exited    bool     // exit has finished: links signalled, monitors fired
+	limited   bool     // the mailbox has a limit (extra.mbox): senders check it
 	rhead     int32    // owned by the receiver (see rbuf); here, where it costs no space
 	delivered uint64   // messages put in the mailbox (or handled inline), for MailboxLen
 	queue     []any    // messages not yet moved to the receiver's buffer
@@ -72,8 +73,9 @@ type procExtra struct {
 	done   chan struct{} // closed when exit has finished; made by Done
 	ctx    context.Context
 	cancel context.CancelFunc
-	values map[any]any // process dictionary, set by behaviours
-	label  string      // set by SetLabel
+	values map[any]any   // process dictionary, set by behaviours
+	label  string        // set by SetLabel
+	mbox   *mailboxLimit // the mailbox limit, if one was ever set
 }
 
 // extraLocked returns p.extra, making it if needed. p.mu must be held.
@@ -108,13 +110,15 @@ type watcher struct {
 }
 
 // SpawnOption configures Spawn and SpawnHandler. Options are plain values
-// (made by LinkTo, Named, TrapExit, AllowInline, Resident and Behaviour),
-// so passing them allocates nothing.
+// (made by LinkTo, Named, TrapExit, AllowInline, Resident, Behaviour and
+// MailboxLimit), so passing them allocates nothing.
 type SpawnOption struct {
-	kind spawnOptionKind
-	pid  PID
-	str  string
-	on   bool
+	kind   spawnOptionKind
+	on     bool
+	policy Overflow
+	n      int32
+	pid    PID
+	str    string
 }
 
 type spawnOptionKind uint8
@@ -127,6 +131,7 @@ const (
 	optInline
 	optResident
 	optBehaviour
+	optMailbox
 )
 
 type spawnConfig struct {
@@ -136,6 +141,8 @@ type spawnConfig struct {
 	inline    bool
 	resident  bool
 	behaviour string
+	limit     int
+	policy    Overflow
 }
 
 func configOf(opts []SpawnOption) spawnConfig {
@@ -155,6 +162,8 @@ func configOf(opts []SpawnOption) spawnConfig {
 			c.resident = o.on
 		case optBehaviour:
 			c.behaviour = o.str
+		case optMailbox:
+			c.limit, c.policy = int(o.n), o.policy
 		}
 	}
 	return c
@@ -301,6 +310,9 @@ func (n *Node) newProcess(mode procMode, h Handler, c *spawnConfig) (*Process, e
 		inline:   c.inline && mode == modeHandler,
 		resident: c.resident && mode == modeHandler,
 		label:    c.behaviour,
+	}
+	if c.limit > 0 {
+		p.setMailboxLimitLocked(c.limit, c.policy) // not yet visible: no lock needed
 	}
 	return p, nil
 }
@@ -520,6 +532,10 @@ func (n *Node) RunInline(to PID, msg any) bool {
 // then owns that count.
 func (p *Process) deliverDeferred(msg any, held *bool) (idle bool) {
 	p.mu.Lock()
+	if p.limited && p.fullLocked() {
+		p.overflowLocked()
+		return false
+	}
 	if p.mode != modeHandler || p.running || p.resident || p.dead.Load() {
 		p.deliverLocked(msg)
 		return false
@@ -535,9 +551,14 @@ func (p *Process) deliverDeferred(msg any, held *bool) (idle bool) {
 	return true
 }
 
-// deliver appends msg to the mailbox and wakes the process.
+// deliver appends msg to the mailbox and wakes the process, unless the
+// mailbox has a limit and is full (see SetMailboxLimit).
 func (p *Process) deliver(msg any) {
 	p.mu.Lock()
+	if p.limited && p.fullLocked() {
+		p.overflowLocked()
+		return
+	}
 	p.deliverLocked(msg)
 }
 
@@ -546,7 +567,9 @@ type wakeExit struct{}
 
 func isWakeExit(m any) bool { _, ok := m.(wakeExit); return ok }
 
-// deliverLocked appends msg with p.mu held, and unlocks it.
+// deliverLocked appends msg with p.mu held, and unlocks it. It ignores the
+// mailbox limit: the signals of links and monitors (Exit, Down) come this
+// way directly; messages come through deliver or deliverDeferred.
 //
 // A function process waits in Receive only when its mailbox is empty, so a
 // message for a waiting receiver is the next one it takes: it is handed

@@ -37,6 +37,12 @@ var (
 	// process ends with it, as after a panic: an abnormal exit.
 	ErrGoexit = errors.New("gotp: runtime.Goexit called in the process")
 
+	// ErrMailboxOverflow is the reason of a process killed because a
+	// message found its mailbox full under a limit with OverflowKill (see
+	// Process.SetMailboxLimit). It is abnormal, as Erlang's kill by
+	// max_heap_size: links and monitors see it, supervisors restart.
+	ErrMailboxOverflow = errors.New("mailbox_overflow")
+
 	// ErrNodeStopped is returned by operations on a stopped Node.
 	ErrNodeStopped = errors.New("gotp: node stopped")
 

@@ -13,7 +13,9 @@
 //     of JavaScript (no build step), with sortable, filterable tables;
 //   - api/snapshot, the same content as JSON (a Snapshot);
 //   - metrics, Prometheus text: gotp_processes, gotp_mailbox_length (a
-//     histogram), gotp_supervisor_restarts_total, gotp_registry_entries,
+//     histogram), gotp_mailbox_dropped_total and
+//     gotp_mailbox_overflow_kills_total (mailbox limits),
+//     gotp_supervisor_restarts_total, gotp_registry_entries,
 //     gotp_pg_group_members, gotp_inbox_jobs, gotp_inbox_outcomes_total,
 //     gotp_inbox_errors_total, gotp_inbox_failing_claimers and
 //     gotp_cluster_messages_total;

@@ -11,7 +11,11 @@ import (
 var (
 	descProcesses = prometheus.NewDesc("gotp_processes", "Live processes on the node.", nil, nil)
 	descMailbox   = prometheus.NewDesc("gotp_mailbox_length", "Mailbox lengths of the live processes.", nil, nil)
-	descRestarts  = prometheus.NewDesc("gotp_supervisor_restarts_total",
+	descDropped   = prometheus.NewDesc("gotp_mailbox_dropped_total",
+		"Messages dropped by mailbox limits (OverflowDrop) on the node.", nil, nil)
+	descKilled = prometheus.NewDesc("gotp_mailbox_overflow_kills_total",
+		"Processes killed by mailbox limits (OverflowKill) on the node.", nil, nil)
+	descRestarts = prometheus.NewDesc("gotp_supervisor_restarts_total",
 		"Restarts of each child made by its supervisor.", []string{"supervisor", "child"}, nil)
 	descRegistry = prometheus.NewDesc("gotp_registry_entries", "Entries in each registry.", []string{"registry"}, nil)
 	descGroup    = prometheus.NewDesc("gotp_pg_group_members",
@@ -35,7 +39,7 @@ var mailboxBuckets = []float64{0, 1, 10, 100, 1000, 10000, 100000}
 type collector struct{ o *Observer }
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descProcesses, descMailbox, descRestarts, descRegistry, descGroup, descInbox, descOutcomes, descInboxErrors, descInboxFailing, descCluster} {
+	for _, d := range []*prometheus.Desc{descProcesses, descMailbox, descDropped, descKilled, descRestarts, descRegistry, descGroup, descInbox, descOutcomes, descInboxErrors, descInboxFailing, descCluster} {
 		ch <- d
 	}
 }
@@ -57,6 +61,9 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		}
 	}
 	ch <- prometheus.MustNewConstHistogram(descMailbox, uint64(len(s.Processes)), sum, buckets)
+	dropped, killed := c.o.n.MailboxOverflows()
+	ch <- prometheus.MustNewConstMetric(descDropped, prometheus.CounterValue, float64(dropped))
+	ch <- prometheus.MustNewConstMetric(descKilled, prometheus.CounterValue, float64(killed))
 
 	var walk func(t SupTree)
 	walk = func(t SupTree) {

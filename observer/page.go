@@ -91,7 +91,7 @@ var pageTmpl = template.Must(template.New("page").Parse(`
 </tr>
 {{range .S.Processes}}<tr data-pid="{{.PID}}">
  <td><code>{{.PID}}</code></td><td>{{.Name}}</td><td>{{.Behaviour}}</td><td>{{.Status}}{{if .TrapExit}} (traps){{end}}</td>
- <td class="num">{{.MailboxLen}}</td><td class="num">{{.Handled}}</td>
+ <td class="num">{{.MailboxLen}}{{if .MailboxMax}} / {{.MailboxMax}} {{.Overflow}}{{end}}{{if .Dropped}}, {{.Dropped}} dropped{{end}}</td><td class="num">{{.Handled}}</td>
  <td>{{range .Links}}<code>{{.}}</code> {{end}}</td><td>{{range .Monitors}}<code>{{.}}</code> {{end}}</td>
  {{if $.AllowKill}}<td><button class="kill" data-pid="{{.PID}}">kill</button></td>{{end}}
 </tr>{{end}}

@@ -30,6 +30,9 @@ type Process struct {
 	Behaviour   string    `json:"behaviour,omitempty"`
 	Status      string    `json:"status"`
 	MailboxLen  int       `json:"mailbox_len"`
+	MailboxMax  int       `json:"mailbox_max,omitempty"` // the mailbox limit; 0: unbounded
+	Overflow    string    `json:"overflow,omitempty"`    // the limit's policy: "kill" or "drop"
+	Dropped     uint64    `json:"dropped,omitempty"`     // messages the limit dropped
 	Handled     uint64    `json:"handled"`
 	Links       []string  `json:"links,omitempty"`
 	Monitors    []string  `json:"monitors,omitempty"`
@@ -161,10 +164,15 @@ func processRow(in gotp.ProcessInfo) Process {
 		Behaviour:   in.Behaviour,
 		Status:      string(in.Status),
 		MailboxLen:  in.MailboxLen,
+		MailboxMax:  in.MailboxMax,
+		Dropped:     in.Dropped,
 		Handled:     in.Handled,
 		MonitoredBy: len(in.MonitoredBy),
 		TrapExit:    in.TrapExit,
 		Started:     in.Started,
+	}
+	if in.MailboxMax > 0 {
+		r.Overflow = in.Overflow.String()
 	}
 	for _, l := range in.Links {
 		r.Links = append(r.Links, l.String())
