@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/gotp/gotp"
+	"github.com/gotp/gotp/gotptest"
 )
 
 // held spawns a handler-mode process whose handler, for its first message,
@@ -34,11 +35,11 @@ func held(t *testing.T, n *gotp.Node, release <-chan struct{}, opts ...gotp.Spaw
 }
 
 func TestMailboxLenCountsWaitingMessages(t *testing.T) {
-	n := newNode(t)
+	n := gotptest.NewNode(t)
 	release := make(chan struct{})
 	pid, started, got := held(t, n, release)
 	n.Send(pid, 0)
-	recv(t, started) // message 0 is being handled: not in the mailbox
+	gotptest.Recv(t, started) // message 0 is being handled: not in the mailbox
 	if l, ok := n.MailboxLen(pid); !ok || l != 0 {
 		t.Fatalf("MailboxLen while handling the only message = %d, %v; want 0, true", l, ok)
 	}
@@ -53,9 +54,9 @@ func TestMailboxLenCountsWaitingMessages(t *testing.T) {
 	}
 	close(release)
 	for range 6 {
-		recv(t, got)
+		gotptest.Recv(t, got)
 	}
-	eventually(t, "the mailbox to drain", func() bool { l, _ := n.MailboxLen(pid); return l == 0 })
+	gotptest.Eventually(t, "the mailbox to drain", func() bool { l, _ := n.MailboxLen(pid); return l == 0 })
 
 	// A function process: messages wait until it receives.
 	gate := make(chan struct{})
@@ -68,7 +69,7 @@ func TestMailboxLenCountsWaitingMessages(t *testing.T) {
 	n.Send(fpid, "a")
 	n.Send(fpid, "b")
 	close(gate)
-	if v := recv(t, done); v != 21 {
+	if v := gotptest.Recv(t, done); v != 21 {
 		t.Fatalf("function process saw %d then %d messages, want 2 then 1", v/10, v%10)
 	}
 	if _, ok := n.MailboxLen(gotp.PID{}); ok {
@@ -77,11 +78,11 @@ func TestMailboxLenCountsWaitingMessages(t *testing.T) {
 }
 
 func TestMailboxLimitDropKeepsTheOldestAndCountsEveryDrop(t *testing.T) {
-	n := newNode(t)
+	n := gotptest.NewNode(t)
 	release := make(chan struct{})
 	pid, started, got := held(t, n, release, gotp.MailboxLimit(3, gotp.OverflowDrop))
 	n.Send(pid, 0)
-	recv(t, started)
+	gotptest.Recv(t, started)
 	for i := 1; i <= 10; i++ {
 		n.Send(pid, i)
 	}
@@ -94,13 +95,13 @@ func TestMailboxLimitDropKeepsTheOldestAndCountsEveryDrop(t *testing.T) {
 	}
 	close(release)
 	for want := range 4 {
-		if v := recv(t, got); v != want {
+		if v := gotptest.Recv(t, got); v != want {
 			t.Fatalf("handled %v, want %d (the first three queued are kept, in order)", v, want)
 		}
 	}
 	// Room again: the next message is taken.
 	n.Send(pid, 11)
-	if v := recv(t, got); v != 11 {
+	if v := gotptest.Recv(t, got); v != 11 {
 		t.Fatalf("handled %v, want 11", v)
 	}
 	if !n.IsAlive(pid) {
@@ -109,20 +110,20 @@ func TestMailboxLimitDropKeepsTheOldestAndCountsEveryDrop(t *testing.T) {
 }
 
 func TestMailboxLimitKillEndsEvenATrappingProcess(t *testing.T) {
-	n := newNode(t)
+	n := gotptest.NewNode(t)
 	release := make(chan struct{})
 	defer close(release)
 	pid, started, _ := held(t, n, release, gotp.MailboxLimit(2, gotp.OverflowKill), gotp.TrapExit(true))
-	down := watch(n, pid)
+	down := gotptest.Watch(t, n, pid)
 	n.Send(pid, 0)
-	recv(t, started)
+	gotptest.Recv(t, started)
 	n.Send(pid, 1)
 	n.Send(pid, 2)
 	if !n.IsAlive(pid) {
 		t.Fatal("killed at the limit, before it was exceeded")
 	}
 	n.Send(pid, 3)
-	if reason := recv(t, down); !errors.Is(reason, gotp.ErrMailboxOverflow) {
+	if reason := gotptest.Recv(t, down); !errors.Is(reason, gotp.ErrMailboxOverflow) {
 		t.Fatalf("exit reason %v, want ErrMailboxOverflow", reason)
 	}
 	if gotp.IsNormal(gotp.ErrMailboxOverflow) {
@@ -136,18 +137,18 @@ func TestMailboxLimitKillEndsEvenATrappingProcess(t *testing.T) {
 // A linked process learns of the kill by an exit signal with the reason,
 // as a supervisor does.
 func TestMailboxLimitKillReachesLinks(t *testing.T) {
-	n := newNode(t)
-	parent, msgs := sink(t, n, gotp.TrapExit(true))
+	n := gotptest.NewNode(t)
+	parent := gotptest.NewSink(t, n, gotp.TrapExit(true))
 	pid, err := n.Spawn(func(p *gotp.Process) error {
 		<-p.Context().Done()
 		return nil
-	}, gotp.LinkTo(parent), gotp.MailboxLimit(1, gotp.OverflowKill))
+	}, gotp.LinkTo(parent.PID()), gotp.MailboxLimit(1, gotp.OverflowKill))
 	if err != nil {
 		t.Fatal(err)
 	}
 	n.Send(pid, "one")
 	n.Send(pid, "two")
-	m := recv(t, msgs)
+	m := parent.Next(t)
 	if e, ok := m.(gotp.Exit); !ok || e.From != pid || !errors.Is(e.Reason, gotp.ErrMailboxOverflow) {
 		t.Fatalf("the linked process received %#v, want Exit from %v with ErrMailboxOverflow", m, pid)
 	}
@@ -155,7 +156,7 @@ func TestMailboxLimitKillReachesLinks(t *testing.T) {
 
 // Exit and Down messages are signals: a full mailbox still takes them.
 func TestMailboxLimitNeverDropsSignals(t *testing.T) {
-	n := newNode(t)
+	n := gotptest.NewNode(t)
 	linked, watched := waiter(t, n), waiter(t, n)
 	ready, gate := make(chan struct{}), make(chan struct{})
 	pid, got := run(t, n, func(p *gotp.Process) []any {
@@ -175,20 +176,20 @@ func TestMailboxLimitNeverDropsSignals(t *testing.T) {
 		}
 		return msgs
 	}, gotp.TrapExit(true), gotp.MailboxLimit(1, gotp.OverflowDrop))
-	recv(t, ready)
+	gotptest.Recv(t, ready)
 	n.Send(pid, "fills it")
 	n.Send(pid, "dropped")
-	linkedDone, watchedDone := exitDone(t, n, linked), exitDone(t, n, watched)
+	linkedDone, watchedDone := gotptest.Watch(t, n, linked), gotptest.Watch(t, n, watched)
 	n.Send(linked, errBoom)
 	n.Send(watched, errBoom)
-	recv(t, linkedDone)
-	recv(t, watchedDone)
+	gotptest.Recv(t, linkedDone)
+	gotptest.Recv(t, watchedDone)
 	in, _ := n.ProcessInfo(pid)
 	if in.MailboxLen != 3 || in.Dropped != 1 {
 		t.Fatalf("mailbox %d, dropped %d; want 3 (the message, the Exit and the Down), 1", in.MailboxLen, in.Dropped)
 	}
 	close(gate)
-	msgs := recv(t, got)
+	msgs := gotptest.Recv(t, got)
 	if len(msgs) != 3 || msgs[0] != "fills it" {
 		t.Fatalf("received %#v, want the message, then the Exit and the Down", msgs)
 	}
@@ -210,7 +211,7 @@ func TestMailboxLimitNeverDropsSignals(t *testing.T) {
 // what the mailbox holds, it takes nothing away; removed, the mailbox is
 // unbounded again, and the drop count stays.
 func TestSetMailboxLimit(t *testing.T) {
-	n := newNode(t)
+	n := gotptest.NewNode(t)
 	procs := make(chan *gotp.Process, 1)
 	gate := make(chan struct{})
 	pid, got := run(t, n, func(p *gotp.Process) int {
@@ -218,7 +219,7 @@ func TestSetMailboxLimit(t *testing.T) {
 		<-gate
 		return p.MailboxLen()
 	})
-	p := recv(t, procs)
+	p := gotptest.Recv(t, procs)
 	p.SetMailboxLimit(4, gotp.OverflowDrop)
 	for i := range 6 {
 		n.Send(pid, i)
@@ -239,19 +240,19 @@ func TestSetMailboxLimit(t *testing.T) {
 		t.Fatalf("after removing the limit: mailbox %d, dropped %d, max %d, %v; want 104, 2, 0, none", in.MailboxLen, in.Dropped, in.MailboxMax, in.Overflow)
 	}
 	close(gate)
-	if l := recv(t, got); l != 104 {
+	if l := gotptest.Recv(t, got); l != 104 {
 		t.Fatalf("the process saw %d messages, want 104", l)
 	}
 }
 
 // A Batch's sends obey the limit too.
 func TestMailboxLimitInBatch(t *testing.T) {
-	n := newNode(t)
+	n := gotptest.NewNode(t)
 	release := make(chan struct{})
 	defer close(release)
 	dropper, started, _ := held(t, n, release, gotp.MailboxLimit(2, gotp.OverflowDrop))
 	n.Send(dropper, 0)
-	recv(t, started)
+	gotptest.Recv(t, started)
 	n.Batch(func(b *gotp.Batch) {
 		for i := range 5 {
 			b.Send(dropper, i)

@@ -532,8 +532,7 @@ func (n *Node) RunInline(to PID, msg any) bool {
 // then owns that count.
 func (p *Process) deliverDeferred(msg any, held *bool) (idle bool) {
 	p.mu.Lock()
-	if p.limited && p.fullLocked() {
-		p.overflowLocked()
+	if p.limited && p.overflowedLocked() {
 		return false
 	}
 	if p.mode != modeHandler || p.running || p.resident || p.dead.Load() {
@@ -555,8 +554,7 @@ func (p *Process) deliverDeferred(msg any, held *bool) (idle bool) {
 // mailbox has a limit and is full (see SetMailboxLimit).
 func (p *Process) deliver(msg any) {
 	p.mu.Lock()
-	if p.limited && p.fullLocked() {
-		p.overflowLocked()
+	if p.limited && p.overflowedLocked() {
 		return
 	}
 	p.deliverLocked(msg)

@@ -1,36 +1,47 @@
 // Command chat-load is the H1 workload of gotp's benchmarks: many users
-// connected to one chat service over TCP, each sending messages to another
-// user. It reports messages per second, the send-to-receive latency
-// (p50, p99, max) and the server's bytes per connection.
+// connected to one chat service, each sending messages to another user. It
+// reports messages per second, the send-to-receive latency (p50, p99,
+// max), the server's bytes per connection and its peak resident set.
 //
-//	go run ./cmd/chat-load                              # 1,000 users × 100 messages
+//	go run ./cmd/chat-load                              # 1,000 TCP users × 100 messages
 //	go run ./cmd/chat-load -users 200 -messages 50      # smaller
+//	go run ./cmd/chat-load -rate 2000 -flood 10         # the hostile mix: 10 flooding clients beside the users
+//	go run ./cmd/chat-load -users 10000 -ws 5000 -messages 0   # 10,000 idle connections, half of them WebSockets
 //	go run ./cmd/chat-load -addr host:4000              # against a running cmd/chat (no memory figures)
 //
-// Without -addr it starts a chat.Service in this process (TCP on loopback,
-// history in a temporary directory) and runs the clients in a child
-// process (itself, re-executed), so that the memory it measures is the
-// server's alone: the heap and stack in use (after a GC) and the resident
-// set, before the users connect and once they all have, divided by the
-// number of users.
+// Without -addr it starts the server in this process (on loopback, history
+// in a temporary directory) and runs the clients in a child process
+// (itself, re-executed), so that the memory it measures is the server's
+// alone: the heap and stack in use (after a GC) and the resident set,
+// before the users connect and once they all have, divided by the number
+// of users; and the highest resident set seen (sampled every 50 ms) from
+// the first connection to the last message.
 //
 // User i sends to user i+1 (the last to the first). Each sender keeps at
 // most -window messages in flight: it sends the next when SENT arrives for
 // an earlier one. The latency of a message runs from just before its SEND is
-// written to when its MSG line is read by the recipient (both in the client
+// written to when its MSG is read by the recipient (both in the client
 // process, one clock). Messages/s counts messages received over the time
-// from the start of sending to the last receipt.
+// from the start of sending to the last receipt. Users below -ws speak
+// JSON over the WebSocket (/ws), the others the line protocol over TCP.
+//
+// With -flood N, N more clients connect over TCP and, while the users
+// send, each writes a command (-flood-cmd, WHO by default) over and over
+// without waiting for the replies, and reads the replies at only
+// -flood-read bytes per second: clients that pipeline and read slowly.
 package main
 
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"runtime"
@@ -39,8 +50,11 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/coder/websocket"
 
 	"github.com/gotp/gotp"
 	"github.com/gotp/gotp/examples/chat"
@@ -59,7 +73,11 @@ func main() {
 type config struct {
 	users, messages, window int
 	rate                    float64
-	addr                    string
+	ws                      int // users over the WebSocket
+	flood                   int // flooding clients
+	floodRead               int // bytes/s each flooding client reads
+	floodCmd                string
+	addr, httpAddr          string
 	data                    string
 	timeout                 time.Duration
 	cpuProfile, memProfile  string
@@ -70,25 +88,33 @@ func run(args []string, out io.Writer) error {
 	fs := flag.NewFlagSet("chat-load", flag.ContinueOnError)
 	var c config
 	fs.IntVar(&c.users, "users", 1000, "connected users")
-	fs.IntVar(&c.messages, "messages", 100, "messages each user sends")
+	fs.IntVar(&c.messages, "messages", 100, "messages each user sends (0: connect, measure the memory, and stop)")
 	fs.IntVar(&c.window, "window", 1, "messages a user may have in flight (sent, SENT not yet read)")
 	fs.Float64Var(&c.rate, "rate", 0, "messages/s offered by all users together, spread evenly (0: each user sends as fast as its window allows)")
+	fs.IntVar(&c.ws, "ws", 0, "how many of the users connect over the WebSocket (gotp server only)")
+	fs.IntVar(&c.flood, "flood", 0, "flooding clients beside the users: they pipeline -flood-cmd and read slowly (gotp server only)")
+	fs.IntVar(&c.floodRead, "flood-read", 64<<10, "bytes per second each flooding client reads")
+	fs.StringVar(&c.floodCmd, "flood-cmd", "WHO", "the command flooding clients repeat")
 	fs.StringVar(&c.cpuProfile, "cpuprofile", "", "write the server's CPU profile during the load to this file")
 	fs.StringVar(&c.memProfile, "memprofile", "", "write the server's heap profile, with the users connected and idle, to this file")
 	fs.StringVar(&c.server, "server", "gotp", `the in-process server: "gotp" (the chat service), or the baselines "bare" (plain Go, no history) and "bare-sqlite" (plain Go, the same SQLite history)`)
 	fs.StringVar(&c.addr, "addr", "", "TCP address of a running chat (empty: start one in this process)")
+	fs.StringVar(&c.httpAddr, "http-addr", "", "HTTP address of the running chat's WebSocket, with -addr and -ws")
 	fs.StringVar(&c.data, "data", "", "data directory of the in-process chat (empty: a temporary one)")
 	fs.DurationVar(&c.timeout, "timeout", 5*time.Minute, "give up after this long")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	if c.users < 2 || c.messages < 1 || c.window < 1 {
-		return errors.New("need -users ≥ 2, -messages ≥ 1, -window ≥ 1")
+	if c.users < 2 || c.messages < 0 || c.window < 1 || c.ws < 0 || c.ws > c.users || c.flood < 0 || c.floodRead < 1 {
+		return errors.New("need -users ≥ 2, -messages ≥ 0, -window ≥ 1, 0 ≤ -ws ≤ -users, -flood ≥ 0, -flood-read ≥ 1")
 	}
 	if c.server != "gotp" && c.server != "bare" && c.server != "bare-sqlite" {
 		return errBadServer
 	}
-	if err := raiseOpenFiles(c.users + 256); err != nil {
+	if c.server != "gotp" && (c.ws > 0 || c.flood > 0) {
+		return errors.New("-ws and -flood need -server gotp")
+	}
+	if err := raiseOpenFiles(c.users + c.flood + 256); err != nil {
 		return err
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
@@ -102,8 +128,9 @@ func run(args []string, out io.Writer) error {
 	return serverAndClients(ctx, c, out)
 }
 
-// raiseOpenFiles raises the soft limit of open files to at least n (up to
-// the hard limit).
+// raiseOpenFiles raises the limit of open files to at least n: the soft
+// limit up to the hard one, and the hard one where the OS lets this
+// process (root).
 func raiseOpenFiles(n int) error {
 	var l syscall.Rlimit
 	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &l); err != nil {
@@ -112,8 +139,14 @@ func raiseOpenFiles(n int) error {
 	if l.Cur >= uint64(n) {
 		return nil
 	}
+	want := l
+	want.Cur = uint64(n)
+	want.Max = max(l.Max, uint64(n))
+	if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &want); err == nil {
+		return nil
+	}
 	if l.Max < uint64(n) {
-		return fmt.Errorf("open files: need %d, hard limit is %d (raise it with ulimit -Hn)", n, l.Max)
+		return fmt.Errorf("open files: need %d, the hard limit is %d and cannot be raised (ulimit -Hn)", n, l.Max)
 	}
 	l.Cur = uint64(n)
 	return syscall.Setrlimit(syscall.RLIMIT_NOFILE, &l)
@@ -150,6 +183,33 @@ func rss() uint64 {
 	return 0
 }
 
+// rssPeak samples the resident set every 50 ms until stop is called, and
+// returns the highest it saw.
+func rssPeak() (stop func() uint64) {
+	var peak atomic.Uint64
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		t := time.NewTicker(50 * time.Millisecond)
+		defer t.Stop()
+		for {
+			if r := rss(); r > peak.Load() {
+				peak.Store(r)
+			}
+			select {
+			case <-t.C:
+			case <-done:
+				return
+			}
+		}
+	})
+	return func() uint64 {
+		close(done)
+		wg.Wait()
+		return peak.Load()
+	}
+}
+
 // serverAndClients runs the chat here and the clients in a child process.
 func serverAndClients(ctx context.Context, c config, out io.Writer) error {
 	dir := c.data
@@ -161,20 +221,23 @@ func serverAndClients(ctx context.Context, c config, out io.Writer) error {
 		defer os.RemoveAll(d)
 		dir = d
 	}
-	addr, stop, err := startServer(ctx, c.server, dir)
+	srv, err := startServer(ctx, c.server, dir, c.users+c.flood+16)
 	if err != nil {
 		return err
 	}
-	defer stop()
+	defer srv.stop()
 
 	exe, err := os.Executable()
 	if err != nil {
 		return err
 	}
-	cmd := exec.CommandContext(ctx, exe,
-		"-addr", addr, "-users", strconv.Itoa(c.users),
+	args := []string{
+		"-addr", srv.addr, "-http-addr", srv.httpAddr, "-users", strconv.Itoa(c.users), "-ws", strconv.Itoa(c.ws),
 		"-messages", strconv.Itoa(c.messages), "-window", strconv.Itoa(c.window), "-rate", strconv.FormatFloat(c.rate, 'g', -1, 64),
-		"-timeout", c.timeout.String())
+		"-flood", strconv.Itoa(c.flood), "-flood-read", strconv.Itoa(c.floodRead), "-flood-cmd", c.floodCmd,
+		"-timeout", c.timeout.String(),
+	}
+	cmd := exec.CommandContext(ctx, exe, args...)
 	cmd.Env = append(os.Environ(), childEnv+"=1")
 	cmd.Stderr = os.Stderr
 	stdin, err := cmd.StdinPipe()
@@ -186,7 +249,9 @@ func serverAndClients(ctx context.Context, c config, out io.Writer) error {
 		return err
 	}
 	before := measure()
+	peak := rssPeak()
 	if err := cmd.Start(); err != nil {
+		peak()
 		return err
 	}
 	lines := bufio.NewScanner(stdout)
@@ -202,29 +267,35 @@ func serverAndClients(ctx context.Context, c config, out io.Writer) error {
 	}
 	connected, err := next("CONNECTED ")
 	if err != nil {
+		peak()
 		return err
 	}
 	after := measure()
 	if c.memProfile != "" {
 		if err := writeProfile(c.memProfile, func(w io.Writer) error { return pprof.Lookup("heap").WriteTo(w, 0) }); err != nil {
+			peak()
 			return err
 		}
 	}
 	if c.cpuProfile != "" {
 		f, err := os.Create(c.cpuProfile)
 		if err != nil {
+			peak()
 			return err
 		}
 		defer f.Close()
 		if err := pprof.StartCPUProfile(f); err != nil {
+			peak()
 			return err
 		}
 	}
 	if _, err := io.WriteString(stdin, "GO\n"); err != nil {
+		peak()
 		return err
 	}
 	result, err := next("RESULT ")
 	pprof.StopCPUProfile()
+	peakRSS := peak()
 	if err != nil {
 		return err
 	}
@@ -234,37 +305,52 @@ func serverAndClients(ctx context.Context, c config, out io.Writer) error {
 	}
 	loaded := measure()
 	report(out, c, connected, result)
-	per := func(a, b uint64) float64 { return (float64(b) - float64(a)) / float64(c.users) }
+	per := func(a, b uint64) float64 { return (float64(b) - float64(a)) / float64(c.users+c.flood) }
 	fmt.Fprintf(out, "server bytes per connection: %.0f heap+stack (heap %.0f, stack %.0f), %.0f RSS; goroutines +%.2f per connection\n",
 		per(before.heap+before.stack, after.heap+after.stack), per(before.heap, after.heap), per(before.stack, after.stack),
-		per(before.rss, after.rss), float64(after.goroutines-before.goroutines)/float64(c.users))
-	fmt.Fprintf(out, "server heap+stack: %.1f MB before, %.1f MB with %d users idle, %.1f MB after the load (users gone); RSS %.1f / %.1f / %.1f MB\n",
-		mb(before.heap+before.stack), mb(after.heap+after.stack), c.users, mb(loaded.heap+loaded.stack), mb(before.rss), mb(after.rss), mb(loaded.rss))
+		per(before.rss, after.rss), float64(after.goroutines-before.goroutines)/float64(c.users+c.flood))
+	fmt.Fprintf(out, "server heap+stack: %.1f MB before, %.1f MB with %d connections idle, %.1f MB after the load (users gone); RSS %.1f / %.1f / %.1f MB\n",
+		mb(before.heap+before.stack), mb(after.heap+after.stack), c.users+c.flood, mb(loaded.heap+loaded.stack), mb(before.rss), mb(after.rss), mb(loaded.rss))
+	fmt.Fprintf(out, "server RSS peak: %.1f MB (sampled every 50 ms from the first connection to the last message)\n", mb(peakRSS))
+	if srv.slow != nil {
+		fmt.Fprintf(out, "server: %d slow consumers disconnected\n", srv.slow())
+	}
 	return nil
 }
 
-// startServer starts the server under test on a loopback port and returns
-// its address and how to stop it.
-func startServer(ctx context.Context, kind, dir string) (string, func(), error) {
+// server is a server under test, on loopback.
+type server struct {
+	addr, httpAddr string // httpAddr is empty for the bare servers
+	stop           func()
+	slow           func() uint64 // slow consumers disconnected, for gotp
+}
+
+// startServer starts the server under test for up to conns connections.
+func startServer(ctx context.Context, kind, dir string, conns int) (*server, error) {
 	switch kind {
 	case "bare", "bare-sqlite":
 		s, err := startBare(ctx, dir, kind == "bare-sqlite")
 		if err != nil {
-			return "", nil, err
+			return nil, err
 		}
-		return s.addr(), func() { s.stop() }, nil
+		return &server{addr: s.addr(), stop: func() { s.stop() }}, nil
 	}
 	n := gotp.NewNode(gotp.Options{Name: "chat-load", Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))})
-	svc, err := chat.Start(ctx, n, chat.Config{DataDir: dir, TCPAddr: "127.0.0.1:0"})
+	svc, err := chat.Start(ctx, n, chat.Config{DataDir: dir, TCPAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", MaxConnections: conns})
 	if err != nil {
 		n.Stop(context.Background())
-		return "", nil, err
+		return nil, err
 	}
-	return svc.TCPAddr().String(), func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		svc.Stop(ctx)
-		n.Stop(ctx)
+	return &server{
+		addr:     svc.TCPAddr().String(),
+		httpAddr: svc.HTTPAddr().String(),
+		stop: func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			svc.Stop(ctx)
+			n.Stop(ctx)
+		},
+		slow: svc.SlowConsumers,
 	}, nil
 }
 
@@ -317,15 +403,16 @@ func clientProcess(ctx context.Context, c config, in io.Reader, out io.Writer) e
 }
 
 // report prints the client's figures: connected is "<users> <seconds>",
-// result is "<messages> <seconds> <p50 ns> <p99 ns> <max ns>".
+// result is "<messages> <seconds> <p50 ns> <p99 ns> <max ns> <flood
+// replies> <flood bytes> <flood ended>".
 func report(out io.Writer, c config, connected, result string) {
 	var users int
 	var connSecs float64
 	fmt.Sscan(connected, &users, &connSecs)
 	var msgs int
 	var secs float64
-	var p50, p99, pmax int64
-	fmt.Sscan(result, &msgs, &secs, &p50, &p99, &pmax)
+	var p50, p99, pmax, floodReplies, floodBytes, floodEnded int64
+	fmt.Sscan(result, &msgs, &secs, &p50, &p99, &pmax, &floodReplies, &floodBytes, &floodEnded)
 	offered := "as fast as the window allows"
 	if c.rate > 0 {
 		offered = fmt.Sprintf("offered %.0f messages/s", c.rate)
@@ -334,25 +421,40 @@ func report(out io.Writer, c config, connected, result string) {
 	if c.addr != "" {
 		server = c.addr
 	}
-	fmt.Fprintf(out, "H1 chat load: server %s, %d users × %d messages, window %d, %s, GOMAXPROCS %d\n", server, c.users, c.messages, c.window, offered, runtime.GOMAXPROCS(0))
+	fmt.Fprintf(out, "H1 chat load: server %s, %d users (%d TCP, %d WebSocket) × %d messages, window %d, %s, %d flooding clients, GOMAXPROCS %d\n",
+		server, c.users, c.users-c.ws, c.ws, c.messages, c.window, offered, c.flood, runtime.GOMAXPROCS(0))
 	fmt.Fprintf(out, "connect: %d users in %.2f s\n", users, connSecs)
+	if c.messages == 0 {
+		return
+	}
 	fmt.Fprintf(out, "messages: %d in %.2f s = %.0f messages/s\n", msgs, secs, float64(msgs)/secs)
 	fmt.Fprintf(out, "send→receive latency: p50 %s, p99 %s, max %s\n",
 		time.Duration(p50).Round(time.Microsecond), time.Duration(p99).Round(time.Microsecond), time.Duration(pmax).Round(time.Microsecond))
+	if c.flood > 0 {
+		fmt.Fprintf(out, "flooding clients: %d replies (%.1f MB) read at %d B/s each; %d of %d disconnected by the server\n",
+			floodReplies, mb(uint64(floodBytes)), c.floodRead, floodEnded, c.flood)
+	}
 }
 
-// load is the client side: one TCP connection per user.
+// load is the client side: one connection per user, and the flooders.
 type load struct {
 	c        config
 	users    []*user
+	floods   []*flooder
 	connTook time.Duration
+}
+
+// wire is a user's connection: the line protocol or JSON over a WebSocket.
+type wire interface {
+	send(text string) error                   // one command
+	next() (kind byte, arg string, err error) // the next reply: 'o' OK, 's' SENT, 'm' MSG (arg: its text), 'e' anything else (arg: it)
+	close()
 }
 
 type user struct {
 	id   int
 	name string
-	conn net.Conn
-	rd   *bufio.Reader
+	w    wire
 	to   string
 
 	window    chan struct{} // a token per message in flight
@@ -368,6 +470,7 @@ func newLoad(ctx context.Context, c config) (*load, error) {
 	l := &load{c: c}
 	start := time.Now()
 	var d net.Dialer
+	hc := &http.Client{Transport: &http.Transport{DialContext: d.DialContext, MaxIdleConnsPerHost: -1}}
 	// Connect in parallel, 64 at a time.
 	sem := make(chan struct{}, 64)
 	var wg sync.WaitGroup
@@ -378,7 +481,7 @@ func newLoad(ctx context.Context, c config) (*load, error) {
 		sem <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-sem }()
-			u, err := connectUser(ctx, &d, c, i)
+			u, err := connectUser(ctx, &d, hc, c, i)
 			mu.Lock()
 			defer mu.Unlock()
 			if err != nil {
@@ -389,6 +492,16 @@ func newLoad(ctx context.Context, c config) (*load, error) {
 		})
 	}
 	wg.Wait()
+	if firstErr == nil {
+		for i := range c.flood {
+			f, err := connectFlooder(ctx, &d, c, i)
+			if err != nil {
+				firstErr = err
+				break
+			}
+			l.floods = append(l.floods, f)
+		}
+	}
 	l.connTook = time.Since(start)
 	if firstErr != nil {
 		l.close()
@@ -404,29 +517,129 @@ func cmp(a, b error) error {
 	return b
 }
 
-func connectUser(ctx context.Context, d *net.Dialer, c config, i int) (*user, error) {
-	conn, err := d.DialContext(ctx, "tcp", c.addr)
-	if err != nil {
-		return nil, err
-	}
+func connectUser(ctx context.Context, d *net.Dialer, hc *http.Client, c config, i int) (*user, error) {
 	u := &user{
-		id: i, name: userName(i), conn: conn, rd: bufio.NewReader(conn), to: userName((i + 1) % c.users),
+		id: i, name: userName(i), to: userName((i + 1) % c.users),
 		window: make(chan struct{}, c.window), lat: make([]int64, 0, c.messages),
 		received: make(chan struct{}), readerEnd: make(chan struct{}),
 	}
-	conn.SetDeadline(time.Now().Add(30 * time.Second))
-	if _, err := conn.Write([]byte("CONNECT " + u.name + "\n")); err != nil {
-		conn.Close()
+	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	var err error
+	if i < c.ws {
+		u.w, err = dialWS(cctx, hc, c.httpAddr)
+	} else {
+		u.w, err = dialLine(cctx, d, c.addr)
+	}
+	if err != nil {
 		return nil, err
 	}
-	line, err := u.rd.ReadString('\n')
-	if err != nil || line != "OK\n" {
-		conn.Close()
-		return nil, fmt.Errorf("CONNECT %s: %q %v", u.name, line, err)
+	if err := u.w.send("CONNECT " + u.name); err != nil {
+		u.w.close()
+		return nil, err
 	}
-	conn.SetDeadline(time.Time{})
+	if kind, arg, err := u.w.next(); err != nil || kind != 'o' {
+		u.w.close()
+		return nil, fmt.Errorf("CONNECT %s: %q %v", u.name, arg, err)
+	}
 	return u, nil
 }
+
+// lineWire is the TCP line protocol.
+type lineWire struct {
+	c  net.Conn
+	rd *bufio.Reader
+	bw *bufio.Writer
+}
+
+func dialLine(ctx context.Context, d *net.Dialer, addr string) (*lineWire, error) {
+	c, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	return &lineWire{c: c, rd: bufio.NewReader(c), bw: bufio.NewWriter(c)}, nil
+}
+
+func (w *lineWire) send(text string) error {
+	w.bw.WriteString(text)
+	w.bw.WriteByte('\n')
+	return w.bw.Flush()
+}
+
+func (w *lineWire) next() (byte, string, error) {
+	line, err := w.rd.ReadString('\n')
+	if err != nil {
+		return 0, "", err
+	}
+	line = strings.TrimSuffix(line, "\n")
+	switch {
+	case line == "OK":
+		return 'o', "", nil
+	case strings.HasPrefix(line, "SENT "):
+		return 's', "", nil
+	case strings.HasPrefix(line, "MSG "):
+		_, text, _ := strings.Cut(line[4:], " ") // MSG <from> <text>
+		return 'm', text, nil
+	}
+	return 'e', line, nil
+}
+
+func (w *lineWire) close() { w.c.Close() }
+
+// wsWire is JSON over the WebSocket.
+type wsWire struct {
+	c *websocket.Conn
+}
+
+func dialWS(ctx context.Context, hc *http.Client, addr string) (*wsWire, error) {
+	if addr == "" {
+		return nil, errors.New("-ws needs the chat's HTTP address (-http-addr)")
+	}
+	c, _, err := websocket.Dial(ctx, "ws://"+addr+"/ws", &websocket.DialOptions{HTTPClient: hc})
+	if err != nil {
+		return nil, err
+	}
+	c.SetReadLimit(1 << 20)
+	return &wsWire{c: c}, nil
+}
+
+func (w *wsWire) send(text string) error {
+	verb, rest, _ := strings.Cut(text, " ")
+	var cmd map[string]string
+	switch verb {
+	case "CONNECT":
+		cmd = map[string]string{"cmd": "connect", "name": rest}
+	case "SEND":
+		to, msg, _ := strings.Cut(rest, " ")
+		cmd = map[string]string{"cmd": "send", "to": to, "text": msg}
+	default:
+		cmd = map[string]string{"cmd": strings.ToLower(verb)}
+	}
+	b, _ := json.Marshal(cmd)
+	return w.c.Write(context.Background(), websocket.MessageText, b)
+}
+
+func (w *wsWire) next() (byte, string, error) {
+	_, data, err := w.c.Read(context.Background())
+	if err != nil {
+		return 0, "", err
+	}
+	var r struct{ Type, Text, Reason string }
+	if err := json.Unmarshal(data, &r); err != nil {
+		return 'e', string(data), nil
+	}
+	switch r.Type {
+	case "ok":
+		return 'o', "", nil
+	case "sent":
+		return 's', "", nil
+	case "msg":
+		return 'm', r.Text, nil
+	}
+	return 'e', string(data), nil
+}
+
+func (w *wsWire) close() { w.c.CloseNow() }
 
 func (l *load) connectLine() string {
 	return fmt.Sprintf("%d %.3f", len(l.users), l.connTook.Seconds())
@@ -435,8 +648,11 @@ func (l *load) connectLine() string {
 func (l *load) close() {
 	for _, u := range l.users {
 		if u != nil {
-			u.conn.Close()
+			u.w.close()
 		}
+	}
+	for _, f := range l.floods {
+		f.c.Close()
 	}
 }
 
@@ -445,7 +661,7 @@ func (l *load) close() {
 func (u *user) read(expect int) {
 	defer close(u.readerEnd)
 	for {
-		line, err := u.rd.ReadString('\n')
+		kind, arg, err := u.w.next()
 		if err != nil {
 			if len(u.lat) < expect {
 				u.errs = append(u.errs, "read: "+err.Error())
@@ -453,23 +669,22 @@ func (u *user) read(expect int) {
 			return
 		}
 		now := time.Now().UnixNano()
-		line = strings.TrimSuffix(line, "\n")
-		switch {
-		case strings.HasPrefix(line, "SENT "):
+		switch kind {
+		case 's':
 			<-u.window
-		case strings.HasPrefix(line, "MSG "):
-			f := strings.Fields(line) // MSG <from> <seq> <sent at>
-			if len(f) != 4 {
-				u.errs = append(u.errs, line)
+		case 'm':
+			f := strings.Fields(arg) // <seq> <sent at>
+			if len(f) != 2 {
+				u.errs = append(u.errs, arg)
 				continue
 			}
-			at, _ := strconv.ParseInt(f[3], 10, 64)
+			at, _ := strconv.ParseInt(f[1], 10, 64)
 			u.lat = append(u.lat, now-at)
 			if len(u.lat) == expect {
 				close(u.received)
 			}
 		default:
-			u.errs = append(u.errs, line)
+			u.errs = append(u.errs, arg)
 			select {
 			case <-u.window: // an ERROR is the reply: the slot is free
 			default:
@@ -481,7 +696,6 @@ func (u *user) read(expect int) {
 // send sends u's messages; with every > 0, the k-th one not before
 // start+offset+k·every.
 func (u *user) send(ctx context.Context, messages int, start time.Time, offset, every time.Duration) error {
-	w := bufio.NewWriter(u.conn)
 	for k := range messages {
 		if every > 0 {
 			if d := time.Until(start.Add(offset + time.Duration(k)*every)); d > 0 {
@@ -499,18 +713,117 @@ func (u *user) send(ctx context.Context, messages int, start time.Time, offset, 
 		case <-ctx.Done():
 			return ctx.Err()
 		}
-		fmt.Fprintf(w, "SEND %s %d %d\n", u.to, k, time.Now().UnixNano())
-		if err := w.Flush(); err != nil {
+		if err := u.w.send(fmt.Sprintf("SEND %s %d %d", u.to, k, time.Now().UnixNano())); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
+// flooder is a client that pipelines one command without waiting for the
+// replies, and reads them slowly.
+type flooder struct {
+	c       net.Conn
+	replies atomic.Int64
+	bytes   atomic.Int64
+	ended   atomic.Bool // the server closed the connection
+}
+
+func connectFlooder(ctx context.Context, d *net.Dialer, c config, i int) (*flooder, error) {
+	conn, err := d.DialContext(ctx, "tcp", c.addr)
+	if err != nil {
+		return nil, err
+	}
+	f := &flooder{c: conn}
+	rd := bufio.NewReader(conn)
+	conn.SetDeadline(time.Now().Add(30 * time.Second))
+	fmt.Fprintf(conn, "CONNECT flood%03d\n", i)
+	if line, err := rd.ReadString('\n'); err != nil || line != "OK\n" {
+		conn.Close()
+		return nil, fmt.Errorf("flooder %d: %q %v", i, line, err)
+	}
+	conn.SetDeadline(time.Time{})
+	return f, nil
+}
+
+// run floods until stop is closed: one goroutine writes cmd over and over,
+// the other reads at rate bytes/s.
+func (f *flooder) run(cmd string, rate int, stop <-chan struct{}) (wait func()) {
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		chunk := []byte(strings.Repeat(cmd+"\n", max(1, 4096/(len(cmd)+1))))
+		for {
+			if _, err := f.c.Write(chunk); err != nil {
+				return
+			}
+			select {
+			case <-stop:
+				return
+			default:
+			}
+		}
+	})
+	wg.Go(func() {
+		buf := make([]byte, min(4096, rate))
+		tick := time.Duration(float64(time.Second) * float64(len(buf)) / float64(rate))
+		t := time.NewTicker(tick)
+		defer t.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-t.C:
+			}
+			n, err := f.c.Read(buf)
+			f.bytes.Add(int64(n))
+			for _, b := range buf[:n] {
+				if b == '\n' {
+					f.replies.Add(1)
+				}
+			}
+			if err != nil {
+				select {
+				case <-stop:
+				default:
+					f.ended.Store(true)
+				}
+				return
+			}
+		}
+	})
+	return wg.Wait
+}
+
 // run sends every message and waits for every delivery; the result is
-// "<messages> <seconds> <p50 ns> <p99 ns> <max ns>".
+// "<messages> <seconds> <p50 ns> <p99 ns> <max ns> <flood replies> <flood
+// bytes> <floods ended>".
 func (l *load) run(ctx context.Context) (string, error) {
 	m := l.c.messages
+	if m == 0 {
+		return "0 0 0 0 0 0 0 0", nil
+	}
+	stopFlood := make(chan struct{})
+	var floodWaits []func()
+	for _, f := range l.floods {
+		floodWaits = append(floodWaits, f.run(l.c.floodCmd, l.c.floodRead, stopFlood))
+	}
+	endFlood := func() (replies, bytes, ended int64) {
+		close(stopFlood)
+		for _, f := range l.floods {
+			f.c.Close()
+		}
+		for _, w := range floodWaits {
+			w()
+		}
+		for _, f := range l.floods {
+			replies += f.replies.Load()
+			bytes += f.bytes.Load()
+			if f.ended.Load() {
+				ended++
+			}
+		}
+		return
+	}
 	for _, u := range l.users {
 		go u.read(m)
 	}
@@ -533,12 +846,15 @@ func (l *load) run(ctx context.Context) (string, error) {
 		select {
 		case <-u.received:
 		case <-ctx.Done():
+			endFlood()
 			return "", fmt.Errorf("%s did not receive its %d messages: %w", u.name, m, ctx.Err())
 		case <-u.readerEnd:
+			endFlood()
 			return "", fmt.Errorf("%s: connection ended after %d of %d messages: %q", u.name, len(u.lat), m, u.errs)
 		}
 	}
 	took := time.Since(start)
+	floodReplies, floodBytes, floodEnded := endFlood()
 	wg.Wait()
 	close(errs)
 	if err := <-errs; err != nil {
@@ -566,5 +882,6 @@ func (l *load) run(ctx context.Context) (string, error) {
 	}
 	slices.Sort(all)
 	q := func(p float64) int64 { return all[min(len(all)-1, int(p*float64(len(all))))] }
-	return fmt.Sprintf("%d %.3f %d %d %d", len(all), took.Seconds(), q(0.50), q(0.99), all[len(all)-1]), nil
+	return fmt.Sprintf("%d %.3f %d %d %d %d %d %d", len(all), took.Seconds(), q(0.50), q(0.99), all[len(all)-1],
+		floodReplies, floodBytes, floodEnded), nil
 }

@@ -54,9 +54,43 @@ func smallLoad(t *testing.T, server string) {
 	}
 }
 
+// TestHostileMix runs the users beside flooding clients, some of them over
+// the WebSocket, and checks that every message still arrives and that the
+// flooders were answered (slowly) rather than cut off.
+func TestHostileMix(t *testing.T) {
+	var out strings.Builder
+	if err := run([]string{"-users", "20", "-ws", "8", "-messages", "20", "-rate", "400", "-flood", "3", "-flood-read", "8192", "-data", t.TempDir()}, &out); err != nil {
+		t.Fatalf("%v\n%s", err, out.String())
+	}
+	s := out.String()
+	t.Log(s)
+	for _, re := range []string{
+		`20 users \(12 TCP, 8 WebSocket\)`,
+		`messages: 400 in [0-9.]+ s`,
+		`flooding clients: [1-9][0-9]* replies \([0-9.]+ MB\) read at 8192 B/s each; 0 of 3 disconnected`,
+		`server RSS peak: [0-9.]+ MB`,
+		`server: 0 slow consumers disconnected`,
+	} {
+		if !regexp.MustCompile(re).MatchString(s) {
+			t.Errorf("output lacks %s", re)
+		}
+	}
+}
+
+// TestIdleConnections: -messages 0 connects, measures and stops.
+func TestIdleConnections(t *testing.T) {
+	var out strings.Builder
+	if err := run([]string{"-users", "30", "-ws", "30", "-messages", "0", "-data", t.TempDir()}, &out); err != nil {
+		t.Fatalf("%v\n%s", err, out.String())
+	}
+	if s := out.String(); !regexp.MustCompile(`connect: 30 users in .*\n(?s:.*)server bytes per connection: [0-9]+ heap\+stack`).MatchString(s) {
+		t.Fatalf("output:\n%s", s)
+	}
+}
+
 func TestBadFlags(t *testing.T) {
 	var out strings.Builder
-	for _, args := range [][]string{{"-users", "1"}, {"-window", "0"}, {"-nope"}, {"-server", "erlang"}} {
+	for _, args := range [][]string{{"-users", "1"}, {"-window", "0"}, {"-nope"}, {"-server", "erlang"}, {"-server", "bare", "-ws", "1"}, {"-ws", "5", "-users", "4"}} {
 		if err := run(args, &out); err == nil {
 			t.Errorf("run(%q) = nil, want an error", args)
 		}
@@ -110,11 +144,12 @@ func BenchmarkH1Chat(b *testing.B) {
 			for b.Loop() {
 				b.StopTimer()
 				ctx := b.Context()
-				addr, stop, err := startServer(ctx, server, b.TempDir())
+				srv, err := startServer(ctx, server, b.TempDir(), users+16)
 				if err != nil {
 					b.Fatal(err)
 				}
-				l, err := newLoad(ctx, config{users: users, messages: messages, window: 1, addr: addr})
+				stop := srv.stop
+				l, err := newLoad(ctx, config{users: users, messages: messages, window: 1, addr: srv.addr})
 				if err != nil {
 					stop()
 					b.Fatal(err)

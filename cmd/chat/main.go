@@ -57,6 +57,11 @@ func run(args []string) int {
 		clNATS       = fs.String("cluster-nats", "", "cluster: comma-separated URLs of an existing NATS deployment to join instead of embedding a server")
 		clName       = fs.String("cluster-name", cluster.DefaultClusterName, "cluster: name of the cluster")
 		clToken      = fs.String("cluster-token", "", "cluster: token every node must present")
+		maxConns     = fs.Int("max-conns", chat.DefaultMaxConnections, "clients connected at once, TCP and WebSocket together; one more is refused (ERROR unavailable, or HTTP 503)")
+		maxOutput    = fs.Int("max-output", chat.DefaultMaxOutput, "bytes a connection may hold for a client that reads slowly; messages pushed beyond it disconnect the client with ERROR slow_consumer")
+		readTimeout  = fs.Duration("read-timeout", chat.DefaultReadTimeout, "how long a partly received line or WebSocket message may take to complete (then ERROR read_timeout); negative: no limit")
+		idleTimeout  = fs.Duration("idle-timeout", 0, "close a connection that sends nothing for this long, with ERROR idle_timeout (0, the default: never)")
+		writeTimeout = fs.Duration("write-timeout", chat.DefaultWriteTimeout, "disconnect a client that reads nothing for this long")
 	)
 	if err := fs.Parse(args); err == flag.ErrHelp {
 		return 0
@@ -64,6 +69,11 @@ func run(args []string) int {
 		return 2
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	// One file per connection, and a margin for the history, the
+	// listeners and the cluster.
+	if limit, err := raiseOpenFiles(uint64(max(*maxConns, 0)) + 256); err != nil {
+		log.Error("chat: open files", "err", err, "limit", limit)
+	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -111,6 +121,12 @@ func run(args []string) int {
 		DataDir:  *data,
 		TCPAddr:  *tcpAddr,
 		HTTPAddr: *httpAddr,
+
+		MaxConnections: *maxConns,
+		MaxOutput:      *maxOutput,
+		ReadTimeout:    *readTimeout,
+		IdleTimeout:    *idleTimeout,
+		WriteTimeout:   *writeTimeout,
 		Mount: func(mux *http.ServeMux, s *chat.Service) {
 			observer.Mount(mux, n, observer.Options{
 				Token:     *obsToken,

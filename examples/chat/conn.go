@@ -21,78 +21,154 @@ type Delivery struct {
 	Time           time.Time // when the sender's node accepted it
 }
 
-// inbound is a command (or a protocol error) read by a session.
+// inbound is a command (or a protocol error) read by a connection's
+// reader. It holds one of the connection's MaxPending slots until it has
+// been answered.
 type inbound struct {
 	cmd Command
 	err error
 }
 
-// closed tells the connection that its client went away.
-type closed struct{}
+// readEnd tells the connection that its reader has stopped: the client
+// went away (why is empty) or must be told why before the close.
+type readEnd struct{ why Reason }
+
+// outReady tells the connection that its client has read enough replies
+// for the commands waiting to run; outFailed that a write failed.
+type (
+	outReady  struct{}
+	outFailed struct{}
+)
 
 // reregister asks a connection to register its user again after the
 // online registry restarted.
 type reregister struct{ attempt int }
 
+// MaxPending is how many commands a connection reads ahead of its
+// replies: commands read and not yet answered. Its reader takes a slot
+// for each command before it hands it on and stops reading the socket
+// while all MaxPending are taken, so that a client that sends faster than
+// the service answers (or faster than it reads the answers) is held back
+// by TCP's flow control instead of queueing in the server.
+const MaxPending = 8
+
 // conn is the process of one connected client: it runs each command in
-// order and writes one reply for each, and writes the messages pushed to
-// its user. Its session's reader goroutine only reads and forwards.
+// order and queues one reply for each, and queues the messages pushed to
+// its user. Its reader goroutine only reads and forwards; its outbox
+// writes (see outbox for the bound on output).
 type conn struct {
 	server.Defaults
-	svc   *Service
-	sess  session
-	name  string
-	inst  *pg.Instance
-	rooms []string
-	watch gotp.Ref // the monitor of the online registry
+	svc     *Service
+	w       wire
+	out     *outbox
+	slots   chan struct{} // one per command read and not yet answered
+	waiting []any         // inbound and readEnd messages waiting for room in the outbox, or for a send in flight, in order
+	sending *sending      // the SEND whose message the history owner is committing
+	history gotp.PID      // the history owner this connection monitors
+	histMon gotp.Ref      // that monitor
+	name    string
+	inst    *pg.Instance
+	rooms   []string
+	watch   gotp.Ref // the monitor of the online registry
+}
+
+// sending is a SEND in flight: its message is with the history owner,
+// and the connection answers it (and runs the commands after it) once the
+// owner says it is committed, or has died.
+type sending struct {
+	ref  gotp.Ref
+	to   gotp.PID // the recipient's connection
+	send Send
+	at   time.Time // when it was accepted
 }
 
 // maxReregister bounds how long a connection waits for the online registry
 // to come back (in attempts, 50 ms apart) before it gives up and closes.
 const maxReregister = 100
 
+// connMailboxLimit is a connection process's mailbox limit: a safety net
+// under the outbox's bound, for a process that has fallen so far behind
+// the messages pushed to it that it would be a slow consumer many times
+// over (its client is disconnected as by a kill).
+const connMailboxLimit = 1 << 16
+
 func (c *conn) Init(ctx context.Context, p *gotp.Process) error {
 	n, self := p.Node(), p.Self()
+	p.SetMailboxLimit(connMailboxLimit, gotp.OverflowKill)
+	if h := c.svc.cfg.onConn; h != nil {
+		h(self, c)
+	}
+	c.slots = make(chan struct{}, MaxPending)
+	c.out.ready = func() { n.Send(self, outReady{}) }
+	c.out.failed = func() { n.Send(self, outFailed{}) }
 	pctx := p.Context()
-	context.AfterFunc(pctx, func() { c.sess.close() })
+	// However the process ends (a kill runs no Terminate), the reader stops
+	// and the outbox writes what it holds, then closes the connection.
+	context.AfterFunc(pctx, c.finish)
 	c.svc.goroutines.Add(1)
 	go func() {
 		defer c.svc.goroutines.Done()
-		c.sess.read(pctx, func(in inbound) { n.Send(self, in) })
-		n.Send(self, closed{})
+		why := c.w.read(func(in inbound) bool {
+			select {
+			case c.slots <- struct{}{}:
+			case <-pctx.Done():
+				return false
+			}
+			n.Send(self, in)
+			return true
+		})
+		n.Send(self, readEnd{why: why})
 	}()
 	return nil
 }
 
+// finish ends the connection's I/O: the reader stops, and what the outbox
+// holds is written before the close.
+func (c *conn) finish() {
+	c.w.stopRead()
+	c.out.end(nil, closeShutdown, false)
+}
+
 func (c *conn) HandleInfo(p *gotp.Process, msg any) error {
 	switch m := msg.(type) {
-	case inbound:
-		if m.err != nil {
-			r := ReasonOf(m.err)
-			c.write(p, Error{Reason: r})
-			if r == LineTooLong {
-				return server.StopReason(nil)
-			}
+	case inbound, readEnd:
+		if len(c.waiting) > 0 || c.sending != nil || !c.out.room() {
+			c.waiting = append(c.waiting, m)
 			return nil
 		}
-		return c.run(p, m.cmd)
-	case closed:
-		return server.StopReason(nil)
+		return c.input(p, m)
+	case outReady:
+		return c.resume(p)
+	case appended:
+		if c.sending == nil || m.ref != c.sending.ref {
+			return nil // answered already: the owner's Down came first
+		}
+		c.sent(p, m.err)
+		return c.resume(p)
+	case outFailed:
+		return server.StopReason(nil) // the client is gone
 	case Delivery:
 		if m.Origin != p.Node().Name() {
 			// Kept on the recipient's node too, so both users see it in HISTORY.
 			c.svc.appendHistory(p.Context(), Message{From: m.From, To: m.To, Text: m.Text, Time: m.Time})
 		}
-		c.write(p, Msg{From: m.From, Text: m.Text, Time: m.Time})
+		return c.push(Msg{From: m.From, Text: m.Text, Time: m.Time})
 	case pg.Message:
 		if rm, ok := m.Payload.(RoomMsg); ok {
 			c.keepRoomMsg(p, rm)
-			c.write(p, rm)
+			return c.push(rm)
 		}
 	case nameConflict:
-		c.write(p, Error{Reason: NameTaken})
-		return server.StopReason(nil)
+		return c.end(Error{Reason: NameTaken}, NameTaken, false)
 	case gotp.Down:
+		if m.Ref == c.histMon {
+			c.history, c.histMon = gotp.PID{}, gotp.Ref{}
+			if c.sending != nil { // its owner died before it said: committed or not, we cannot tell
+				c.sent(p, m.Reason)
+				return c.resume(p)
+			}
+			return nil
+		}
 		if m.Ref == c.watch && c.name != "" {
 			c.inst = nil
 			p.Node().SendAfter(20*time.Millisecond, p.Self(), reregister{})
@@ -103,28 +179,133 @@ func (c *conn) HandleInfo(p *gotp.Process, msg any) error {
 	return nil
 }
 
-func (c *conn) write(p *gotp.Process, r Reply) {
-	if err := c.sess.write(r); err != nil {
-		// The client is gone or stuck: end this connection only.
-		p.Node().Exit(p.Self(), gotp.ErrShutdown)
+// resume runs the commands that waited, in order, while there is room
+// for their replies and no send in flight.
+func (c *conn) resume(p *gotp.Process) error {
+	for len(c.waiting) > 0 && c.sending == nil && c.out.room() {
+		m := c.waiting[0]
+		c.waiting[0] = nil
+		c.waiting = c.waiting[1:]
+		if err := c.input(p, m); err != nil {
+			return err
+		}
 	}
+	if len(c.waiting) == 0 {
+		c.waiting = nil
+	}
+	return nil
+}
+
+// input handles what the reader handed on: a command, or its end.
+func (c *conn) input(p *gotp.Process, m any) error {
+	switch m := m.(type) {
+	case inbound:
+		if s, ok := m.cmd.(Send); ok && m.err == nil && c.name != "" {
+			return c.startSend(p, s) // answered, and its slot freed, once committed
+		}
+		defer func() { <-c.slots }()
+		if m.err != nil {
+			r := ReasonOf(m.err)
+			if r == LineTooLong {
+				return c.end(Error{Reason: r}, r, false)
+			}
+			c.reply(Error{Reason: r})
+			return nil
+		}
+		return c.run(p, m.cmd)
+	case readEnd:
+		if m.why == "" {
+			return c.end(nil, closeBye, false)
+		}
+		return c.end(Error{Reason: m.why}, m.why, false)
+	}
+	return nil
+}
+
+// startSend starts a SEND: the message goes to the history owner, which
+// answers with appended once it is committed (SENT means on disk); the
+// connection handles other messages meanwhile (deliveries to its user),
+// and the client's next commands wait. The owner is monitored, so that its
+// death answers the SEND too (ERROR unavailable).
+func (c *conn) startSend(p *gotp.Process, s Send) error {
+	to, ok := c.svc.find(c.inst, s.To)
+	if !ok {
+		c.reply(Error{Reason: UnknownRecipient})
+		<-c.slots
+		return nil
+	}
+	owner, ok := p.Node().Whereis(historyName)
+	if !ok { // restarting
+		c.reply(Error{Reason: Unavailable})
+		<-c.slots
+		return nil
+	}
+	if owner != c.history {
+		if !c.histMon.IsZero() {
+			p.Demonitor(c.histMon, true)
+		}
+		c.history, c.histMon = owner, p.Monitor(owner)
+	}
+	c.sending = &sending{ref: p.Node().MakeRef(), to: to, send: s, at: time.Now().UTC()}
+	p.Send(owner, appendReq{m: Message{From: c.name, To: s.To, Text: s.Text, Time: c.sending.at}, pid: p.Self(), ref: c.sending.ref})
+	return nil
+}
+
+// sent answers the SEND in flight: SENT and the delivery once its message
+// is committed, ERROR unavailable if it could not be.
+func (c *conn) sent(p *gotp.Process, err error) {
+	s := c.sending
+	c.sending = nil
+	<-c.slots
+	if err != nil {
+		c.reply(Error{Reason: Unavailable})
+		return
+	}
+	p.Send(s.to, Delivery{From: c.name, To: s.send.To, Text: s.send.Text, Origin: p.Node().Name(), Time: s.at})
+	c.reply(Sent{To: s.send.To})
+}
+
+// reply queues r for the client.
+func (c *conn) reply(r Reply) { c.out.reply(c.w.format(r)) }
+
+// push queues an event for the client, or ends the connection with ERROR
+// slow_consumer if the client is too far behind: its user goes offline as
+// after QUIT, and nobody else waits for it.
+func (c *conn) push(r Reply) error {
+	if c.out.event(c.w.format(r)) {
+		return nil
+	}
+	c.svc.slowConsumers.Add(1)
+	c.svc.log.Info("chat: slow consumer disconnected", "user", c.name, "max_output", c.svc.cfg.MaxOutput)
+	return c.end(Error{Reason: SlowConsumer}, SlowConsumer, true)
+}
+
+// end queues last (if not nil) as the connection's last words and stops
+// the process normally; drop drops what is still queued first.
+func (c *conn) end(last Reply, why Reason, drop bool) error {
+	var b []byte
+	if last != nil {
+		b = c.w.format(last)
+	}
+	c.w.stopRead()
+	c.out.end(b, why, drop)
+	return server.StopReason(nil)
 }
 
 // run executes one command and writes its reply.
 func (c *conn) run(p *gotp.Process, cmd Command) error {
 	if _, ok := cmd.(Quit); ok {
-		c.write(p, Bye{})
-		return server.StopReason(nil)
+		return c.end(Bye{}, closeBye, false)
 	}
 	if _, ok := cmd.(Help); ok {
-		c.write(p, HelpReply{Lines: helpLines()})
+		c.reply(HelpReply{Lines: helpLines()})
 		return nil
 	}
 	if _, ok := cmd.(Connect); !ok && c.name == "" {
-		c.write(p, Error{Reason: NotConnected})
+		c.reply(Error{Reason: NotConnected})
 		return nil
 	}
-	c.write(p, c.exec(p, cmd))
+	c.reply(c.exec(p, cmd))
 	return nil
 }
 
@@ -141,17 +322,6 @@ func (c *conn) exec(p *gotp.Process, cmd Command) Reply {
 		}
 		c.name = cmd.Name
 		return OK{}
-	case Send:
-		to, ok := c.svc.find(c.inst, cmd.To)
-		if !ok {
-			return Error{Reason: UnknownRecipient}
-		}
-		m := Message{From: c.name, To: cmd.To, Text: cmd.Text, Time: time.Now().UTC()}
-		if err := c.svc.appendHistory(ctx, m); err != nil {
-			return Error{Reason: Unavailable}
-		}
-		p.Send(to, Delivery{From: c.name, To: cmd.To, Text: cmd.Text, Origin: p.Node().Name(), Time: m.Time})
-		return Sent{To: cmd.To}
 	case History:
 		ms, err := server.Call[[]Message](ctx, p.Node(), gotp.Name(historyName), betweenReq{a: c.name, b: cmd.With})
 		if err != nil {
@@ -190,7 +360,7 @@ func (c *conn) exec(p *gotp.Process, cmd Command) Reply {
 			return Error{Reason: Unavailable}
 		}
 		m := RoomMsg{Room: cmd.Room, From: c.name, Text: cmd.Text, Time: time.Now().UTC(), Origin: c.svc.origin, Seq: c.svc.seq.Add(1)}
-		if _, err := server.Call[bool](ctx, p.Node(), gotp.Name(historyName), appendRoomMsg{m: m}); err != nil {
+		if err := c.svc.appendRoom(ctx, m); err != nil {
 			return Error{Reason: Unavailable}
 		}
 		if err := c.inst.Broadcast(roomGroup(cmd.Room), "say", m); err != nil {
@@ -236,7 +406,7 @@ func (c *conn) keepRoomMsg(p *gotp.Process, m RoomMsg) {
 	}
 	ctx, cancel := context.WithTimeout(p.Context(), 5*time.Second)
 	defer cancel()
-	if _, err := server.Call[bool](ctx, p.Node(), gotp.Name(historyName), appendRoomMsg{m: m}); err != nil {
+	if err := c.svc.appendRoom(ctx, m); err != nil {
 		p.Node().Logger().Warn("chat: cannot keep a room message", "room", m.Room, "err", err)
 	}
 }
@@ -279,8 +449,7 @@ func (c *conn) reregister(p *gotp.Process, attempt int) error {
 		p.Node().Logger().Info("chat: connection registered again", "user", c.name, "pid", p.Self())
 		return nil
 	case ReasonOf(err) == NameTaken:
-		c.write(p, Error{Reason: NameTaken})
-		return server.StopReason(nil)
+		return c.end(Error{Reason: NameTaken}, NameTaken, false)
 	case attempt >= maxReregister:
 		return errors.New("chat: the online registry did not come back")
 	}
@@ -289,5 +458,5 @@ func (c *conn) reregister(p *gotp.Process, attempt int) error {
 }
 
 func (c *conn) Terminate(p *gotp.Process, reason error) {
-	c.sess.close()
+	c.finish()
 }

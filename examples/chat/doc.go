@@ -43,6 +43,47 @@
 // rooms of the whole chat (a Directory), so that a visitor sees them
 // before connecting.
 //
+// # Limits
+//
+// Every connection is bounded, and a client that misbehaves affects no one
+// else (the figures are Config's defaults):
+//
+//   - Input: a connection reads at most MaxPending (8) commands ahead of
+//     its replies; then its reader stops reading the socket, and TCP's
+//     flow control holds the client back. Nothing queues in the server
+//     for a client that pipelines.
+//   - Output: replies wait for a client that reads slowly, up to 32 KiB;
+//     meanwhile its commands wait too (and so, through the rule above, its
+//     socket). Messages pushed to it by others (MSG, ROOM) may wait up to
+//     Config.MaxOutput (256 KiB); one more ends the connection with a last
+//     ERROR slow_consumer line (a WebSocket closes with reason
+//     slow_consumer), and the user goes offline as after QUIT. Its process
+//     never waits for the client: a writer goroutine of the connection's
+//     own does, and only while there is something to write.
+//   - Time: a line or WebSocket message must arrive in full within
+//     Config.ReadTimeout (30 s) of its first byte (ERROR read_timeout); a
+//     client that reads nothing for Config.WriteTimeout (10 s) is
+//     disconnected; Config.IdleTimeout, off by default, closes a silent
+//     connection (ERROR idle_timeout). Lines are at most MaxLine (64 KiB),
+//     HISTORY replies at most HistoryLimit messages and HistoryMaxBytes.
+//   - Count: Config.MaxConnections (10,000) at once; one more is answered
+//     ERROR unavailable (HTTP 503 on the WebSocket).
+//
+// A connection process also carries a mailbox limit (65,536 messages, see
+// gotp.MailboxLimit) that kills it if it ever falls that far behind: a
+// safety net under the bounds above, which keep its mailbox short.
+//
+// # History
+//
+// SENT means the message is on disk: committed to the SQLite history (in
+// WAL mode, synchronous=NORMAL: a crash of the process loses nothing
+// acknowledged; a power cut may lose the last transactions). The history
+// owner commits in groups: messages that arrive while a transaction is in
+// flight go together in the next one, so a busy chat commits many
+// messages per transaction and a quiet one commits each message at once.
+// Every SEND ends in SENT or an ERROR, never silence: if the owner dies
+// with a message in flight, the sender gets ERROR unavailable.
+//
 // # Clusters
 //
 // With Config.Cluster the chat's pg scope spans the cluster: users on

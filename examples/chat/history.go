@@ -5,6 +5,9 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/gotp/gotp"
@@ -19,13 +22,50 @@ const HistoryLimit = 1000
 // RoomHistoryLimit is how many of a room's latest messages a Join shows.
 const RoomHistoryLimit = 50
 
-// Store is the durable history of direct and room messages: one SQLite file in WAL
-// mode. It is safe for concurrent use, but the chat lets one process own
-// it (the history owner), as an OTP design gives a DETS table one owning
-// process.
+// HistoryMaxBytes bounds the text of the messages a History reply (or a
+// Join's earlier messages) carries: the most recent that fit, and always
+// the last one, so that one reply is never much more than 256 KiB
+// whatever the messages' length.
+const HistoryMaxBytes = 256 << 10
+
+// Group commit: the history owner appends the messages that arrived while
+// a transaction was in flight in the next one, at most maxBatch of them
+// or about maxBatchBytes of text.
+const (
+	maxBatch      = 512
+	maxBatchBytes = 4 << 20
+)
+
+// Store is the durable history of direct and room messages: one SQLite
+// file in WAL mode. It is safe for concurrent use, but the chat lets one
+// process own it (the history owner), as an OTP design gives a DETS table
+// one owning process.
+//
+// Its writes never wait for a checkpoint (the copy of the write-ahead log
+// into the database file, with its fsyncs): a goroutine of the Store's
+// own checkpoints, on a connection of its own, at most every
+// checkpointEvery while there are writes, without blocking them. Only a
+// log grown past walLimit pages (a long burst of writes) makes it wait
+// for the writer once, to truncate the log.
 type Store struct {
-	db *sql.DB
+	db   *sql.DB // the writer's connection (and the readers')
+	ckpt *sql.DB // the checkpointer's connection
+
+	mu      sync.Mutex        // guards inserts
+	inserts map[int]*sql.Stmt // INSERT statements of n rows, prepared on first use
+
+	wrote chan struct{} // a token when a commit has added to the log
+	stop  chan struct{} // closed by Close
+	done  chan struct{} // closed when the checkpointer has returned
+	once  sync.Once
 }
+
+// Checkpointing: how often at most, and the size of the log (in pages of
+// 4 KiB) beyond which a checkpoint also truncates it.
+const (
+	checkpointEvery = 100 * time.Millisecond
+	walLimit        = 16384
+)
 
 // OpenStore opens (creating if needed) the history database at path.
 func OpenStore(ctx context.Context, path string) (*Store, error) {
@@ -36,10 +76,25 @@ func OpenStore(ctx context.Context, path string) (*Store, error) {
 		return nil, fmt.Errorf("chat: open history %s: %w", path, err)
 	}
 	db.SetMaxOpenConns(1)
+	fail := func(what string, err error) (*Store, error) {
+		db.Close()
+		return nil, fmt.Errorf("chat: %s history %s: %w", what, path, err)
+	}
+	// The writer's connection keeps its statement journals (a multi-row
+	// INSERT has one) in memory rather than in a temporary file, and leaves
+	// checkpoints to the checkpointer. Should database/sql ever replace the
+	// connection, the new one checkpoints by itself, as SQLite does by
+	// default: slower, never wrong.
+	if _, err := db.ExecContext(ctx, `PRAGMA temp_store = MEMORY; PRAGMA wal_autocheckpoint = 0`); err != nil {
+		return fail("set up", err)
+	}
 	// at is the time a message was accepted, in Unix milliseconds; rows of
-	// a file made before times were kept get 0.
+	// a file made before times were kept get 0. Rows are never deleted, so
+	// a plain INTEGER PRIMARY KEY numbers them in insertion order, as
+	// AUTOINCREMENT would, for less work per insert (a file made before
+	// keeps AUTOINCREMENT, which works the same).
 	const schema = `CREATE TABLE IF NOT EXISTS messages (
-		id     INTEGER PRIMARY KEY AUTOINCREMENT,
+		id     INTEGER PRIMARY KEY,
 		sender TEXT NOT NULL,
 		recipient TEXT NOT NULL,
 		body   TEXT NOT NULL,
@@ -48,7 +103,7 @@ func OpenStore(ctx context.Context, path string) (*Store, error) {
 	);
 	CREATE INDEX IF NOT EXISTS messages_pair ON messages (pair, id);
 	CREATE TABLE IF NOT EXISTS room_messages (
-		id     INTEGER PRIMARY KEY AUTOINCREMENT,
+		id     INTEGER PRIMARY KEY,
 		origin TEXT NOT NULL,
 		seq    INTEGER NOT NULL,
 		room   TEXT NOT NULL,
@@ -59,14 +114,55 @@ func OpenStore(ctx context.Context, path string) (*Store, error) {
 	);
 	CREATE INDEX IF NOT EXISTS room_messages_room ON room_messages (room, id);`
 	if _, err := db.ExecContext(ctx, schema); err != nil {
-		db.Close()
-		return nil, fmt.Errorf("chat: create history schema in %s: %w", path, err)
+		return fail("create the schema of", err)
 	}
 	if err := addTimes(ctx, db); err != nil {
-		db.Close()
-		return nil, fmt.Errorf("chat: add message times to %s: %w", path, err)
+		return fail("add message times to", err)
 	}
-	return &Store{db: db}, nil
+	ckpt, err := inbox.OpenSQLite(ctx, path)
+	if err != nil {
+		return fail("open the checkpointer of", err)
+	}
+	ckpt.SetMaxOpenConns(1)
+	s := &Store{
+		db: db, ckpt: ckpt, inserts: map[int]*sql.Stmt{},
+		wrote: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}),
+	}
+	go s.checkpoints()
+	return s, nil
+} // wroteLog tells the checkpointer that the log has grown.
+func (s *Store) wroteLog() {
+	select {
+	case s.wrote <- struct{}{}:
+	default:
+	}
+}
+
+// checkpoints is the checkpointer: after writes, at most every
+// checkpointEvery, it copies the log into the database without blocking
+// the writer (PASSIVE); a log past walLimit is truncated (TRUNCATE, which
+// waits for the writer between two transactions). It ends with Close.
+func (s *Store) checkpoints() {
+	defer close(s.done)
+	ctx := context.Background()
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-s.wrote:
+		}
+		var busy, log, done int
+		if err := s.ckpt.QueryRowContext(ctx, `PRAGMA wal_checkpoint(PASSIVE)`).Scan(&busy, &log, &done); err == nil && log > walLimit {
+			s.ckpt.ExecContext(ctx, `PRAGMA wal_checkpoint(TRUNCATE)`)
+		}
+		t := time.NewTimer(checkpointEvery)
+		select {
+		case <-s.stop:
+			t.Stop()
+			return
+		case <-t.C:
+		}
+	}
 }
 
 // addTimes adds the at column to a messages table made before it existed.
@@ -104,59 +200,137 @@ func pairKey(a, b string) string {
 	return a + "\x00" + b
 }
 
-// Append stores one message durably.
+const insertMessage = `INSERT INTO messages (sender, recipient, body, pair, at) VALUES (?, ?, ?, ?, ?)`
+
+// Append stores one message durably: when it returns nil, the message is
+// committed.
 func (s *Store) Append(ctx context.Context, m Message) error {
-	_, err := s.db.ExecContext(ctx,
-		`INSERT INTO messages (sender, recipient, body, pair, at) VALUES (?, ?, ?, ?, ?)`,
-		m.From, m.To, m.Text, pairKey(m.From, m.To), millis(m.Time))
+	_, err := s.db.ExecContext(ctx, insertMessage, m.From, m.To, m.Text, pairKey(m.From, m.To), millis(m.Time))
+	if err == nil {
+		s.wroteLog()
+	}
 	return err
+}
+
+// rowsPerInsert is how many messages one INSERT of AppendBatch carries.
+const rowsPerInsert = 64
+
+// AppendBatch stores direct messages ms and room messages rooms in one
+// transaction: when it returns nil they are all committed, in order
+// (room messages already stored are left as they are, as by AppendRoom);
+// otherwise none is. It inserts up to rowsPerInsert direct messages per
+// statement.
+func (s *Store) AppendBatch(ctx context.Context, ms []Message, rooms []RoomMsg) error {
+	// The statements are prepared before the transaction takes the
+	// store's one connection: full rows at a time, and the rest.
+	full := min(len(ms), rowsPerInsert)
+	var stFull, stRest *sql.Stmt
+	var err error
+	if full > 0 {
+		if stFull, err = s.insert(ctx, full); err != nil {
+			return err
+		}
+	}
+	if r := len(ms) % rowsPerInsert; len(ms) > rowsPerInsert && r != 0 {
+		if stRest, err = s.insert(ctx, r); err != nil {
+			return err
+		}
+	}
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback()
+	args := make([]any, 0, 5*full)
+	for len(ms) > 0 {
+		k, st := min(len(ms), rowsPerInsert), stFull
+		if k < full {
+			st = stRest
+		}
+		args = args[:0]
+		for _, m := range ms[:k] {
+			args = append(args, m.From, m.To, m.Text, pairKey(m.From, m.To), millis(m.Time))
+		}
+		if _, err := tx.StmtContext(ctx, st).ExecContext(ctx, args...); err != nil {
+			return err
+		}
+		ms = ms[k:]
+	}
+	for _, m := range rooms {
+		if _, err := tx.ExecContext(ctx, insertRoomMessage, m.Origin, m.Seq, m.Room, m.From, m.Text, millis(m.Time)); err != nil {
+			return err
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		return err
+	}
+	s.wroteLog()
+	return nil
+}
+
+// insert returns the prepared INSERT of n direct messages.
+func (s *Store) insert(ctx context.Context, n int) (*sql.Stmt, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if st := s.inserts[n]; st != nil {
+		return st, nil
+	}
+	var b strings.Builder
+	b.WriteString(insertMessage)
+	for range n - 1 {
+		b.WriteString(`, (?, ?, ?, ?, ?)`)
+	}
+	st, err := s.db.PrepareContext(ctx, b.String())
+	if err != nil {
+		return nil, err
+	}
+	s.inserts[n] = st
+	return st, nil
 }
 
 // AppendRoom stores one room message durably, once: a message already
 // stored (the same Origin and Seq) is left as it is.
 func (s *Store) AppendRoom(ctx context.Context, m RoomMsg) error {
-	_, err := s.db.ExecContext(ctx,
-		`INSERT INTO room_messages (origin, seq, room, sender, body, at) VALUES (?, ?, ?, ?, ?, ?)
-		ON CONFLICT (origin, seq) DO NOTHING`,
-		m.Origin, m.Seq, m.Room, m.From, m.Text, millis(m.Time))
+	_, err := s.db.ExecContext(ctx, insertRoomMessage, m.Origin, m.Seq, m.Room, m.From, m.Text, millis(m.Time))
+	if err == nil {
+		s.wroteLog()
+	}
 	return err
 }
 
-// Room returns the last limit messages of room, oldest first, each with
-// the room as its To.
-func (s *Store) Room(ctx context.Context, room string, limit int) ([]Message, error) {
+const insertRoomMessage = `INSERT INTO room_messages (origin, seq, room, sender, body, at) VALUES (?, ?, ?, ?, ?, ?)
+	ON CONFLICT (origin, seq) DO NOTHING`
+
+// Room returns the last messages of room, oldest first, each with the
+// room as its To: at most limit of them, and no more than maxBytes of
+// text (but always the most recent one); maxBytes ≤ 0 means no byte bound.
+func (s *Store) Room(ctx context.Context, room string, limit, maxBytes int) ([]Message, error) {
 	rows, err := s.db.QueryContext(ctx,
-		`SELECT sender, body, at FROM (
-			SELECT id, sender, body, at FROM room_messages WHERE room = ? ORDER BY id DESC LIMIT ?
-		) ORDER BY id`, room, limit)
+		`SELECT sender, ?, body, at FROM room_messages WHERE room = ? ORDER BY id DESC LIMIT ?`, room, room, limit)
 	if err != nil {
 		return nil, err
 	}
-	defer rows.Close()
-	var out []Message
-	for rows.Next() {
-		m := Message{To: room}
-		var at int64
-		if err := rows.Scan(&m.From, &m.Text, &at); err != nil {
-			return nil, err
-		}
-		m.Time = fromMillis(at)
-		out = append(out, m)
-	}
-	return out, rows.Err()
+	return latest(rows, maxBytes)
 }
 
-// Between returns the last limit messages between a and b, oldest first.
-func (s *Store) Between(ctx context.Context, a, b string, limit int) ([]Message, error) {
+// Between returns the last messages between a and b, oldest first: at
+// most limit of them, and no more than maxBytes of text (but always the
+// most recent one); maxBytes ≤ 0 means no byte bound.
+func (s *Store) Between(ctx context.Context, a, b string, limit, maxBytes int) ([]Message, error) {
 	rows, err := s.db.QueryContext(ctx,
-		`SELECT sender, recipient, body, at FROM (
-			SELECT id, sender, recipient, body, at FROM messages WHERE pair = ? ORDER BY id DESC LIMIT ?
-		) ORDER BY id`, pairKey(a, b), limit)
+		`SELECT sender, recipient, body, at FROM messages WHERE pair = ? ORDER BY id DESC LIMIT ?`, pairKey(a, b), limit)
 	if err != nil {
 		return nil, err
 	}
+	return latest(rows, maxBytes)
+}
+
+// latest reads rows of (sender, recipient, body, at), newest first, while
+// their text fits in maxBytes, and returns them oldest first.
+func latest(rows *sql.Rows, maxBytes int) ([]Message, error) {
 	defer rows.Close()
 	var out []Message
+	size := 0
 	for rows.Next() {
 		var m Message
 		var at int64
@@ -164,20 +338,52 @@ func (s *Store) Between(ctx context.Context, a, b string, limit int) ([]Message,
 			return nil, err
 		}
 		m.Time = fromMillis(at)
+		size += len(m.Text)
+		if maxBytes > 0 && len(out) > 0 && size > maxBytes {
+			break
+		}
 		out = append(out, m)
 	}
-	return out, rows.Err()
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	slices.Reverse(out)
+	return out, nil
+} // Close stops the checkpointer and closes the database (the log is
+// checkpointed as the last connection closes). It is idempotent.
+func (s *Store) Close() error {
+	var err error
+	s.once.Do(func() {
+		close(s.stop)
+		<-s.done
+		s.mu.Lock()
+		for _, st := range s.inserts {
+			st.Close()
+		}
+		clear(s.inserts)
+		s.mu.Unlock()
+		err = errors.Join(s.ckpt.Close(), s.db.Close())
+	})
+	return err
 }
 
-// Close closes the database.
-func (s *Store) Close() error { return s.db.Close() }
-
 // historyOwner is the gen_server that owns the Store: it opens it in Init
-// and closes it in Terminate, so a crash and restart reopens the file.
+// and closes it when it ends, so a crash and restart reopens the file.
+//
+// It commits in groups. An append is answered only once its transaction
+// has committed (SENT means on disk). While one transaction is in flight
+// (run by the owner's writer, a process linked to it), the appends that
+// arrive wait in the owner, and go together in the next transaction as
+// soon as the first is done: a busy chat commits many messages at once, a
+// quiet one commits each message at once, alone.
 type historyOwner struct {
 	server.Defaults
-	path  string
-	store *Store
+	svc     *Service
+	path    string
+	store   *Store
+	writer  gotp.PID
+	pending []pendingAppend // arrived while a transaction was in flight
+	busy    bool            // a transaction is in flight
 }
 
 type appendMsg struct{ m Message }
@@ -185,38 +391,122 @@ type betweenReq struct{ a, b string }
 type appendRoomMsg struct{ m RoomMsg }
 type roomReq struct{ room string }
 
+// appendReq asks the history owner to store m and answer pid with an
+// appended carrying ref once it is committed; it is how a connection
+// sends without waiting in a call (appendMsg is the call).
+type appendReq struct {
+	m   Message
+	pid gotp.PID
+	ref gotp.Ref
+}
+
+// appended is the answer to an appendMsg, an appendRoomMsg or an
+// appendReq: err is nil once the message is committed.
+type appended struct {
+	ref gotp.Ref
+	err error
+}
+
+// pendingAppend is an append waiting for its transaction: of a direct
+// message m, or of a room message (room, when room is true); from a call
+// (from), or from an appendReq (pid, ref).
+type pendingAppend struct {
+	m    Message
+	rm   RoomMsg
+	room bool
+	from server.From
+	pid  gotp.PID
+	ref  gotp.Ref
+}
+
+// size is the length of the append's text.
+func (a *pendingAppend) size() int { return len(a.m.Text) + len(a.rm.Text) }
+
+// commitBatch asks the writer to commit a batch; committed is its answer
+// to the owner, once every caller in the batch has had its reply.
+type (
+	commitBatch struct{ batch []pendingAppend }
+	committed   struct{ err error }
+)
+
 func (h *historyOwner) Init(ctx context.Context, p *gotp.Process) error {
-	p.TrapExit(true) // so that Terminate closes the store on shutdown
+	p.TrapExit(true) // so that Terminate closes the store on shutdown, and the writer's exit is a message
 	s, err := OpenStore(ctx, h.path)
 	if err != nil {
 		return err
 	}
 	h.store = s
 	context.AfterFunc(p.Context(), func() { s.Close() }) // closed however the owner ends: a kill runs no Terminate
+	owner := p.Self()
+	w, err := p.SpawnLink(func(w *gotp.Process) error { return writeHistory(w, s, owner, h.svc) })
+	if err != nil {
+		return err
+	}
+	h.writer = w
 	return nil
+}
+
+// writeHistory is the history writer: it commits each batch the owner
+// sends in one transaction, answers every caller of the batch, and tells
+// the owner. It ends with its owner, to which it is linked.
+func writeHistory(w *gotp.Process, s *Store, owner gotp.PID, svc *Service) error {
+	ctx := w.Context()
+	var ms []Message
+	var rooms []RoomMsg
+	for {
+		msg, err := w.Receive(ctx)
+		if err != nil {
+			return nil // the owner ended, and so does the writer
+		}
+		b, ok := msg.(commitBatch)
+		if !ok {
+			continue
+		}
+		ms, rooms = ms[:0], rooms[:0]
+		for _, a := range b.batch {
+			if a.room {
+				rooms = append(rooms, a.rm)
+			} else {
+				ms = append(ms, a.m)
+			}
+		}
+		err = s.AppendBatch(ctx, ms, rooms)
+		if err == nil && svc != nil {
+			svc.commits.Add(1)
+			svc.committed.Add(uint64(len(b.batch)))
+		}
+		for _, a := range b.batch {
+			if a.pid.IsZero() {
+				server.Reply(a.from, appended{err: err})
+			} else {
+				w.Send(a.pid, appended{ref: a.ref, err: err})
+			}
+		}
+		clear(ms)
+		clear(rooms)
+		w.Send(owner, committed{err: err})
+	}
 }
 
 func (h *historyOwner) HandleCall(p *gotp.Process, from server.From, req any) (any, error) {
 	ctx := p.Context()
 	switch r := req.(type) {
 	case appendMsg:
-		if err := h.store.Append(ctx, r.m); err != nil {
-			return nil, err // a store that cannot write is a crash: restart and reopen
-		}
-		return true, nil
+		h.pending = append(h.pending, pendingAppend{m: r.m, from: from})
+		h.commitNext(p)
+		return server.NoReply, nil
+	case appendRoomMsg:
+		h.pending = append(h.pending, pendingAppend{rm: r.m, room: true, from: from})
+		h.commitNext(p)
+		return server.NoReply, nil
 	case betweenReq:
-		ms, err := h.store.Between(ctx, r.a, r.b, HistoryLimit)
+		ms, err := h.store.Between(ctx, r.a, r.b, HistoryLimit, HistoryMaxBytes)
 		if err != nil {
 			return nil, err
 		}
 		return ms, nil
-	case appendRoomMsg:
-		if err := h.store.AppendRoom(ctx, r.m); err != nil {
-			return nil, err
-		}
-		return true, nil
 	case roomReq:
-		ms, err := h.store.Room(ctx, r.room, RoomHistoryLimit)
+		ms, err := h.store.Room(ctx, r.room, RoomHistoryLimit, HistoryMaxBytes)
 		if err != nil {
 			return nil, err
 		}
@@ -225,6 +515,48 @@ func (h *historyOwner) HandleCall(p *gotp.Process, from server.From, req any) (a
 		return nil, errors.New("history owner: crash requested")
 	}
 	return h.Defaults.HandleCall(p, from, req)
+}
+
+// commitNext hands the writer the next batch of pending appends, unless a
+// transaction is in flight.
+func (h *historyOwner) commitNext(p *gotp.Process) {
+	if h.busy || len(h.pending) == 0 {
+		return
+	}
+	n, size := 0, 0
+	for n < len(h.pending) && n < maxBatch && (n == 0 || size+h.pending[n].size() <= maxBatchBytes) {
+		size += h.pending[n].size()
+		n++
+	}
+	batch := slices.Clone(h.pending[:n])
+	rest := copy(h.pending, h.pending[n:])
+	clear(h.pending[rest:])
+	h.pending = h.pending[:rest]
+	h.busy = true
+	p.Send(h.writer, commitBatch{batch: batch})
+}
+
+func (h *historyOwner) HandleInfo(p *gotp.Process, msg any) error {
+	switch m := msg.(type) {
+	case appendReq:
+		h.pending = append(h.pending, pendingAppend{m: m.m, pid: m.pid, ref: m.ref})
+		h.commitNext(p)
+		return nil
+	case committed:
+		h.busy = false
+		if m.err != nil {
+			// A store that cannot write is a crash: restart and reopen.
+			// The appends still pending get an error from their calls.
+			return fmt.Errorf("history: commit: %w", m.err)
+		}
+		h.commitNext(p)
+		return nil
+	case gotp.Exit:
+		if m.From == h.writer {
+			return fmt.Errorf("history: the writer exited: %w", m.Reason)
+		}
+	}
+	return h.Defaults.HandleInfo(p, msg)
 }
 
 func (h *historyOwner) Terminate(p *gotp.Process, reason error) {

@@ -153,6 +153,11 @@ const (
 	NotMember        Reason = "not_member"        // LEAVE of a room the user is not in
 	NotJoined        Reason = "not_joined"        // SAY to a room the user has not joined (a typo in its name, say)
 	Unavailable      Reason = "unavailable"       // the service could not do it now (retry)
+
+	// Reasons that end a connection (it closes after the ERROR line).
+	SlowConsumer Reason = "slow_consumer" // the client did not read the messages pushed to it fast enough (see Config.MaxOutput)
+	ReadTimeout  Reason = "read_timeout"  // a line or message did not arrive in full within Config.ReadTimeout
+	IdleTimeout  Reason = "idle_timeout"  // nothing arrived for Config.IdleTimeout
 )
 
 // ProtocolError is the error of a command that cannot be parsed or is not

@@ -60,6 +60,66 @@ type Config struct {
 	// defaults above.
 	Intensity int
 	Period    time.Duration
+
+	// MaxConnections bounds the clients connected at once, over TCP and
+	// the WebSocket together. One more is answered ERROR unavailable (a
+	// WebSocket upgrade gets 503 Service Unavailable) and closed. Defaults
+	// to DefaultMaxConnections; the process's open-file limit bounds it
+	// too (see cmd/chat).
+	MaxConnections int
+	// MaxOutput bounds, in bytes, what a connection holds for a client
+	// that reads slowly. Messages pushed to the client (MSG, ROOM) that
+	// would take it over MaxOutput disconnect it with a last ERROR
+	// slow_consumer line (a WebSocket closes with that reason): its user
+	// goes offline as after QUIT, and nobody else waits for it. Replies to
+	// the client's own commands never disconnect it: a command runs only
+	// while less than 32 KiB (or MaxOutput/2 if that is less) of replies
+	// wait, so a client that reads its replies slowly is slowed down (its
+	// connection stops reading) instead. Defaults to DefaultMaxOutput.
+	MaxOutput int
+	// ReadTimeout bounds how long a partly received line (TCP) or message
+	// (WebSocket) may take to arrive in full, from its first byte; then
+	// the client is told ERROR read_timeout and the connection closes.
+	// Defaults to DefaultReadTimeout; negative means none.
+	ReadTimeout time.Duration
+	// IdleTimeout, if positive, closes a connection that receives nothing
+	// from its client for that long, with ERROR idle_timeout. Zero (the
+	// default) means connections may stay silent for ever.
+	IdleTimeout time.Duration
+	// WriteTimeout bounds one write to a client: a client that reads
+	// nothing for that long is disconnected. Defaults to
+	// DefaultWriteTimeout.
+	WriteTimeout time.Duration
+
+	onConn func(gotp.PID, *conn) // tests: told of every connection process as it starts
+}
+
+// Defaults of the connection limits in Config.
+const (
+	DefaultMaxConnections = 10000
+	DefaultMaxOutput      = 256 << 10
+	DefaultReadTimeout    = 30 * time.Second
+	DefaultWriteTimeout   = 10 * time.Second
+)
+
+// withDefaults returns c with the defaults of its zero fields.
+func (c Config) withDefaults() Config {
+	if c.DataDir == "" {
+		c.DataDir = "data"
+	}
+	if c.MaxConnections <= 0 {
+		c.MaxConnections = DefaultMaxConnections
+	}
+	if c.MaxOutput <= 0 {
+		c.MaxOutput = DefaultMaxOutput
+	}
+	if c.ReadTimeout == 0 {
+		c.ReadTimeout = DefaultReadTimeout
+	}
+	if c.WriteTimeout <= 0 {
+		c.WriteTimeout = DefaultWriteTimeout
+	}
+	return c
 }
 
 // Service is a running chat: its supervision tree and its
@@ -80,7 +140,12 @@ type Service struct {
 	http *http.Server
 	hln  net.Listener
 
-	goroutines sync.WaitGroup // readers, accept loop, HTTP server, event forwarders
+	goroutines sync.WaitGroup // readers, connections until closed, accept loop, HTTP server, event forwarders
+
+	conns         atomic.Int64  // connections open (a process, or being started)
+	slowConsumers atomic.Uint64 // connections ended with slow_consumer
+	commits       atomic.Uint64 // history transactions committed
+	committed     atomic.Uint64 // messages in them
 
 	mu       sync.Mutex // guards stopping and err
 	stopping bool
@@ -95,9 +160,7 @@ type Service struct {
 //	├── history        gen_server, permanent: owns the SQLite history store
 //	└── connections    dynamic supervisor: one temporary child per connected client
 func Start(ctx context.Context, n *gotp.Node, cfg Config) (*Service, error) {
-	if cfg.DataDir == "" {
-		cfg.DataDir = "data"
-	}
+	cfg = cfg.withDefaults()
 	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
 		return nil, fmt.Errorf("chat: data directory: %w", err)
 	}
@@ -135,16 +198,16 @@ func Start(ctx context.Context, n *gotp.Node, cfg Config) (*Service, error) {
 // children are the root's children, in start order.
 func (s *Service) children() []supervisor.ChildSpec {
 	path := filepath.Join(s.cfg.DataDir, "history.db")
-	conns := supervisor.DynamicSpec[session]{
+	conns := supervisor.DynamicSpec[*conn]{
 		Restart:  supervisor.Temporary,
 		Shutdown: 2 * time.Second,
-		Start: func(ctx context.Context, sup *gotp.Process, sess session) (gotp.PID, error) {
-			return server.StartLink(ctx, sup, &conn{svc: s, sess: sess})
+		Start: func(ctx context.Context, sup *gotp.Process, c *conn) (gotp.PID, error) {
+			return server.StartLink(ctx, sup, c)
 		},
 	}
 	return []supervisor.ChildSpec{
 		supervisor.Server("online", func() server.Behaviour { return &online{svc: s} }, server.Named(onlineName)),
-		supervisor.Server("history", func() server.Behaviour { return &historyOwner{path: path} }, server.Named(historyName)),
+		supervisor.Server("history", func() server.Behaviour { return &historyOwner{svc: s, path: path} }, server.Named(historyName)),
 		conns.ChildSpec("connections", server.Named(connectionsName)),
 	}
 }
@@ -195,6 +258,10 @@ func (s *Service) HTTPAddr() net.Addr {
 	return s.hln.Addr()
 }
 
+// SlowConsumers returns how many connections the service has ended with
+// ERROR slow_consumer since it started.
+func (s *Service) SlowConsumers() uint64 { return s.slowConsumers.Load() }
+
 // Users returns the registry of the users connected to this node.
 func (s *Service) Users() *registry.Registry[string, struct{}] { return s.users }
 
@@ -218,9 +285,15 @@ func (s *Service) listen() error {
 			s.cfg.Mount(mux, s)
 		}
 		s.hln = ln
-		s.http = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+		s.http = &http.Server{
+			Handler:           mux,
+			ReadHeaderTimeout: 10 * time.Second,
+			ConnContext: func(ctx context.Context, c net.Conn) context.Context {
+				return context.WithValue(ctx, netConnKey{}, c) // for the WebSocket's deadlines
+			},
+		}
 		s.goroutines.Go(func() {
-			if err := s.http.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			if err := s.http.Serve(deadlineListener{ln}); err != nil && !errors.Is(err, http.ErrServerClosed) {
 				s.log.Error("chat: http server", "err", err)
 			}
 		})
@@ -229,27 +302,67 @@ func (s *Service) listen() error {
 }
 
 func (s *Service) acceptLoop(ln net.Listener) {
+	var backoff time.Duration
 	for {
 		c, err := ln.Accept()
 		if err != nil {
-			if !errors.Is(err, net.ErrClosed) {
-				s.log.Error("chat: accept", "err", err)
+			if errors.Is(err, net.ErrClosed) {
+				return
 			}
-			return
+			// Out of file descriptors (EMFILE, ENFILE) or another passing
+			// failure: wait, and try again, as net/http does; say so once
+			// per episode.
+			if backoff == 0 {
+				backoff = 5 * time.Millisecond
+				s.log.Error("chat: accept failed; retrying (too many open files? raise the open-file limit, or lower -max-conns)", "err", err)
+			} else {
+				backoff = min(2*backoff, time.Second)
+			}
+			time.Sleep(backoff)
+			continue
 		}
-		s.startSession(newLineSession(c))
+		backoff = 0
+		if !s.admit() {
+			c.SetWriteDeadline(time.Now().Add(time.Second))
+			c.Write(FormatReply(Error{Reason: Unavailable}))
+			c.Close()
+			continue
+		}
+		s.startSession(newLineWire(c, s.deadlines()))
 	}
 }
 
-// startSession starts a connection process for sess under the connection
-// supervisor; if that fails the client is told and the connection closed.
-func (s *Service) startSession(sess session) bool {
+// admit counts a new connection, unless MaxConnections are open.
+func (s *Service) admit() bool {
+	if s.conns.Add(1) > int64(s.cfg.MaxConnections) {
+		s.conns.Add(-1)
+		s.log.Warn("chat: connection refused: too many connections", "max", s.cfg.MaxConnections)
+		return false
+	}
+	return true
+}
+
+func (s *Service) deadlines() readDeadlines {
+	return readDeadlines{timeout: s.cfg.ReadTimeout, idle: s.cfg.IdleTimeout}
+}
+
+// startSession starts a connection process for w, an admitted connection,
+// under the connection supervisor; if that fails the client is told and
+// the connection closed. From here on the connection's outbox closes it
+// and releases its count.
+func (s *Service) startSession(w wire) bool {
+	s.goroutines.Add(1) // the connection, until its outbox has closed it
+	c := &conn{svc: s, w: w, out: newOutbox(w, s.cfg.MaxOutput, s.cfg.WriteTimeout)}
+	c.out.closed = func() {
+		s.conns.Add(-1)
+		s.goroutines.Done()
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if _, err := supervisor.StartDynamicChild(ctx, s.n, gotp.Name(connectionsName), sess); err != nil {
+	if _, err := supervisor.StartDynamicChild(ctx, s.n, gotp.Name(connectionsName), c); err != nil {
 		s.log.Warn("chat: cannot start a connection", "err", err)
-		sess.write(Error{Reason: Unavailable})
-		sess.close()
+		c.out.ready, c.out.failed = func() {}, func() {}
+		c.out.end(w.format(Error{Reason: Unavailable}), Unavailable, false)
 		return false
 	}
 	return true
@@ -321,10 +434,24 @@ func (s *Service) Directory(ctx context.Context) (Directory, error) {
 	return server.Call[Directory](ctx, s.n, gotp.Name(onlineName), directoryReq{})
 }
 
-// appendHistory stores one message through the history owner.
+// appendHistory stores one message through the history owner; nil means
+// it is committed.
 func (s *Service) appendHistory(ctx context.Context, m Message) error {
-	_, err := server.Call[bool](ctx, s.n, gotp.Name(historyName), appendMsg{m: m})
-	return err
+	r, err := server.Call[appended](ctx, s.n, gotp.Name(historyName), appendMsg{m: m})
+	if err != nil {
+		return err
+	}
+	return r.err
+}
+
+// appendRoom stores one room message through the history owner; nil means
+// it is committed.
+func (s *Service) appendRoom(ctx context.Context, m RoomMsg) error {
+	r, err := server.Call[appended](ctx, s.n, gotp.Name(historyName), appendRoomMsg{m: m})
+	if err != nil {
+		return err
+	}
+	return r.err
 }
 
 // RegisterTypes registers the messages the chat sends between nodes on a

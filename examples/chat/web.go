@@ -37,13 +37,39 @@ func (s *Service) serveDirectory(w http.ResponseWriter, r *http.Request) {
 	json.NewEncoder(w).Encode(d)
 }
 
+// netConnKey is where the HTTP server puts the connection of a request in
+// its context (a *deadlineConn).
+type netConnKey struct{}
+
 // serveWS upgrades to a WebSocket and hands it to a connection process,
 // which owns it from then on (the connection is hijacked: the handler
 // returns at once).
 func (s *Service) serveWS(w http.ResponseWriter, r *http.Request) {
-	c, err := websocket.Accept(w, r, nil)
+	nc, ok := r.Context().Value(netConnKey{}).(*deadlineConn)
+	if !ok {
+		http.Error(w, "no connection", http.StatusInternalServerError)
+		return
+	}
+	if !s.admit() {
+		http.Error(w, "too many connections", http.StatusServiceUnavailable)
+		return
+	}
+	var ws *webSocketWire
+	// Pings and pongs between messages make the connection idle again: they
+	// are not the start of a message that must complete.
+	control := func() {
+		if ws != nil && !ws.inMessage.Load() {
+			ws.idle()
+		}
+	}
+	c, err := websocket.Accept(hijackWriter{w, nc}, r, &websocket.AcceptOptions{
+		OnPingReceived: func(context.Context, []byte) bool { control(); return true },
+		OnPongReceived: func(context.Context, []byte) { control() },
+	})
 	if err != nil {
+		s.conns.Add(-1)
 		return // Accept has answered the client
 	}
-	s.startSession(newWSSession(c))
+	ws = newWebSocketWire(c, nc, s.deadlines())
+	s.startSession(ws)
 }
