@@ -76,7 +76,7 @@ func (l *formattedLedger) FormatState() any {
 func crashOf(t *testing.T, b server.Behaviour, act func(n *gotp.Node, pid gotp.PID)) (gotp.PID, gotptest.Record) {
 	t.Helper()
 	n, rec := logNode(t)
-	pid, err := server.Start(ctx(t), n, b, server.Named("ledger"))
+	pid, err := server.Start(gotptest.Context(t), n, b, server.Named("ledger"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -103,7 +103,7 @@ func crashOf(t *testing.T, b server.Behaviour, act func(n *gotp.Node, pid gotp.P
 func TestCrashReportOfServerPanicInCall(t *testing.T) {
 	caller := make(chan error, 1)
 	_, r := crashOf(t, &ledger{Owner: "ana", Entries: []int{5}, secret: "s3cr3t"}, func(n *gotp.Node, pid gotp.PID) {
-		_, err := server.Call[int](ctx(t), n, pid, deposit{Amount: -3})
+		_, err := server.Call[int](gotptest.Context(t), n, pid, deposit{Amount: -3})
 		caller <- err
 	})
 	if err := <-caller; !errors.As(err, new(*server.CallError)) {
@@ -161,15 +161,17 @@ func TestCrashReportOfServerStateFormatterPanics(t *testing.T) {
 func TestNoCrashReportForNormalServerStops(t *testing.T) {
 	n, rec := logNode(t)
 	for _, stop := range []func(pid gotp.PID){
-		func(pid gotp.PID) { server.Stop(ctx(t), n, pid, nil) },
-		func(pid gotp.PID) { server.Stop(ctx(t), n, pid, gotp.ErrShutdown) },
+		func(pid gotp.PID) { server.Stop(gotptest.Context(t), n, pid, nil) },
+		func(pid gotp.PID) { server.Stop(gotptest.Context(t), n, pid, gotp.ErrShutdown) },
 		func(pid gotp.PID) { n.Exit(pid, gotp.ErrShutdown) },
 		func(pid gotp.PID) { n.Exit(pid, gotp.ErrKill) },
-		func(pid gotp.PID) { server.Call[any](ctx(t), n, pid, stopWith{err: server.StopReason(nil)}) },
+		func(pid gotp.PID) {
+			server.Call[any](gotptest.Context(t), n, pid, stopWith{err: server.StopReason(nil)})
+		},
 	} {
 		b := newKV()
 		b.trap = true
-		pid, err := server.Start(ctx(t), n, b)
+		pid, err := server.Start(gotptest.Context(t), n, b)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -184,23 +186,23 @@ func TestNoCrashReportForNormalServerStops(t *testing.T) {
 }
 
 func TestFormatState(t *testing.T) {
-	n := newNode(t)
-	pid, err := server.Start(ctx(t), n, &formattedLedger{ledger{Owner: "cy"}})
+	n := gotptest.NewNode(t)
+	pid, err := server.Start(gotptest.Context(t), n, &formattedLedger{ledger{Owner: "cy"}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	server.Call[int](ctx(t), n, pid, deposit{Amount: 1})
-	st, err := server.FormatState(ctx(t), n, pid)
+	server.Call[int](gotptest.Context(t), n, pid, deposit{Amount: 1})
+	st, err := server.FormatState(gotptest.Context(t), n, pid)
 	if err != nil || !strings.Contains(st, `"entries": 1`) {
 		t.Fatalf("FormatState = %q, %v", st, err)
 	}
 
 	// A panicking FormatState is shown, and the server lives on.
-	panicky, err := server.Start(ctx(t), n, &formattedLedger{ledger{format: func() any { panic("no") }}})
+	panicky, err := server.Start(gotptest.Context(t), n, &formattedLedger{ledger{format: func() any { panic("no") }}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st, err := server.FormatState(ctx(t), n, panicky); err != nil || !strings.Contains(st, "panicked") {
+	if st, err := server.FormatState(gotptest.Context(t), n, panicky); err != nil || !strings.Contains(st, "panicked") {
 		t.Errorf("FormatState = %q, %v", st, err)
 	}
 	if !n.IsAlive(panicky) {
@@ -212,13 +214,13 @@ func TestFormatState(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := server.FormatState(ctx(t), n, plain); !errors.Is(err, server.ErrNotServer) {
+	if _, err := server.FormatState(gotptest.Context(t), n, plain); !errors.Is(err, server.ErrNotServer) {
 		t.Errorf("FormatState of a plain process: %v", err)
 	}
 	if in, _ := n.ProcessInfo(plain); in.MailboxLen != 0 {
 		t.Errorf("a plain process was sent %d messages", in.MailboxLen)
 	}
-	if _, err := server.FormatState(ctx(t), n, gotp.Name("nobody")); !errors.Is(err, gotp.ErrNoProc) {
+	if _, err := server.FormatState(gotptest.Context(t), n, gotp.Name("nobody")); !errors.Is(err, gotp.ErrNoProc) {
 		t.Errorf("FormatState of nobody: %v", err)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/gotp/gotp"
+	"github.com/gotp/gotp/gotptest"
 	"github.com/gotp/gotp/server"
 )
 
@@ -12,27 +13,27 @@ import (
 // infos, a failing Init, a parent's exit and Stop behave as in handler
 // mode.
 func TestDedicated(t *testing.T) {
-	n := newNode(t)
+	n := gotptest.NewNode(t)
 	s := newKV()
-	pid, err := server.Start(ctx(t), n, s, server.Dedicated())
+	pid, err := server.Start(gotptest.Context(t), n, s, server.Dedicated())
 	if err != nil {
 		t.Fatal(err)
 	}
 	if in, _ := n.ProcessInfo(pid); in.Handler {
 		t.Fatal("a dedicated server holds a goroutine of its own: it is not reported as goroutine-less")
 	}
-	if got, err := server.Call[string](ctx(t), n, pid, put{"a", 1}); err != nil || got != "ok" {
+	if got, err := server.Call[string](gotptest.Context(t), n, pid, put{"a", 1}); err != nil || got != "ok" {
 		t.Fatalf("put = %q, %v", got, err)
 	}
 	server.Cast(n, pid, put{"b", 2})
-	if got, err := server.Call[int](ctx(t), n, pid, get{"b"}); err != nil || got != 2 {
+	if got, err := server.Call[int](gotptest.Context(t), n, pid, get{"b"}); err != nil || got != 2 {
 		t.Fatalf("get b = %d, %v", got, err)
 	}
 	n.Send(pid, "hello")
 	if got := <-s.infos; got != "hello" {
 		t.Fatalf("info = %v", got)
 	}
-	if err := server.Stop(ctx(t), n, pid, nil); err != nil {
+	if err := server.Stop(gotptest.Context(t), n, pid, nil); err != nil {
 		t.Fatal(err)
 	}
 	if r := <-s.terminate; r != nil {
@@ -41,7 +42,7 @@ func TestDedicated(t *testing.T) {
 
 	bad := newKV()
 	bad.initErr = errors.New("no")
-	if _, err := server.Start(ctx(t), n, bad, server.Dedicated(), server.Named("bad")); err == nil || err.Error() != "no" {
+	if _, err := server.Start(gotptest.Context(t), n, bad, server.Dedicated(), server.Named("bad")); err == nil || err.Error() != "no" {
 		t.Fatalf("failing Init: %v", err)
 	}
 	if _, ok := n.Whereis("bad"); ok {
@@ -55,7 +56,7 @@ func TestDedicated(t *testing.T) {
 		_, err := p.Receive(p.Context())
 		return err
 	})
-	child, err := server.Start(ctx(t), n, trap, server.Dedicated(), server.LinkTo(parent))
+	child, err := server.Start(gotptest.Context(t), n, trap, server.Dedicated(), server.LinkTo(parent))
 	if err != nil {
 		t.Fatal(err)
 	}

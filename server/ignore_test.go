@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/gotp/gotp"
+	"github.com/gotp/gotp/gotptest"
 	"github.com/gotp/gotp/server"
 )
 
@@ -14,7 +15,7 @@ import (
 // in handler mode and dedicated mode.
 func TestIgnoreSparesLinkedParent(t *testing.T) {
 	for _, opts := range [][]server.Option{nil, {server.Dedicated()}} {
-		n := newNode(t)
+		n := gotptest.NewNode(t)
 		res := make(chan error, 1)
 		parent, err := n.Spawn(func(p *gotp.Process) error {
 			s := newKV()

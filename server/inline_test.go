@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/gotp/gotp"
+	"github.com/gotp/gotp/gotptest"
 	"github.com/gotp/gotp/server"
 )
 
@@ -16,20 +17,20 @@ import (
 // without the option.
 func TestInlineCalls(t *testing.T) {
 	for _, opts := range [][]server.Option{{server.InlineCalls()}, {server.InlineCalls(), server.Dedicated()}} {
-		n := newNode(t)
+		n := gotptest.NewNode(t)
 		s := newKV()
-		pid, err := server.Start(ctx(t), n, s, opts...)
+		pid, err := server.Start(gotptest.Context(t), n, s, opts...)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got, err := server.Call[string](ctx(t), n, pid, put{"a", 1}); err != nil || got != "ok" {
+		if got, err := server.Call[string](gotptest.Context(t), n, pid, put{"a", 1}); err != nil || got != "ok" {
 			t.Fatalf("put = %q, %v", got, err)
 		}
 		server.Cast(n, pid, put{"b", 2})
-		if got, err := server.Call[int](ctx(t), n, pid, get{"b"}); err != nil || got != 2 {
+		if got, err := server.Call[int](gotptest.Context(t), n, pid, get{"b"}); err != nil || got != 2 {
 			t.Fatalf("get b = %d, %v (a cast is handled before a later call)", got, err)
 		}
-		if _, err := server.Call[int](ctx(t), n, pid, get{"zz"}); !errors.Is(err, errNotFound) {
+		if _, err := server.Call[int](gotptest.Context(t), n, pid, get{"zz"}); !errors.Is(err, errNotFound) {
 			t.Fatalf("error reply: %v", err)
 		}
 
@@ -37,7 +38,7 @@ func TestInlineCalls(t *testing.T) {
 		// caller waits for Reply from a later cast.
 		got := make(chan error, 1)
 		go func() {
-			r, err := server.Call[string](ctx(t), n, pid, deferred{})
+			r, err := server.Call[string](gotptest.Context(t), n, pid, deferred{})
 			if err == nil && r != "released" {
 				err = errors.New("reply " + r)
 			}
@@ -63,14 +64,14 @@ func TestInlineCalls(t *testing.T) {
 		// A crash in an inline call ends the server, not the caller.
 		boom := errors.New("boom")
 		var ce *server.CallError
-		_, err = server.Call[int](ctx(t), n, pid, crash{boom})
+		_, err = server.Call[int](gotptest.Context(t), n, pid, crash{boom})
 		if !errors.As(err, &ce) || !errors.Is(err, boom) {
 			t.Fatalf("crashing call: %v", err)
 		}
 		if r := <-s.terminate; !errors.Is(r, boom) {
 			t.Fatalf("Terminate reason %v", r)
 		}
-		if _, err := server.Call[int](ctx(t), n, pid, get{"a"}); !errors.Is(err, gotp.ErrNoProc) {
+		if _, err := server.Call[int](gotptest.Context(t), n, pid, get{"a"}); !errors.Is(err, gotp.ErrNoProc) {
 			t.Fatalf("call after the crash: %v", err)
 		}
 	}
@@ -88,9 +89,9 @@ func (slow) HandleCall(_ *gotp.Process, _ server.From, req any) (any, error) {
 // inline call waits for HandleCall even past its deadline, where a call
 // to a server without the option ends at the deadline.
 func TestInlineCallWaitsPastDeadline(t *testing.T) {
-	n := newNode(t)
-	inline, _ := server.Start(ctx(t), n, slow{}, server.InlineCalls())
-	plain, _ := server.Start(ctx(t), n, slow{})
+	n := gotptest.NewNode(t)
+	inline, _ := server.Start(gotptest.Context(t), n, slow{}, server.InlineCalls())
+	plain, _ := server.Start(gotptest.Context(t), n, slow{})
 	short, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
 	defer cancel()
 	if r, err := server.Call[string](short, n, inline, 200*time.Millisecond); err != nil || r != "done" {
@@ -146,9 +147,9 @@ func newPending() *pending {
 // call, inline or not, so a server can key the calls it defers by it.
 func TestInlineDeferredCallsHaveDistinctRefs(t *testing.T) {
 	for _, opts := range [][]server.Option{nil, {server.InlineCalls()}} {
-		n := newNode(t)
+		n := gotptest.NewNode(t)
 		s := newPending()
-		pid, err := server.Start(ctx(t), n, s, opts...)
+		pid, err := server.Start(gotptest.Context(t), n, s, opts...)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -159,14 +160,14 @@ func TestInlineDeferredCallsHaveDistinctRefs(t *testing.T) {
 			// One at a time: each call is deferred before the next starts
 			// (and, with the option, finds the server idle: it runs inline).
 			go func() {
-				r, err := server.Call[gotp.Ref](ctx(t), n, pid, deferred{})
+				r, err := server.Call[gotp.Ref](gotptest.Context(t), n, pid, deferred{})
 				if err != nil {
 					errs <- err
 					return
 				}
 				refs <- r
 			}()
-			recvT(t, s.deferred)
+			gotptest.Recv(t, s.deferred)
 		}
 		server.Cast(n, pid, release{})
 		seen := map[gotp.Ref]bool{}
@@ -192,28 +193,17 @@ func TestInlineDeferredCallsHaveDistinctRefs(t *testing.T) {
 // server gets the call, as in OTP), never with ErrNoProc.
 func TestInlineDeferredCallLearnsExitReason(t *testing.T) {
 	for _, opts := range [][]server.Option{nil, {server.InlineCalls()}, {server.InlineCalls(), server.Dedicated()}} {
-		n := newNode(t)
-		pid, err := server.Start(ctx(t), n, newPending(), opts...)
+		n := gotptest.NewNode(t)
+		pid, err := server.Start(gotptest.Context(t), n, newPending(), opts...)
 		if err != nil {
 			t.Fatal(err)
 		}
 		boom := errors.New("boom")
-		_, err = server.Call[int](ctx(t), n, pid, deferDie{boom})
+		_, err = server.Call[int](gotptest.Context(t), n, pid, deferDie{boom})
 		if !errors.Is(err, boom) {
 			t.Fatalf("options %d: call during which the server died: %v, want %v", len(opts), err, boom)
 		}
 	}
-}
-
-func recvT[T any](t *testing.T, ch <-chan T) T {
-	t.Helper()
-	select {
-	case v := <-ch:
-		return v
-	case <-time.After(10 * time.Second):
-		t.Fatalf("timed out waiting for a %T", *new(T))
-	}
-	panic("unreachable")
 }
 
 // TestCallToStoppingServerReturnsAfterExit: a call whose HandleCall stops
@@ -224,14 +214,14 @@ func recvT[T any](t *testing.T, ch <-chan T) T {
 // caller may otherwise outrun; the loop gives it many chances to.
 func TestCallToStoppingServerReturnsAfterExit(t *testing.T) {
 	for _, opts := range [][]server.Option{nil, {server.InlineCalls()}} {
-		n := newNode(t)
+		n := gotptest.NewNode(t)
 		boom := errors.New("boom")
 		for i := range 2000 {
-			pid, err := server.Start(ctx(t), n, newKV(), append(opts, server.Named("again"))...)
+			pid, err := server.Start(gotptest.Context(t), n, newKV(), append(opts, server.Named("again"))...)
 			if err != nil {
 				t.Fatalf("options %d, round %d: start: %v", len(opts), i, err)
 			}
-			if _, err := server.Call[int](ctx(t), n, pid, crash{boom}); !errors.Is(err, boom) {
+			if _, err := server.Call[int](gotptest.Context(t), n, pid, crash{boom}); !errors.Is(err, boom) {
 				t.Fatalf("crashing call: %v", err)
 			}
 			if n.IsAlive(pid) {

@@ -7,32 +7,12 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
-
 	"github.com/gotp/gotp"
+	"github.com/gotp/gotp/gotptest"
 	"github.com/gotp/gotp/server"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
-
-func newNode(t *testing.T) *gotp.Node {
-	t.Helper()
-	n := gotp.NewNode(gotp.Options{Name: "t"})
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if err := n.Stop(ctx); err != nil {
-			t.Errorf("Stop: %v", err)
-		}
-	})
-	return n
-}
-
-func ctx(t *testing.T) context.Context {
-	c, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	t.Cleanup(cancel)
-	return c
-}
+func TestMain(m *testing.M) { gotptest.VerifyTestMain(m) }
 
 // kv is a small server used throughout: calls get/put/wait/crash, casts
 // set values, info messages are recorded.
@@ -122,24 +102,24 @@ func (s *kv) Terminate(p *gotp.Process, reason error) {
 var errNotFound = errors.New("not found")
 
 func TestCallCastInfo(t *testing.T) {
-	n := newNode(t)
+	n := gotptest.NewNode(t)
 	s := newKV()
-	pid, err := server.Start(ctx(t), n, s)
+	pid, err := server.Start(gotptest.Context(t), n, s)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got, err := server.Call[string](ctx(t), n, pid, put{"a", 1}); err != nil || got != "ok" {
+	if got, err := server.Call[string](gotptest.Context(t), n, pid, put{"a", 1}); err != nil || got != "ok" {
 		t.Fatalf("put = %q, %v", got, err)
 	}
 	server.Cast(n, pid, put{"b", 2})
-	if got, err := server.Call[int](ctx(t), n, pid, get{"b"}); err != nil || got != 2 {
+	if got, err := server.Call[int](gotptest.Context(t), n, pid, get{"b"}); err != nil || got != 2 {
 		t.Fatalf("get b = %d, %v (cast must be handled before the later call)", got, err)
 	}
-	if _, err := server.Call[int](ctx(t), n, pid, get{"zz"}); !errors.Is(err, errNotFound) {
+	if _, err := server.Call[int](gotptest.Context(t), n, pid, get{"zz"}); !errors.Is(err, errNotFound) {
 		t.Fatalf("error reply: got %v, want errNotFound", err)
 	}
 	var ce *server.CallError
-	if _, err := server.Call[int](ctx(t), n, pid, get{"zz"}); errors.As(err, &ce) {
+	if _, err := server.Call[int](gotptest.Context(t), n, pid, get{"zz"}); errors.As(err, &ce) {
 		t.Fatalf("an error reply must not be a CallError: %v", err)
 	}
 	n.Send(pid, "hello")
@@ -152,23 +132,23 @@ func TestCallCastInfo(t *testing.T) {
 }
 
 func TestCallTypedReplyMismatch(t *testing.T) {
-	n := newNode(t)
-	pid, _ := server.Start(ctx(t), n, newKV())
-	_, err := server.Call[int](ctx(t), n, pid, put{"a", 1})
+	n := gotptest.NewNode(t)
+	pid, _ := server.Start(gotptest.Context(t), n, newKV())
+	_, err := server.Call[int](gotptest.Context(t), n, pid, put{"a", 1})
 	var te *server.ReplyTypeError
 	if !errors.As(err, &te) || te.Reply != "ok" {
 		t.Fatalf("got %v, want ReplyTypeError", err)
 	}
-	v, err := server.Call[any](ctx(t), n, pid, get{"a"})
+	v, err := server.Call[any](gotptest.Context(t), n, pid, get{"a"})
 	if err != nil || v != 1 {
 		t.Fatalf("Call[any] = %v, %v", v, err)
 	}
 }
 
 func TestUnhandledCallRepliesError(t *testing.T) {
-	n := newNode(t)
-	pid, _ := server.Start(ctx(t), n, newKV())
-	if _, err := server.Call[any](ctx(t), n, pid, 42); !errors.Is(err, server.ErrUnhandled) {
+	n := gotptest.NewNode(t)
+	pid, _ := server.Start(gotptest.Context(t), n, newKV())
+	if _, err := server.Call[any](gotptest.Context(t), n, pid, 42); !errors.Is(err, server.ErrUnhandled) {
 		t.Fatalf("got %v, want ErrUnhandled", err)
 	}
 	if !n.IsAlive(pid) {
@@ -177,28 +157,28 @@ func TestUnhandledCallRepliesError(t *testing.T) {
 }
 
 func TestCallNoProc(t *testing.T) {
-	n := newNode(t)
-	pid, _ := server.Start(ctx(t), n, newKV())
-	if err := server.Stop(ctx(t), n, pid, nil); err != nil {
+	n := gotptest.NewNode(t)
+	pid, _ := server.Start(gotptest.Context(t), n, newKV())
+	if err := server.Stop(gotptest.Context(t), n, pid, nil); err != nil {
 		t.Fatal(err)
 	}
-	_, err := server.Call[int](ctx(t), n, pid, get{"a"})
+	_, err := server.Call[int](gotptest.Context(t), n, pid, get{"a"})
 	var ce *server.CallError
 	if !errors.As(err, &ce) || !errors.Is(err, gotp.ErrNoProc) || ce.Server != pid {
 		t.Fatalf("got %v, want CallError noproc for %v", err, pid)
 	}
-	if _, err := server.Call[int](ctx(t), n, gotp.Name("nobody"), get{"a"}); !errors.Is(err, gotp.ErrNoProc) {
+	if _, err := server.Call[int](gotptest.Context(t), n, gotp.Name("nobody"), get{"a"}); !errors.Is(err, gotp.ErrNoProc) {
 		t.Fatalf("unknown name: got %v", err)
 	}
-	if err := server.Stop(ctx(t), n, pid, nil); !errors.Is(err, gotp.ErrNoProc) {
+	if err := server.Stop(gotptest.Context(t), n, pid, nil); !errors.Is(err, gotp.ErrNoProc) {
 		t.Fatalf("Stop of a dead server: got %v", err)
 	}
 }
 
 func TestCallTimeoutAndLateReplyDropped(t *testing.T) {
-	n := newNode(t)
+	n := gotptest.NewNode(t)
 	s := newKV()
-	srv, _ := server.Start(ctx(t), n, s)
+	srv, _ := server.Start(gotptest.Context(t), n, s)
 
 	result := make(chan error, 1)
 	mailbox := make(chan int, 1)
@@ -225,13 +205,13 @@ func TestCallTimeoutAndLateReplyDropped(t *testing.T) {
 }
 
 func TestDeferredReply(t *testing.T) {
-	n := newNode(t)
-	srv, _ := server.Start(ctx(t), n, newKV())
+	n := gotptest.NewNode(t)
+	srv, _ := server.Start(gotptest.Context(t), n, newKV())
 	var wg sync.WaitGroup
 	results := make(chan string, 3)
 	for range 3 {
 		wg.Go(func() {
-			v, err := server.Call[string](ctx(t), n, srv, deferred{})
+			v, err := server.Call[string](gotptest.Context(t), n, srv, deferred{})
 			if err != nil {
 				t.Error(err)
 			}
@@ -258,11 +238,11 @@ func TestDeferredReply(t *testing.T) {
 }
 
 func TestServerDiesMidCall(t *testing.T) {
-	n := newNode(t)
+	n := gotptest.NewNode(t)
 	s := newKV()
-	srv, _ := server.Start(ctx(t), n, s)
+	srv, _ := server.Start(gotptest.Context(t), n, s)
 	boom := errors.New("boom")
-	_, err := server.Call[any](ctx(t), n, srv, crash{boom})
+	_, err := server.Call[any](gotptest.Context(t), n, srv, crash{boom})
 	var ce *server.CallError
 	if !errors.As(err, &ce) || !errors.Is(err, boom) {
 		t.Fatalf("got %v, want CallError wrapping the exit reason", err)
@@ -273,10 +253,10 @@ func TestServerDiesMidCall(t *testing.T) {
 
 	// Killed while a call waits: the caller gets killed.
 	s2 := newKV()
-	srv2, _ := server.Start(ctx(t), n, s2)
+	srv2, _ := server.Start(gotptest.Context(t), n, s2)
 	errc := make(chan error, 1)
 	go func() {
-		_, err := server.Call[string](ctx(t), n, srv2, deferred{})
+		_, err := server.Call[string](gotptest.Context(t), n, srv2, deferred{})
 		errc <- err
 	}()
 	for {
@@ -297,11 +277,11 @@ func TestServerDiesMidCall(t *testing.T) {
 }
 
 func TestStopWithReplySendsReplyFirst(t *testing.T) {
-	n := newNode(t)
+	n := gotptest.NewNode(t)
 	s := newKV()
-	srv, _ := server.Start(ctx(t), n, s)
+	srv, _ := server.Start(gotptest.Context(t), n, s)
 	bye := errors.New("bye")
-	got, err := server.Call[string](ctx(t), n, srv, stopWith{"last words", bye})
+	got, err := server.Call[string](gotptest.Context(t), n, srv, stopWith{"last words", bye})
 	if err != nil || got != "last words" {
 		t.Fatalf("got %q, %v", got, err)
 	}
@@ -311,10 +291,10 @@ func TestStopWithReplySendsReplyFirst(t *testing.T) {
 }
 
 func TestPanicInCallback(t *testing.T) {
-	n := newNode(t)
+	n := gotptest.NewNode(t)
 	s := newKV()
-	srv, _ := server.Start(ctx(t), n, s)
-	_, err := server.Call[any](ctx(t), n, srv, panicNow{})
+	srv, _ := server.Start(gotptest.Context(t), n, s)
+	_, err := server.Call[any](gotptest.Context(t), n, srv, panicNow{})
 	var pe *gotp.PanicError
 	if !errors.As(err, &pe) || pe.Value != "boom" || len(pe.Stack) == 0 {
 		t.Fatalf("got %v, want PanicError with stack", err)
@@ -325,11 +305,11 @@ func TestPanicInCallback(t *testing.T) {
 }
 
 func TestStopWaitsForTerminate(t *testing.T) {
-	n := newNode(t)
+	n := gotptest.NewNode(t)
 	order := make(chan string, 2)
 	s := &orderSrv{order: order}
-	srv, _ := server.Start(ctx(t), n, s)
-	if err := server.Stop(ctx(t), n, srv, gotp.ErrShutdown); err != nil {
+	srv, _ := server.Start(gotptest.Context(t), n, s)
+	if err := server.Stop(gotptest.Context(t), n, srv, gotp.ErrShutdown); err != nil {
 		t.Fatal(err)
 	}
 	order <- "stop returned"
@@ -357,7 +337,7 @@ func (s *orderSrv) Terminate(p *gotp.Process, reason error) {
 }
 
 func TestTerminateOnParentExitWhenTrapping(t *testing.T) {
-	n := newNode(t)
+	n := gotptest.NewNode(t)
 	s := newKV()
 	s.trap = true
 	started := make(chan gotp.PID, 1)
@@ -380,7 +360,7 @@ func TestTerminateOnParentExitWhenTrapping(t *testing.T) {
 	// An Exit from a process that is not the parent goes to HandleInfo.
 	s2 := newKV()
 	s2.trap = true
-	srv2, _ := server.Start(ctx(t), n, s2)
+	srv2, _ := server.Start(gotptest.Context(t), n, s2)
 	other, _ := n.Spawn(func(p *gotp.Process) error {
 		if err := p.Link(srv2); err != nil {
 			return err
@@ -395,9 +375,9 @@ func TestTerminateOnParentExitWhenTrapping(t *testing.T) {
 }
 
 func TestNoTerminateWhenNotTrapping(t *testing.T) {
-	n := newNode(t)
+	n := gotptest.NewNode(t)
 	s := newKV()
-	srv, _ := server.Start(ctx(t), n, s)
+	srv, _ := server.Start(gotptest.Context(t), n, s)
 	n.Exit(srv, errors.New("external"))
 	if n.IsAlive(srv) {
 		t.Fatal("non-trapping server survived an exit signal")
@@ -410,16 +390,16 @@ func TestNoTerminateWhenNotTrapping(t *testing.T) {
 }
 
 func TestInitErrorAndIgnore(t *testing.T) {
-	n := newNode(t)
+	n := gotptest.NewNode(t)
 	before := n.ProcessCount()
 	s := newKV()
 	s.initErr = errors.New("no db")
-	if _, err := server.Start(ctx(t), n, s); err != s.initErr {
+	if _, err := server.Start(gotptest.Context(t), n, s); err != s.initErr {
 		t.Fatalf("got %v", err)
 	}
 	s2 := newKV()
 	s2.initErr = server.ErrIgnore
-	if _, err := server.Start(ctx(t), n, s2, server.Named("ig")); !errors.Is(err, server.ErrIgnore) {
+	if _, err := server.Start(gotptest.Context(t), n, s2, server.Named("ig")); !errors.Is(err, server.ErrIgnore) {
 		t.Fatalf("got %v", err)
 	}
 	if n.ProcessCount() != before {
@@ -431,17 +411,17 @@ func TestInitErrorAndIgnore(t *testing.T) {
 }
 
 func TestNamedAlreadyStarted(t *testing.T) {
-	n := newNode(t)
-	first, err := server.Start(ctx(t), n, newKV(), server.Named("kv"))
+	n := gotptest.NewNode(t)
+	first, err := server.Start(gotptest.Context(t), n, newKV(), server.Named("kv"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = server.Start(ctx(t), n, newKV(), server.Named("kv"))
+	_, err = server.Start(gotptest.Context(t), n, newKV(), server.Named("kv"))
 	var ae *server.AlreadyStartedError
 	if !errors.As(err, &ae) || ae.PID != first || !errors.Is(err, server.ErrAlreadyStarted) {
 		t.Fatalf("got %v, want already started as %v", err, first)
 	}
-	if v, err := server.Call[string](ctx(t), n, gotp.Name("kv"), put{"x", 1}); err != nil || v != "ok" {
+	if v, err := server.Call[string](gotptest.Context(t), n, gotp.Name("kv"), put{"x", 1}); err != nil || v != "ok" {
 		t.Fatalf("call by name: %v %v", v, err)
 	}
 }
@@ -482,17 +462,17 @@ func (v viaName) UnregisterName(*gotp.Node) {
 }
 
 func TestViaName(t *testing.T) {
-	n := newNode(t)
+	n := gotptest.NewNode(t)
 	reg := &names{m: map[string]gotp.PID{}}
 	name := viaName{reg, "agent"}
-	first, err := server.Start(ctx(t), n, newKV(), server.WithVia(name))
+	first, err := server.Start(gotptest.Context(t), n, newKV(), server.WithVia(name))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := server.Call[string](ctx(t), n, name, put{"a", 1}); err != nil {
+	if _, err := server.Call[string](gotptest.Context(t), n, name, put{"a", 1}); err != nil {
 		t.Fatal(err)
 	}
-	_, err = server.Start(ctx(t), n, newKV(), server.WithVia(name))
+	_, err = server.Start(gotptest.Context(t), n, newKV(), server.WithVia(name))
 	var ae *server.AlreadyStartedError
 	if !errors.As(err, &ae) || ae.PID != first {
 		t.Fatalf("got %v, want already started as %v", err, first)
@@ -504,15 +484,15 @@ func TestViaName(t *testing.T) {
 		}
 		time.Sleep(time.Millisecond)
 	}
-	if _, err := server.Start(ctx(t), n, newKV(), server.WithVia(name)); err != nil {
+	if _, err := server.Start(gotptest.Context(t), n, newKV(), server.WithVia(name)); err != nil {
 		t.Fatalf("restart under a freed via name: %v", err)
 	}
 }
 
 func TestIdleServerHoldsNoGoroutine(t *testing.T) {
-	n := newNode(t)
-	srv, _ := server.Start(ctx(t), n, newKV())
-	server.Call[string](ctx(t), n, srv, put{"a", 1})
+	n := gotptest.NewNode(t)
+	srv, _ := server.Start(gotptest.Context(t), n, newKV())
+	server.Call[string](gotptest.Context(t), n, srv, put{"a", 1})
 	info, _ := n.ProcessInfo(srv)
 	if !info.Handler {
 		t.Fatal("a server must be a handler-mode process")
@@ -532,9 +512,9 @@ func (q *quitter) HandleCast(p *gotp.Process, msg any) error { return server.Sto
 func (q *quitter) Terminate(p *gotp.Process, reason error)   { q.terminated <- reason }
 
 func TestStopReasonNormal(t *testing.T) {
-	n := newNode(t)
+	n := gotptest.NewNode(t)
 	q := &quitter{terminated: make(chan error, 1)}
-	pid, _ := server.Start(ctx(t), n, q)
+	pid, _ := server.Start(gotptest.Context(t), n, q)
 	downs := make(chan gotp.Down, 1)
 	n.MonitorFunc(pid, func(d gotp.Down) { downs <- d })
 	server.Cast(n, pid, "bye")
