@@ -1,9 +1,9 @@
 // Package gotptest helps test code built on gotp: a node that stops itself
 // when the test ends, a process that hands the test every message it
 // receives, waits with a deadline, an exit watcher, a captured log, and a
-// goroutine-leak check. It plays the part of Erlang's Common Test helpers
-// for a Go test: testing your own gen_server or supervision tree should be
-// as short as testing a plain function.
+// goroutine-leak check, as net/http/httptest does for HTTP handlers and
+// River's rivertest for job workers: testing your own gen_server or
+// supervision tree should be as short as testing a plain function.
 //
 //	func TestCounter(t *testing.T) {
 //		n := gotptest.NewNode(t) // stopped when the test ends

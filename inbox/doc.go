@@ -1,6 +1,9 @@
 // Package inbox is a durable job queue in a SQL table that many service instances,
 // each with many workers, share with the database as their only coordinator: SQLite
-// (modernc.org/sqlite) as the embedded default, Postgres (pgx) to scale out.
+// (modernc.org/sqlite) as the embedded default, Postgres (pgx) to scale out. It
+// follows RustStream's SQL broker (ruststream-sqlx): its claim forms, wake-up and
+// clocks; SubscribeOptions.Prefetch and AsyncCommit, both off by default, go beyond
+// its claim of one row per free worker and its flush-durable claims.
 //
 //	db, _ := inbox.OpenSQLite(ctx, "jobs.db")
 //	q, _ := inbox.NewSQLite(db, inbox.Config[Invoice]{Table: "invoice_jobs"})

@@ -240,7 +240,7 @@ func TestPipeliningClientIsHeldBack(t *testing.T) {
 		cl.expect("SEND other "+big, "SENT other")
 		other.line()
 	}
-	reply := len(fmt.Sprintf("HISTORY 4\n")) + 4*len("pipe "+big+"\n")
+	reply := len("HISTORY 4\n") + 4*len("pipe "+big+"\n")
 	pid, c := conns.of(t, ts, "pipe")
 
 	const commands = 100 // 24 MB of replies

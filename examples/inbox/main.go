@@ -80,11 +80,19 @@ func main() {
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx, c, flag.Args(), os.Stdout); err != nil {
+	err := run(ctx, c, flag.Args(), os.Stdout)
+	if errors.Is(err, errUsage) {
+		flag.Usage()
+		os.Exit(2)
+	}
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "inbox:", err)
 		os.Exit(1)
 	}
 }
+
+// errUsage is run's error for a command line that names no command.
+var errUsage = errors.New("no command: publish N, work or stats")
 
 // run carries out one command, writing its report to out.
 func run(ctx context.Context, c config, args []string, out io.Writer) error {
@@ -130,8 +138,7 @@ func run(ctx context.Context, c config, args []string, out io.Writer) error {
 		fmt.Fprintf(out, "ready %d, in work %d, delayed %d, dead %d; rendered %d\n", s.Ready, s.InWork, s.Delayed, s.Dead, done)
 		return nil
 	}
-	flag.Usage()
-	return errors.New("no command")
+	return errUsage
 }
 
 // work runs this instance until ctx ends.

@@ -290,6 +290,12 @@ func TestKilledInstanceLosesNothing(t *testing.T) {
 			}
 			survivor := startInstance(t, b, "survivor", "-work", "1ms")
 			waitRendered(t, b, 40)
+			// The jobs the victim rendered but did not ack are still leased
+			// to it: the survivor takes them when the lease runs out, renders
+			// them again (recorded once) and acks them.
+			gotptest.EventuallyWithin(t, 30*time.Second, "an empty table", func() bool {
+				return strings.HasPrefix(command(t, b, "stats"), "ready 0, in work 0,")
+			})
 			survivor.stop(t)
 			if got := command(t, b, "stats"); got != "ready 0, in work 0, delayed 0, dead 0; rendered 40\n" {
 				t.Fatalf("stats said %q", got)
