@@ -24,6 +24,9 @@ import (
 // subscription, listener and pool (database/sql keeps an opener goroutine per
 // *sql.DB until Close) must be stopped by the test that made it.
 func TestMain(m *testing.M) {
+	if cfg := os.Getenv(faultChildEnv); cfg != "" {
+		os.Exit(runFaultChild(cfg)) // an instance process of a fault test (faultproc_test.go)
+	}
 	goleak.VerifyTestMain(m)
 }
 
@@ -37,6 +40,7 @@ type msg struct {
 type backend struct {
 	dialect inbox.Dialect
 	table   string
+	path    string // SQLite: the database file
 	newDB   func(t *testing.T) any // *sql.DB or *pgxpool.Pool
 	exec    func(t *testing.T, sql string, args ...any)
 	queryN  func(t *testing.T, sql string, args ...any) int64
@@ -88,7 +92,7 @@ func tableName(t *testing.T) string {
 func sqliteBackend(t *testing.T) *backend {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "inbox.db")
-	b := &backend{dialect: inbox.SQLite, table: tableName(t)}
+	b := &backend{dialect: inbox.SQLite, table: tableName(t), path: path}
 	var admin *sql.DB
 	b.newDB = func(t *testing.T) any {
 		db, err := inbox.OpenSQLite(t.Context(), path)
