@@ -40,7 +40,7 @@ type msg struct {
 type backend struct {
 	dialect inbox.Dialect
 	table   string
-	path    string // SQLite: the database file
+	path    string                 // SQLite: the database file
 	newDB   func(t *testing.T) any // *sql.DB or *pgxpool.Pool
 	exec    func(t *testing.T, sql string, args ...any)
 	queryN  func(t *testing.T, sql string, args ...any) int64
