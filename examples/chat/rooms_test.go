@@ -12,7 +12,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gotp/gotp"
 	"github.com/gotp/gotp/inbox"
+	"github.com/gotp/gotp/server"
 )
 
 // HELP lists the commands, before CONNECT too, and names every verb the
@@ -286,4 +288,69 @@ func TestParseHelp(t *testing.T) {
 	if c, err := ParseJSON([]byte(`{"cmd":"help"}`)); err != nil || c != (Help{}) {
 		t.Errorf("ParseJSON(help) = %v, %v", c, err)
 	}
+}
+
+// In a cluster, a node keeps the room messages its users receive from
+// other nodes, once each however many of its users are in the room, so
+// that a JOIN there shows them too.
+func TestRoomMessagesKeptOnEveryNode(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts two embedded NATS servers")
+	}
+	a, route := startClustered(t, "rooms-a")
+	b, _ := startClustered(t, "rooms-b", route)
+	waitNodes(t, a, b)
+	ana := connect(t, a, "ana")
+	bob, carol := connect(t, b, "bob"), connect(t, b, "carol")
+	for _, c := range []*client{ana, bob, carol} {
+		c.expect("JOIN lobby", "OK")
+	}
+	eventually(t, "the room's three members seen from both nodes", func() bool {
+		for _, s := range []*testService{a, b} {
+			n := 0
+			for _, g := range s.findScope(t).Groups() {
+				if g.Name == roomGroup("lobby") {
+					for _, ps := range g.Members {
+						n += len(ps)
+					}
+				}
+			}
+			if n != 3 {
+				return false
+			}
+		}
+		return true
+	})
+	start := time.Now()
+	for _, text := range []string{"one", "two"} {
+		ana.expect("SAY lobby "+text, "OK")
+		for _, c := range []*client{ana, bob, carol} {
+			if got := c.line(); got != "ROOM lobby ana "+text {
+				t.Fatalf("got %q", got)
+			}
+		}
+	}
+	// bob and carol have seen both messages; the store is written before
+	// the delivery is handed to the client, by the lowest of b's members.
+	for _, s := range []*testService{a, b} {
+		eventually(t, "the room's history on "+s.n.Name(), func() bool {
+			ms, err := s.roomHistory(t, "lobby")
+			return err == nil && len(ms) == 2
+		})
+		ms, _ := s.roomHistory(t, "lobby")
+		for i, text := range []string{"one", "two"} {
+			if ms[i].From != "ana" || ms[i].Text != text || ms[i].To != "lobby" {
+				t.Fatalf("%s keeps %+v", s.n.Name(), ms)
+			}
+			within(t, "kept message", ms[i].Time, start, time.Now())
+		}
+	}
+}
+
+// roomHistory reads what the node's history owner keeps of room.
+func (ts *testService) roomHistory(t *testing.T, room string) ([]Message, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	return server.Call[[]Message](ctx, ts.n, gotp.Name(historyName), roomReq{room: room})
 }
