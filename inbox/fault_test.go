@@ -6,6 +6,7 @@ import (
 	"errors"
 	"log/slog"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -504,6 +505,81 @@ func TestPermanentClaimErrorsBackOffAndAreReported(t *testing.T) {
 		}
 		if h := q.Health(); h.Failing != 0 {
 			t.Fatalf("health after Stop %+v, want none failing", h)
+		}
+	})
+}
+
+// A handler outliving a lease that cannot be extended (another program holds the
+// table's write lock) is cancelled, with an "expired" *LeaseLostError as the cause,
+// before the lease runs out; once the lock is gone the job runs again, and only after
+// the first run returned, to a single clean ack.
+func TestHandlerOutlivingUnextendableLeaseIsCancelledFirst(t *testing.T) {
+	eachDB(t, func(t *testing.T, b *backend) {
+		q1 := defaultTable(t, b)
+		q2 := newQueue(t, b, inbox.Config[msg]{})
+		const lease = time.Second
+		type run struct {
+			start, end time.Time
+			cause      error
+		}
+		var mu sync.Mutex
+		var runs []run
+		inJob := make(chan struct{}, 1)
+		h := func(ctx context.Context, j inbox.Job[msg]) error {
+			r := run{start: time.Now()}
+			mu.Lock()
+			first := len(runs) == 0
+			mu.Unlock()
+			if first {
+				inJob <- struct{}{}
+				<-ctx.Done()
+				r.cause = context.Cause(ctx)
+			}
+			r.end = time.Now()
+			mu.Lock()
+			runs = append(runs, r)
+			mu.Unlock()
+			return r.cause
+		}
+		res := newResults()
+		o := inbox.SubscribeOptions{Lease: lease, PollInterval: 20 * time.Millisecond, Backoff: noBackoff, Observe: res.observe}
+		start(t, q1, h, o)
+		if _, err := q1.Publish(t.Context(), msg{N: 1}, nil); err != nil {
+			t.Fatal(err)
+		}
+		gotptest.Recv(t, inJob)
+		claimed := time.Now()
+		unlock := lockTable(t, b)
+		gotptest.Eventually(t, "the first run cancelled", func() bool {
+			mu.Lock()
+			defer mu.Unlock()
+			return len(runs) == 1
+		})
+		mu.Lock()
+		first := runs[0]
+		mu.Unlock()
+		if le, ok := errors.AsType[*inbox.LeaseLostError](first.cause); !ok || le.Op != "expired" {
+			t.Fatalf("first run's cause %v, want an expired *LeaseLostError", first.cause)
+		}
+		if d := first.end.Sub(claimed); d >= lease {
+			t.Fatalf("the first run was cancelled %v after it started; the lease is %v", d, lease)
+		}
+		if h := q1.Health(); h.LocksLost != 1 {
+			t.Fatalf("health %+v, want one lost claim", h)
+		}
+		unlock()
+		start(t, q2, h, o)
+		acked := 0
+		for acked == 0 {
+			r := res.next(t)
+			if r.Outcome == inbox.Acked && r.SettleErr == nil {
+				acked++
+			}
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if len(runs) != 2 || runs[1].start.Before(first.end) {
+			t.Fatalf("runs %+v: want a second run, started after the first returned", runs)
 		}
 	})
 }
