@@ -61,8 +61,9 @@ func StopWithin(d time.Duration) Option {
 
 // NewNode returns a running node for t, named "test" unless [Name] says
 // otherwise. Its logs (a crashed process's report, for example) go to t's
-// log, shown when the test fails or with go test -v, unless [Logger] says
-// otherwise.
+// log, shown when the test fails or with go test -v (a benchmark's log is
+// always shown: give a benchmark's node a discarding [Logger]), unless
+// [Logger] says otherwise.
 //
 // When t ends, NewNode stops the node, waiting at most [DefaultStopTimeout]
 // (or the bound of [StopWithin]), and
