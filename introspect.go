@@ -41,6 +41,27 @@ func (n *Node) Summary() Summary {
 	return s
 }
 
+// ProcessBrief is what EachProcess tells of one process: enough to count
+// processes by behaviour and mailbox length without a ProcessInfo each.
+type ProcessBrief struct {
+	PID        PID
+	Behaviour  string // the Behaviour spawn option's label
+	MailboxLen int
+}
+
+// EachProcess calls f with a ProcessBrief of every live process, in no
+// particular order. It takes each process's lock briefly, one at a time,
+// and never while f runs; it allocates nothing. Processes spawned or
+// ended meanwhile may or may not be visited.
+func (n *Node) EachProcess(f func(ProcessBrief)) {
+	n.table.each(func(p *Process) {
+		p.mu.Lock()
+		l := p.mailboxLenLocked()
+		p.mu.Unlock()
+		f(ProcessBrief{PID: p.Self(), Behaviour: p.label, MailboxLen: l})
+	})
+}
+
 // MailboxHead returns up to max of the messages queued for the live local
 // process pid, oldest first, and whether pid is such a process. These are
 // the messages its goroutine has not yet taken into its own buffer: a

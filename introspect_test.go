@@ -4,6 +4,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/gotp/gotp"
 	"github.com/gotp/gotp/gotptest"
@@ -108,5 +109,29 @@ func TestProcessStack(t *testing.T) {
 	}
 	if _, ok := n.ProcessStack(plain); ok {
 		t.Error("a handler process without a goroutine of its own has a stack")
+	}
+}
+
+func TestEachProcess(t *testing.T) {
+	n := gotptest.NewNode(t)
+	release := make(chan struct{})
+	defer close(release)
+	a := blocker(t, n, release, gotp.Behaviour("importer"))
+	blocker(t, n, release, gotp.Behaviour("importer"))
+	n.Send(a, 1)
+	n.Send(a, 2)
+	seen := map[string]int{}
+	mail := 0
+	n.EachProcess(func(b gotp.ProcessBrief) {
+		seen[b.Behaviour]++
+		if b.PID == a {
+			mail = b.MailboxLen
+		}
+	})
+	if seen["importer"] != 2 || mail != 2 {
+		t.Fatalf("EachProcess saw %v, %d messages at a; want 2 importers and 2", seen, mail)
+	}
+	if time.Since(n.Started()) < 0 || n.Started().IsZero() {
+		t.Fatalf("Started %v", n.Started())
 	}
 }

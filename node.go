@@ -57,6 +57,7 @@ type Node struct {
 	name     string
 	creation uint32
 	log      *slog.Logger
+	started  time.Time
 
 	nextID  atomic.Uint64
 	nextRef atomic.Uint64
@@ -86,6 +87,7 @@ func NewNode(opts Options) *Node {
 		name:     opts.Name,
 		creation: opts.Creation,
 		log:      opts.Logger,
+		started:  time.Now(),
 		names:    make(map[string]*Process),
 		timers:   make(map[Ref]*time.Timer),
 	}
@@ -108,6 +110,9 @@ func NewNode(opts Options) *Node {
 
 // Name returns the node's name.
 func (n *Node) Name() string { return n.name }
+
+// Started returns the time NewNode made the node.
+func (n *Node) Started() time.Time { return n.started }
 
 // Creation returns the node's incarnation number.
 func (n *Node) Creation() uint32 { return n.creation }

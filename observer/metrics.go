@@ -5,21 +5,42 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/gotp/gotp"
 )
 
-// The metric families the observer exports.
+// The metric families of the observer's collector. No label takes a value
+// per process, user, key or group: labels name a behaviour, a supervisor
+// (by name or path), a registry, a scope, an inbox table or a peer node,
+// all of which a program has a handful of. What is per process or per
+// group is on the observer's page instead, the largest first.
 var (
-	descProcesses = prometheus.NewDesc("gotp_processes", "Live processes on the node.", nil, nil)
-	descMailbox   = prometheus.NewDesc("gotp_mailbox_length", "Mailbox lengths of the live processes.", nil, nil)
-	descDropped   = prometheus.NewDesc("gotp_mailbox_dropped_total",
+	descProcesses = prometheus.NewDesc("gotp_processes",
+		"Live processes on the node, by behaviour (the gotp.Behaviour spawn label; none for unlabelled processes).",
+		[]string{"behaviour"}, nil)
+	descMailbox = prometheus.NewDesc("gotp_mailbox_length",
+		"Mailbox lengths of the live processes (the sum is every message waiting).", nil, nil)
+	descDropped = prometheus.NewDesc("gotp_mailbox_dropped_total",
 		"Messages dropped by mailbox limits (OverflowDrop) on the node.", nil, nil)
 	descKilled = prometheus.NewDesc("gotp_mailbox_overflow_kills_total",
 		"Processes killed by mailbox limits (OverflowKill) on the node.", nil, nil)
+	descCrashes = prometheus.NewDesc("gotp_process_crashes_total",
+		"Processes whose own code ended them abnormally (crash reports) since the node started.", nil, nil)
 	descRestarts = prometheus.NewDesc("gotp_supervisor_restarts_total",
-		"Restarts of each child made by its supervisor.", []string{"supervisor", "child"}, nil)
-	descRegistry = prometheus.NewDesc("gotp_registry_entries", "Entries in each registry.", []string{"registry"}, nil)
-	descGroup    = prometheus.NewDesc("gotp_pg_group_members",
-		"Members of each pg group, on every node.", []string{"scope", "group"}, nil)
+		"Restarts made by each supervisor since it started.", []string{"supervisor"}, nil)
+	descStartFailures = prometheus.NewDesc("gotp_supervisor_start_failures_total",
+		"Child starts that failed, by supervisor, since it started.", []string{"supervisor"}, nil)
+	descChildren = prometheus.NewDesc("gotp_supervisor_children",
+		"Children of each supervisor by state (running, restarting, not_running).", []string{"supervisor", "state"}, nil)
+	descRegistry = prometheus.NewDesc("gotp_registry_entries",
+		"Entries in each registry.", []string{"registry"}, nil)
+	descRegistryKeys = prometheus.NewDesc("gotp_registry_keys",
+		"Distinct keys in each registry.", []string{"registry"}, nil)
+	descGroups = prometheus.NewDesc("gotp_pg_groups",
+		"Groups with at least one member, on any node, in each pg scope.", []string{"scope"}, nil)
+	descMembers = prometheus.NewDesc("gotp_pg_members",
+		"Memberships (a process joined to a group, counted once per join) in each pg scope, on every node.",
+		[]string{"scope"}, nil)
 	descInbox = prometheus.NewDesc("gotp_inbox_jobs",
 		"Jobs of each inbox table by state (ready, in_work, delayed, dead, invalid).", []string{"table", "state"}, nil)
 	descOutcomes = prometheus.NewDesc("gotp_inbox_outcomes_total",
@@ -28,9 +49,28 @@ var (
 		"Failures met by this node's subscriptions of each inbox table, by kind (claim, permanent, lock_lost, bad_row).", []string{"table", "kind"}, nil)
 	descInboxFailing = prometheus.NewDesc("gotp_inbox_failing_claimers",
 		"Claimers of each inbox table backing off after a failed claim.", []string{"table"}, nil)
-	descCluster = prometheus.NewDesc("gotp_cluster_messages_total",
-		"Cluster messages exchanged with each peer, by direction.", []string{"peer", "direction"}, nil)
+	descPeers = prometheus.NewDesc("gotp_cluster_peers",
+		"Other nodes connected to this one.", nil, nil)
+	descClusterMsgs = prometheus.NewDesc("gotp_cluster_messages_total",
+		"Cluster messages (signals) exchanged with each connected peer since it connected, by direction (in, out).",
+		[]string{"peer", "direction"}, nil)
+	descClusterBytes = prometheus.NewDesc("gotp_cluster_bytes_total",
+		"Bytes of cluster batches sent and received by this node, by direction (in, out).", []string{"direction"}, nil)
+	descClusterDropped = prometheus.NewDesc("gotp_cluster_dropped_total",
+		"Cluster messages not sent: to nodes not connected, or beyond cluster.Options.MaxPending.", nil, nil)
+	descClusterCodec = prometheus.NewDesc("gotp_cluster_codec_errors_total",
+		"Cluster messages the codec refused (encode) or could not read (decode).", []string{"direction"}, nil)
+	descClusterAuth = prometheus.NewDesc("gotp_cluster_auth_failures",
+		"Peers (and hosts) whose credentials were refused, either way, since Join.", nil, nil)
 )
+
+var allDescs = []*prometheus.Desc{
+	descProcesses, descMailbox, descDropped, descKilled, descCrashes,
+	descRestarts, descStartFailures, descChildren,
+	descRegistry, descRegistryKeys, descGroups, descMembers,
+	descInbox, descOutcomes, descInboxErrors, descInboxFailing,
+	descPeers, descClusterMsgs, descClusterBytes, descClusterDropped, descClusterCodec, descClusterAuth,
+}
 
 // mailboxBuckets are the upper bounds of the mailbox histogram.
 var mailboxBuckets = []float64{0, 1, 10, 100, 1000, 10000, 100000}
@@ -39,7 +79,7 @@ var mailboxBuckets = []float64{0, 1, 10, 100, 1000, 10000, 100000}
 type collector struct{ o *Observer }
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descProcesses, descMailbox, descDropped, descKilled, descRestarts, descRegistry, descGroup, descInbox, descOutcomes, descInboxErrors, descInboxFailing, descCluster} {
+	for _, d := range allDescs {
 		ch <- d
 	}
 }
@@ -47,58 +87,112 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	s := c.o.snapshot(ctx)
-
-	ch <- prometheus.MustNewConstMetric(descProcesses, prometheus.GaugeValue, float64(len(s.Processes)))
+	byBehaviour := map[string]int{}
 	buckets := make(map[float64]uint64, len(mailboxBuckets))
+	var count uint64
 	var sum float64
-	for _, p := range s.Processes {
-		sum += float64(p.MailboxLen)
-		for _, b := range mailboxBuckets {
-			if float64(p.MailboxLen) <= b {
-				buckets[b]++
+	s := c.o.snapshot(ctx, false, func(b gotp.ProcessBrief) {
+		label := b.Behaviour
+		if label == "" {
+			label = "none"
+		}
+		byBehaviour[label]++
+		count++
+		sum += float64(b.MailboxLen)
+		for _, ub := range mailboxBuckets {
+			if float64(b.MailboxLen) <= ub {
+				buckets[ub]++
 			}
 		}
+	})
+	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
 	}
-	ch <- prometheus.MustNewConstHistogram(descMailbox, uint64(len(s.Processes)), sum, buckets)
-	dropped, killed := c.o.n.MailboxOverflows()
-	ch <- prometheus.MustNewConstMetric(descDropped, prometheus.CounterValue, float64(dropped))
-	ch <- prometheus.MustNewConstMetric(descKilled, prometheus.CounterValue, float64(killed))
+	counter := func(d *prometheus.Desc, v float64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, v, labels...)
+	}
+	for b, k := range byBehaviour {
+		gauge(descProcesses, float64(k), b)
+	}
+	ch <- prometheus.MustNewConstHistogram(descMailbox, count, sum, buckets)
+	counter(descCrashes, float64(c.o.n.Summary().Crashes))
 
+	// Supervisors with one path (unnamed ones at the top) are summed, so
+	// that each label set is exported once.
+	type supSums struct {
+		restarts, failures              uint64
+		running, restarting, notRunning int
+	}
+	sups := map[string]*supSums{}
 	var walk func(t SupTree)
 	walk = func(t SupTree) {
-		sup := t.PID
-		if t.Name != "" {
-			sup = t.Name
+		ss := sups[t.Path]
+		if ss == nil {
+			ss = &supSums{}
+			sups[t.Path] = ss
 		}
-		for _, ch2 := range t.Children {
-			id := ch2.ID
-			if id == "" {
-				id = ch2.PID // dynamic children have no id
+		ss.restarts += t.Restarts
+		ss.failures += t.Failures
+		for _, ch := range t.Children {
+			switch ch.State {
+			case "running":
+				ss.running++
+			case "restarting":
+				ss.restarting++
+			default:
+				ss.notRunning++
 			}
-			ch <- prometheus.MustNewConstMetric(descRestarts, prometheus.CounterValue, float64(ch2.Restarts), sup, id)
-			if ch2.Sub != nil {
-				walk(*ch2.Sub)
+			if ch.Sub != nil {
+				walk(*ch.Sub)
 			}
 		}
 	}
 	for _, t := range s.Supervisors {
 		walk(t)
 	}
+	for path, ss := range sups {
+		counter(descRestarts, float64(ss.restarts), path)
+		counter(descStartFailures, float64(ss.failures), path)
+		gauge(descChildren, float64(ss.running), path, "running")
+		gauge(descChildren, float64(ss.restarting), path, "restarting")
+		gauge(descChildren, float64(ss.notRunning), path, "not_running")
+	}
+
+	seen := map[string]bool{} // a label set is exported once, the first source wins
+	once := func(key string) bool {
+		if seen[key] {
+			return false
+		}
+		seen[key] = true
+		return true
+	}
 	for _, r := range s.Registries {
-		ch <- prometheus.MustNewConstMetric(descRegistry, prometheus.GaugeValue, float64(r.Entries), r.Name)
+		if !once("registry " + r.Name) {
+			continue
+		}
+		keys := 0
+		for _, k := range r.Keys {
+			keys += k
+		}
+		gauge(descRegistry, float64(r.Entries), r.Name)
+		gauge(descRegistryKeys, float64(keys), r.Name)
 	}
 	for _, sc := range s.Scopes {
-		for _, g := range sc.Groups {
-			ch <- prometheus.MustNewConstMetric(descGroup, prometheus.GaugeValue, float64(g.Size), sc.ID, g.Name)
+		if !once("scope " + sc.ID) {
+			continue
 		}
+		gauge(descGroups, float64(sc.GroupCount), sc.ID)
+		gauge(descMembers, float64(sc.Memberships), sc.ID)
 	}
 	for _, t := range s.Inboxes {
+		if !once("inbox " + t.Name) {
+			continue
+		}
 		for state, v := range map[string]int64{"ready": t.Ready, "in_work": t.InWork, "delayed": t.Delayed, "dead": t.Dead, "invalid": t.Invalid} {
-			ch <- prometheus.MustNewConstMetric(descInbox, prometheus.GaugeValue, float64(v), t.Name, state)
+			gauge(descInbox, float64(v), t.Name, state)
 		}
 		for outcome, v := range t.Outcomes {
-			ch <- prometheus.MustNewConstMetric(descOutcomes, prometheus.CounterValue, float64(v), t.Name, outcome)
+			counter(descOutcomes, float64(v), t.Name, outcome)
 		}
 		if h := t.Health; h != nil {
 			for kind, v := range map[string]int64{"claim": h.ClaimErrors, "permanent": h.PermanentErrors, "lock_lost": h.LocksLost, "bad_row": h.BadRows} {
@@ -107,8 +201,22 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(descInboxFailing, prometheus.GaugeValue, float64(h.Failing), t.Name)
 		}
 	}
-	for _, p := range s.Cluster {
-		ch <- prometheus.MustNewConstMetric(descCluster, prometheus.CounterValue, float64(p.MessagesIn), p.Node, "in")
-		ch <- prometheus.MustNewConstMetric(descCluster, prometheus.CounterValue, float64(p.MessagesOut), p.Node, "out")
+	if tot := s.ClusterTotals; tot != nil {
+		peers := 0
+		for _, p := range s.Cluster {
+			if !p.Up || p.Self || !once("peer "+p.Node) {
+				continue
+			}
+			peers++
+			counter(descClusterMsgs, float64(p.MessagesIn), p.Node, "in")
+			counter(descClusterMsgs, float64(p.MessagesOut), p.Node, "out")
+		}
+		gauge(descPeers, float64(peers))
+		counter(descClusterBytes, float64(tot.BytesIn), "in")
+		counter(descClusterBytes, float64(tot.BytesOut), "out")
+		counter(descClusterDropped, float64(tot.Dropped))
+		counter(descClusterCodec, float64(tot.EncodeErrors), "encode")
+		counter(descClusterCodec, float64(tot.DecodeErrors), "decode")
+		gauge(descClusterAuth, float64(tot.AuthFailures))
 	}
 }

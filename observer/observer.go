@@ -5,7 +5,10 @@ import (
 	"crypto/subtle"
 	"encoding/json"
 	"errors"
+	"io"
+	"mime"
 	"net/http"
+	"net/url"
 	"strings"
 	"time"
 
@@ -33,6 +36,14 @@ type SourceFunc func(ctx context.Context, s *Snapshot)
 // Observe calls f.
 func (f SourceFunc) Observe(ctx context.Context, s *Snapshot) { f(ctx, s) }
 
+// Defaults of Options.
+const (
+	DefaultRefresh     = 2 * time.Second
+	DefaultSampleEvery = 2 * time.Second
+	DefaultHistory     = 300 // ten minutes at DefaultSampleEvery
+	DefaultMaxRows     = 200
+)
+
 // Options configure an Observer. The zero value serves a read-only observer
 // to anyone who can reach it.
 type Options struct {
@@ -40,35 +51,66 @@ type Options struct {
 	// Bearer <token>", or as ?token=<token> (which the page keeps in its
 	// links and refreshes).
 	Token string
-	// AllowKill enables the page's "kill" action (POST .../api/kill with
-	// pid=<PID>), which sends gotp.ErrKill to a process. Off by default:
-	// the observer is read-only.
+	// AllowKill enables the page's "kill" action (POST .../api/kill), which
+	// sends gotp.ErrKill to a process. It needs a Token as well: without
+	// one the action stays off (ErrKillNeedsToken), since anyone who can
+	// reach the port could otherwise kill processes. Off by default: the
+	// observer is read-only.
 	AllowKill bool
 	// Sources add sections beyond processes and supervisors, which are
 	// found on the node by themselves.
 	Sources []Source
-	// Refresh is how often the page refreshes itself. Defaults to 2 s.
+	// Refresh is how often the page refreshes itself. Defaults to
+	// DefaultRefresh.
 	Refresh time.Duration
+	// SampleEvery is how often the system panel's history (process count,
+	// mailbox total, memory) is sampled, and History how many samples it
+	// keeps, oldest dropped first. Default DefaultSampleEvery and
+	// DefaultHistory.
+	SampleEvery time.Duration
+	History     int
+	// MaxRows bounds the rows of every list the page shows (processes,
+	// groups, registry keys); the page says how many it left out, and the
+	// filter finds the others. Defaults to DefaultMaxRows.
+	MaxRows int
 }
 
-// Observer serves a node's observer: an HTML page, a JSON snapshot and
-// Prometheus metrics. It is an http.Handler for the paths under Prefix;
-// it is safe for concurrent use.
+// Observer serves a node's observer: an HTML page, a page per process and
+// per registry, a JSON snapshot and Prometheus metrics. It is an
+// http.Handler for the paths under Prefix; it is safe for concurrent use.
+//
+// New starts one process on the node, the sampler, a handler-mode process
+// that wakes every SampleEvery (it holds no goroutine in between) to
+// sample the system panel's history; it ends with the node, or with
+// Close.
 type Observer struct {
 	n       *gotp.Node
 	opts    Options
+	coll    *collector
 	metrics http.Handler
+	hist    *history
 }
 
 // New returns an observer of node n.
 func New(n *gotp.Node, opts Options) *Observer {
 	if opts.Refresh <= 0 {
-		opts.Refresh = 2 * time.Second
+		opts.Refresh = DefaultRefresh
+	}
+	if opts.SampleEvery <= 0 {
+		opts.SampleEvery = DefaultSampleEvery
+	}
+	if opts.History <= 0 {
+		opts.History = DefaultHistory
+	}
+	if opts.MaxRows <= 0 {
+		opts.MaxRows = DefaultMaxRows
 	}
 	o := &Observer{n: n, opts: opts}
+	o.coll = &collector{o: o}
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(&collector{o: o})
+	reg.MustRegister(o.coll)
 	o.metrics = promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError})
+	o.hist = startHistory(n, opts.SampleEvery, opts.History)
 	return o
 }
 
@@ -81,13 +123,29 @@ func Mount(mux *http.ServeMux, n *gotp.Node, opts Options) *Observer {
 	return o
 }
 
+// Close stops the sampler process. The observer goes on serving, with the
+// history it had.
+func (o *Observer) Close() { o.hist.stop() }
+
+// Collector returns a prometheus.Collector of the observer's metric
+// families (listed in the package doc), for a program's own registry:
+// every Collect reads the node and the sources once. It is the collector
+// behind /observer/metrics.
+func (o *Observer) Collector() prometheus.Collector { return o.coll }
+
+// Register registers the observer's Collector with r.
+func (o *Observer) Register(r prometheus.Registerer) error { return r.Register(o.coll) }
+
 // ServeHTTP routes a request for a path under Prefix.
 func (o *Observer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if !o.authorized(r) {
+	if !o.Authorized(r) {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="gotp observer"`)
 		http.Error(w, "observer: token required", http.StatusUnauthorized)
 		return
 	}
+	// The token may be in the URL: do not hand it to other sites.
+	w.Header().Set("Referrer-Policy", "no-referrer")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
 	path := r.URL.Path
 	if i := strings.Index(path, Prefix); i >= 0 {
 		path = path[i+len(Prefix):]
@@ -97,8 +155,14 @@ func (o *Observer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	switch path {
 	case "", "index.html":
 		o.servePage(w, r)
+	case "process":
+		o.serveProcessPage(w, r)
+	case "registry":
+		o.serveRegistryPage(w, r)
 	case "api/snapshot":
 		o.serveJSON(w, r)
+	case "api/process":
+		o.serveProcessJSON(w, r)
 	case "api/kill":
 		o.serveKill(w, r)
 	case "metrics":
@@ -108,7 +172,10 @@ func (o *Observer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-func (o *Observer) authorized(r *http.Request) bool {
+// Authorized reports whether r carries the observer's token (always true
+// without one), so that a program can put other handlers, such as its
+// own /metrics, behind the same token.
+func (o *Observer) Authorized(r *http.Request) bool {
 	if o.opts.Token == "" {
 		return true
 	}
@@ -120,29 +187,72 @@ func (o *Observer) authorized(r *http.Request) bool {
 }
 
 func (o *Observer) serveJSON(w http.ResponseWriter, r *http.Request) {
-	s := o.snapshot(r.Context())
-	s.Processes = sortProcesses(s.Processes, r.URL.Query().Get("sort"), r.URL.Query().Get("filter"))
+	s := o.snapshot(r.Context(), true, nil)
+	s.Processes, s.ProcessesShown = o.rows(s.Processes, r.URL.Query().Get("sort"), r.URL.Query().Get("filter"))
+	writeJSON(w, s)
+}
+
+func writeJSON(w http.ResponseWriter, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
-	_ = enc.Encode(s)
+	_ = enc.Encode(v)
 }
 
-// ErrKillDisabled is the answer to a kill request when Options.AllowKill is
-// off.
-var ErrKillDisabled = errors.New("observer: kill is disabled (Options.AllowKill)")
+// Errors of the kill endpoint.
+var (
+	// ErrKillDisabled is the answer to a kill request when
+	// Options.AllowKill is off.
+	ErrKillDisabled = errors.New("observer: kill is disabled (Options.AllowKill)")
+	// ErrKillNeedsToken is the answer to a kill request when AllowKill is
+	// set without a Token.
+	ErrKillNeedsToken = errors.New("observer: kill needs a token (Options.Token)")
+	// ErrCrossOrigin is the answer to a kill request from a page of
+	// another origin, or sent as a form (which any site can make a
+	// browser send).
+	ErrCrossOrigin = errors.New("observer: kill must come from the observer's own page, as JSON")
+)
 
+// killEnabled reports whether the kill action is on.
+func (o *Observer) killEnabled() bool { return o.opts.AllowKill && o.opts.Token != "" }
+
+// maxKillBody bounds the body of a kill request.
+const maxKillBody = 1 << 10
+
+// serveKill kills a process: POST with Content-Type application/json and
+// body {"pid": "<node.creation.id>"}. Requiring JSON keeps a cross-site
+// form from sending it (a browser sends such a request from another site
+// only after a CORS preflight, which this endpoint never approves), and an
+// Origin or Sec-Fetch-Site header that names another site is refused.
 func (o *Observer) serveKill(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodPost {
 		w.Header().Set("Allow", http.MethodPost)
 		http.Error(w, "observer: kill needs POST", http.StatusMethodNotAllowed)
 		return
 	}
-	if !o.opts.AllowKill {
+	switch {
+	case !o.opts.AllowKill:
 		http.Error(w, ErrKillDisabled.Error(), http.StatusForbidden)
 		return
+	case o.opts.Token == "":
+		http.Error(w, ErrKillNeedsToken.Error(), http.StatusForbidden)
+		return
+	case !sameOrigin(r):
+		http.Error(w, ErrCrossOrigin.Error(), http.StatusForbidden)
+		return
 	}
-	pid, err := gotp.ParsePID(r.FormValue("pid"))
+	if mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err != nil || mt != "application/json" {
+		http.Error(w, ErrCrossOrigin.Error(), http.StatusUnsupportedMediaType)
+		return
+	}
+	var req struct {
+		PID string `json:"pid"`
+	}
+	if err := json.NewDecoder(io.LimitReader(r.Body, maxKillBody)).Decode(&req); err != nil {
+		http.Error(w, "observer: kill body: "+err.Error(), http.StatusBadRequest)
+		return
+	}
+	pid, err := gotp.ParsePID(req.PID)
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
@@ -153,6 +263,22 @@ func (o *Observer) serveKill(w http.ResponseWriter, r *http.Request) {
 	}
 	o.n.Logger().Warn("observer: killing a process on request", "pid", pid, "remote", r.RemoteAddr)
 	o.n.Exit(pid, gotp.ErrKill)
-	w.Header().Set("Content-Type", "application/json")
-	_, _ = w.Write([]byte(`{"killed":"` + pid.String() + `"}` + "\n"))
+	writeJSON(w, map[string]string{"killed": pid.String()})
+}
+
+// sameOrigin reports whether r does not come from a page of another site:
+// its Origin, if any, has the request's host, and its Sec-Fetch-Site, if
+// any, is same-origin or none (typed by the user).
+func sameOrigin(r *http.Request) bool {
+	switch r.Header.Get("Sec-Fetch-Site") {
+	case "", "same-origin", "none":
+	default:
+		return false
+	}
+	origin := r.Header.Get("Origin")
+	if origin == "" {
+		return true // not from a browser page (curl), or a same-origin GET-like request
+	}
+	u, err := url.Parse(origin)
+	return err == nil && u.Host == r.Host
 }

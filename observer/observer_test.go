@@ -4,23 +4,31 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
+	"errors"
 	"html"
 	"io"
 	"log/slog"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 	"go.uber.org/goleak"
 	_ "modernc.org/sqlite"
 
 	"github.com/gotp/gotp"
+	"github.com/gotp/gotp/gotptest"
 	"github.com/gotp/gotp/inbox"
 	"github.com/gotp/gotp/observer"
 	"github.com/gotp/gotp/pg"
@@ -165,50 +173,151 @@ func post(h http.Handler, target string, form url.Values) *httptest.ResponseReco
 	return rec
 }
 
+// postJSON posts body as JSON, with the headers hdr (pairs).
+func postJSON(h http.Handler, target, body string, hdr ...string) *httptest.ResponseRecorder {
+	req := httptest.NewRequest(http.MethodPost, target, strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	for i := 0; i+1 < len(hdr); i += 2 {
+		req.Header.Set(hdr[i], hdr[i+1])
+	}
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, req)
+	return rec
+}
+
 func TestKill(t *testing.T) {
 	n, _ := tree(t)
 	info, _ := supervisor.Inspect(n, gotp.Name("conns"))
 	victim := info.Children[0].PID
+	kill := `{"pid":"` + victim.String() + `"}`
+	const path = "/observer/api/kill?token=s3cret"
 
-	ro := observer.New(n, observer.Options{})
-	if rec := post(ro, "/observer/api/kill", url.Values{"pid": {victim.String()}}); rec.Code != http.StatusForbidden {
+	ro := observer.New(n, observer.Options{Token: "s3cret"})
+	if rec := postJSON(ro, path, kill); rec.Code != http.StatusForbidden {
 		t.Fatalf("kill on a read-only observer: %d", rec.Code)
 	}
+	// AllowKill without a token: still off, and no buttons.
+	open := observer.New(n, observer.Options{AllowKill: true})
+	if rec := postJSON(open, "/observer/api/kill", kill); rec.Code != http.StatusForbidden || !strings.Contains(rec.Body.String(), "token") {
+		t.Fatalf("kill without a token: %d %s", rec.Code, rec.Body)
+	}
+	if _, body := get(t, open, "/observer/"); strings.Contains(body, `class="kill"`) {
+		t.Fatal("kill buttons shown without a token")
+	}
 	if !n.IsAlive(victim) {
-		t.Fatal("read-only observer killed a process")
+		t.Fatal("an observer that may not kill killed a process")
 	}
 
-	o := observer.New(n, observer.Options{AllowKill: true})
-	if code, _ := get(t, o, "/observer/api/kill?pid="+victim.String()); code != http.StatusMethodNotAllowed {
+	o := observer.New(n, observer.Options{AllowKill: true, Token: "s3cret"})
+	if code, _ := get(t, o, path+"&pid="+victim.String()); code != http.StatusMethodNotAllowed {
 		t.Fatalf("GET kill: %d", code)
 	}
-	if rec := post(o, "/observer/api/kill", url.Values{"pid": {"garbage"}}); rec.Code != http.StatusBadRequest {
+	// A form is what a cross-site page can make a browser send: refused.
+	if rec := post(o, path, url.Values{"pid": {victim.String()}}); rec.Code != http.StatusUnsupportedMediaType {
+		t.Fatalf("kill as a form: %d", rec.Code)
+	}
+	if rec := postJSON(o, path, kill, "Origin", "https://evil.example"); rec.Code != http.StatusForbidden {
+		t.Fatalf("kill from another origin: %d", rec.Code)
+	}
+	if rec := postJSON(o, path, kill, "Sec-Fetch-Site", "cross-site"); rec.Code != http.StatusForbidden {
+		t.Fatalf("kill from another site: %d", rec.Code)
+	}
+	if rec := postJSON(o, "/observer/api/kill", kill); rec.Code != http.StatusUnauthorized {
+		t.Fatalf("kill without the token: %d", rec.Code)
+	}
+	if rec := postJSON(o, path, `{"pid":"garbage"}`); rec.Code != http.StatusBadRequest {
 		t.Fatalf("bad pid: %d", rec.Code)
 	}
-	if _, body := get(t, o, "/observer/"); !strings.Contains(body, `class="kill"`) {
-		t.Fatal("no kill buttons with AllowKill")
+	if rec := postJSON(o, path, `not json`); rec.Code != http.StatusBadRequest {
+		t.Fatalf("bad body: %d", rec.Code)
 	}
-	if rec := post(o, "/observer/api/kill", url.Values{"pid": {victim.String()}}); rec.Code != 200 {
+	if !n.IsAlive(victim) {
+		t.Fatal("a refused request killed the victim")
+	}
+	if _, body := get(t, o, "/observer/?token=s3cret"); !strings.Contains(body, `class="kill"`) {
+		t.Fatal("no kill buttons with AllowKill and a token")
+	}
+	// From the observer's own page: same origin.
+	if rec := postJSON(o, path, kill, "Origin", "http://example.com", "Sec-Fetch-Site", "same-origin"); rec.Code != 200 {
 		t.Fatalf("kill: %d %s", rec.Code, rec.Body)
 	}
 	if n.IsAlive(victim) {
 		t.Fatal("victim alive after kill")
 	}
-	if rec := post(o, "/observer/api/kill", url.Values{"pid": {victim.String()}}); rec.Code != http.StatusNotFound {
+	if rec := postJSON(o, path, kill); rec.Code != http.StatusNotFound {
 		t.Fatalf("kill of a dead process: %d", rec.Code)
 	}
+}
+
+// scrape parses the metrics o serves.
+func scrape(t *testing.T, h http.Handler, target string) map[string]*dto.MetricFamily {
+	t.Helper()
+	code, body := get(t, h, target)
+	if code != 200 {
+		t.Fatalf("GET %s: %d", target, code)
+	}
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := parser.TextToMetricFamilies(io.NopCloser(strings.NewReader(body)))
+	if err != nil {
+		t.Fatalf("parse metrics: %v\n%s", err, body)
+	}
+	return fams
+}
+
+// value returns the value of the metric of fam whose labels include
+// labels (pairs), and whether there is one.
+func value(fam *dto.MetricFamily, labels ...string) (float64, bool) {
+	if fam == nil {
+		return 0, false
+	}
+next:
+	for _, m := range fam.GetMetric() {
+		for i := 0; i+1 < len(labels); i += 2 {
+			found := false
+			for _, l := range m.GetLabel() {
+				if l.GetName() == labels[i] && l.GetValue() == labels[i+1] {
+					found = true
+				}
+			}
+			if !found {
+				continue next
+			}
+		}
+		switch {
+		case m.Gauge != nil:
+			return m.GetGauge().GetValue(), true
+		case m.Counter != nil:
+			return m.GetCounter().GetValue(), true
+		case m.Histogram != nil:
+			return float64(m.GetHistogram().GetSampleCount()), true
+		}
+	}
+	return 0, false
+}
+
+// families are every family the observer documents.
+var families = []string{
+	"gotp_processes", "gotp_mailbox_length", "gotp_mailbox_dropped_total", "gotp_mailbox_overflow_kills_total", "gotp_process_crashes_total",
+	"gotp_supervisor_restarts_total", "gotp_supervisor_start_failures_total", "gotp_supervisor_children",
+	"gotp_registry_entries", "gotp_registry_keys", "gotp_pg_groups", "gotp_pg_members",
+	"gotp_inbox_jobs", "gotp_inbox_outcomes_total", "gotp_inbox_errors_total", "gotp_inbox_failing_claimers",
+	"gotp_cluster_peers", "gotp_cluster_messages_total", "gotp_cluster_bytes_total",
+	"gotp_cluster_dropped_total", "gotp_cluster_codec_errors_total", "gotp_cluster_auth_failures",
 }
 
 func TestMetrics(t *testing.T) {
 	n, _ := tree(t)
 	extra := observer.SourceFunc(func(_ context.Context, s *observer.Snapshot) {
 		s.Registries = append(s.Registries, observer.Registry{Name: "online", Kind: "unique", Partitions: 2, Entries: 3, Keys: []int{1, 2}})
-		s.Scopes = append(s.Scopes, observer.Scope{ID: "chat", Groups: []observer.Group{{Name: "room:lobby", Size: 4}}})
+		s.Scopes = append(s.Scopes, observer.Scope{ID: "chat", GroupCount: 2, Memberships: 5, Groups: []observer.Group{{Name: "room:lobby", Size: 4}, {Name: "user:ana", Size: 1}}})
 		s.Inboxes = append(s.Inboxes, observer.InboxTable{Name: "jobs", Ready: 7, Outcomes: map[string]int64{"ack": 9},
 			Health: &observer.InboxHealth{ClaimErrors: 3, PermanentErrors: 1, Failing: 1}})
-		s.Cluster = append(s.Cluster, observer.ClusterPeer{Node: "b", Up: true, MessagesIn: 5, MessagesOut: 6})
+		s.Cluster = append(s.Cluster, observer.ClusterPeer{Node: "obs", Up: true, Self: true, MessagesIn: 50, MessagesOut: 60},
+			observer.ClusterPeer{Node: "b", Up: true, MessagesIn: 5, MessagesOut: 6})
+		s.ClusterTotals = &observer.ClusterTotals{BytesIn: 100, BytesOut: 200, Dropped: 1, DecodeErrors: 2, AuthFailures: 1}
 	})
-	// Restart one child so the restart counter is not zero.
+	// Restart one child so the restart counter is not zero, and crash a
+	// process for the crash counter.
 	info, _ := supervisor.Inspect(n, gotp.Name("root"))
 	n.Exit(info.Children[0].PID, gotp.ErrKill)
 	for {
@@ -218,57 +327,87 @@ func TestMetrics(t *testing.T) {
 		}
 		time.Sleep(time.Millisecond) // the supervisor has no event to wait on
 	}
+	crashed, _ := n.Spawn(func(*gotp.Process) error { return errors.New("crash") })
+	gotptest.Recv(t, gotptest.Watch(t, n, crashed))
 	o := observer.New(n, observer.Options{Sources: []observer.Source{extra}})
-	code, body := get(t, o, "/observer/metrics")
-	if code != 200 {
-		t.Fatalf("status %d", code)
-	}
-	parser := expfmt.NewTextParser(model.UTF8Validation)
-	fams, err := parser.TextToMetricFamilies(io.NopCloser(strings.NewReader(body)))
-	if err != nil {
-		t.Fatalf("parse metrics: %v\n%s", err, body)
-	}
-	want := map[string]float64{
-		"gotp_processes":                 float64(n.ProcessCount()),
-		"gotp_registry_entries":          3,
-		"gotp_pg_group_members":          4,
-		"gotp_cluster_messages_total":    0, // checked below
-		"gotp_inbox_jobs":                0,
-		"gotp_inbox_outcomes_total":      9,
-		"gotp_inbox_errors_total":        3,
-		"gotp_inbox_failing_claimers":    1,
-		"gotp_mailbox_length":            0,
-		"gotp_supervisor_restarts_total": 0,
-	}
-	for name := range want {
+	fams := scrape(t, o, "/observer/metrics")
+	for _, name := range families {
 		if fams[name] == nil {
 			t.Errorf("missing metric family %s", name)
+		} else if fams[name].GetHelp() == "" {
+			t.Errorf("%s has no help text", name)
 		}
 	}
-	for _, m := range fams["gotp_inbox_errors_total"].GetMetric() {
-		for _, l := range m.GetLabel() {
-			if l.GetName() == "kind" && l.GetValue() == "claim" && m.GetCounter().GetValue() != 3 {
-				t.Errorf("gotp_inbox_errors_total{kind=claim} = %v, want 3", m.GetCounter().GetValue())
-			}
+	for name := range fams {
+		if !slices.Contains(families, name) {
+			t.Errorf("family %s is not in the documented list", name)
 		}
 	}
-	if v := fams["gotp_processes"].GetMetric()[0].GetGauge().GetValue(); v != want["gotp_processes"] {
-		t.Errorf("gotp_processes = %v, want %v", v, want["gotp_processes"])
+	total := 0.0
+	for _, m := range fams["gotp_processes"].GetMetric() {
+		total += m.GetGauge().GetValue()
+	}
+	if total != float64(n.ProcessCount()) {
+		t.Errorf("gotp_processes sum to %v, want %v", total, n.ProcessCount())
+	}
+	if v, _ := value(fams["gotp_processes"], "behaviour", "server observer_test.idle"); v != 4 {
+		t.Errorf("idle servers %v, want 4", v)
 	}
 	h := fams["gotp_mailbox_length"].GetMetric()[0].GetHistogram()
 	if h.GetSampleCount() != uint64(n.ProcessCount()) {
 		t.Errorf("mailbox histogram counts %d processes, want %d", h.GetSampleCount(), n.ProcessCount())
 	}
-	var w1 float64 = -1
-	for _, m := range fams["gotp_supervisor_restarts_total"].GetMetric() {
-		for _, l := range m.GetLabel() {
-			if l.GetName() == "child" && l.GetValue() == "w1" {
-				w1 = m.GetCounter().GetValue()
-			}
+	for _, c := range []struct {
+		fam    string
+		labels []string
+		want   float64
+	}{
+		{"gotp_process_crashes_total", nil, 1},
+		{"gotp_supervisor_restarts_total", []string{"supervisor", "root"}, 1},
+		{"gotp_supervisor_restarts_total", []string{"supervisor", "conns"}, 0},
+		{"gotp_supervisor_children", []string{"supervisor", "root", "state", "running"}, 3},
+		{"gotp_supervisor_children", []string{"supervisor", "conns", "state", "running"}, 2},
+		{"gotp_registry_entries", []string{"registry", "online"}, 3},
+		{"gotp_registry_keys", []string{"registry", "online"}, 3},
+		{"gotp_pg_groups", []string{"scope", "chat"}, 2},
+		{"gotp_pg_members", []string{"scope", "chat"}, 5},
+		{"gotp_inbox_jobs", []string{"table", "jobs", "state", "ready"}, 7},
+		{"gotp_inbox_outcomes_total", []string{"table", "jobs", "outcome", "ack"}, 9},
+		{"gotp_inbox_errors_total", []string{"table", "jobs", "kind", "claim"}, 3},
+		{"gotp_inbox_failing_claimers", []string{"table", "jobs"}, 1},
+		{"gotp_cluster_peers", nil, 1},
+		{"gotp_cluster_messages_total", []string{"peer", "b", "direction", "out"}, 6},
+		{"gotp_cluster_bytes_total", []string{"direction", "out"}, 200},
+		{"gotp_cluster_dropped_total", nil, 1},
+		{"gotp_cluster_codec_errors_total", []string{"direction", "decode"}, 2},
+		{"gotp_cluster_auth_failures", nil, 1},
+	} {
+		if v, ok := value(fams[c.fam], c.labels...); !ok || v != c.want {
+			t.Errorf("%s%v = %v (%v), want %v", c.fam, c.labels, v, ok, c.want)
 		}
 	}
-	if w1 != 1 {
-		t.Errorf("restarts of w1 = %v, want 1", w1)
+	if _, ok := value(fams["gotp_cluster_messages_total"], "peer", "obs"); ok {
+		t.Error("this node's totals are exported as a peer")
+	}
+}
+
+// TestCollectorOnOwnRegistry: a program registers the collector on its
+// own registry beside the Go collectors, and a second registration fails
+// as Prometheus says (AlreadyRegisteredError).
+func TestCollectorOnOwnRegistry(t *testing.T) {
+	n, _ := tree(t)
+	o := observer.New(n, observer.Options{})
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector())
+	if err := o.Register(reg); err != nil {
+		t.Fatal(err)
+	}
+	if err := reg.Register(o.Collector()); !errors.As(err, new(prometheus.AlreadyRegisteredError)) {
+		t.Fatalf("second registration: %v", err)
+	}
+	fams := scrape(t, promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), "/metrics")
+	if fams["gotp_processes"] == nil || fams["go_goroutines"] == nil {
+		t.Fatalf("families %v", slices.Collect(maps.Keys(fams)))
 	}
 }
 
@@ -340,4 +479,11 @@ func TestSources(t *testing.T) {
 			t.Errorf("page lacks %q", want)
 		}
 	}
+}
+
+func (idle) HandleCall(p *gotp.Process, _ server.From, req any) (any, error) {
+	if l, ok := req.(labelMe); ok {
+		p.SetLabel(string(l))
+	}
+	return nil, nil
 }

@@ -1,6 +1,7 @@
 package observer
 
 import (
+	"cmp"
 	"context"
 	"slices"
 	"strings"
@@ -13,20 +14,30 @@ import (
 // Snapshot is everything the observer shows, at one moment. It is what
 // the JSON endpoint returns.
 type Snapshot struct {
-	Node        string        `json:"node"`
-	Time        time.Time     `json:"time"`
-	Processes   []Process     `json:"processes"`
-	Supervisors []SupTree     `json:"supervisors"`
-	Registries  []Registry    `json:"registries"`
-	Scopes      []Scope       `json:"scopes"`
-	Inboxes     []InboxTable  `json:"inboxes"`
-	Cluster     []ClusterPeer `json:"cluster"`
+	Node   string    `json:"node"`
+	Time   time.Time `json:"time"`
+	System System    `json:"system"`
+	// Processes holds at most Options.MaxRows rows, in the order asked
+	// for; ProcessCount is how many processes there are and
+	// ProcessesShown how many matched the filter (before the cut).
+	Processes      []Process     `json:"processes"`
+	ProcessCount   int           `json:"process_count"`
+	ProcessesShown int           `json:"processes_matched"`
+	Supervisors    []SupTree     `json:"supervisors"`
+	Registries     []Registry    `json:"registries"`
+	Scopes         []Scope       `json:"scopes"`
+	Inboxes        []InboxTable  `json:"inboxes"`
+	Cluster        []ClusterPeer `json:"cluster"`
+	// ClusterTotals are the cluster's counters since Join (nil without a
+	// ClusterSource).
+	ClusterTotals *ClusterTotals `json:"cluster_totals,omitempty"`
 }
 
 // Process is one row of the process table.
 type Process struct {
 	PID         string    `json:"pid"`
 	Name        string    `json:"name,omitempty"`
+	Label       string    `json:"label,omitempty"`
 	Behaviour   string    `json:"behaviour,omitempty"`
 	Status      string    `json:"status"`
 	MailboxLen  int       `json:"mailbox_len"`
@@ -50,13 +61,20 @@ type SupTree struct {
 	Intensity int        `json:"intensity"`
 	Period    string     `json:"period"`
 	Restarts  uint64     `json:"restarts"`
+	Failures  uint64     `json:"start_failures"`
 	Children  []SupChild `json:"children"`
+	// Path names the supervisor in metrics: its name, or its parent's
+	// path and its child id ("dynamic" for a dynamic child), or
+	// "unnamed" for an unnamed supervisor at the top.
+	Path string `json:"path"`
 }
 
 // SupChild is one child of a supervisor.
 type SupChild struct {
 	ID       string   `json:"id"`
 	PID      string   `json:"pid,omitempty"`
+	Name     string   `json:"name,omitempty"`  // the child's registered name
+	Label    string   `json:"label,omitempty"` // the child's label (gotp.Process.SetLabel)
 	State    string   `json:"state"`
 	Type     string   `json:"type"`
 	Restart  string   `json:"restart"`
@@ -71,12 +89,18 @@ type Registry struct {
 	Partitions int    `json:"partitions"`
 	Entries    int    `json:"entries"`
 	Keys       []int  `json:"keys_per_partition"`
+
+	page keyPager // the registry's entries, for the registry page (RegistrySource)
 }
 
-// Scope describes one pg scope: its groups and their members per node.
+// Scope describes one pg scope: how many groups and memberships it has,
+// and its largest groups (at most Options.MaxRows) with their members per
+// node.
 type Scope struct {
-	ID     string  `json:"id"`
-	Groups []Group `json:"groups"`
+	ID          string  `json:"id"`
+	GroupCount  int     `json:"group_count"`
+	Memberships int     `json:"memberships"`
+	Groups      []Group `json:"groups"`
 }
 
 // Group is one pg group with its members by node.
@@ -113,54 +137,98 @@ type InboxHealth struct {
 	LastErrorAt     time.Time `json:"last_error_at,omitzero"`
 }
 
-// ClusterPeer is one node of the cluster as this node sees it.
+// ClusterPeer is one node of the cluster as this node sees it: up (with
+// the messages exchanged with this incarnation of it), down (seen since
+// the observer started), or refused (an address whose credentials were
+// refused, either way: see cluster.AuthError).
 type ClusterPeer struct {
 	Node          string    `json:"node"`
 	Up            bool      `json:"up"`
+	Self          bool      `json:"self,omitempty"`
+	Refused       string    `json:"refused,omitempty"` // why, for a refused peer
 	LastHeartbeat time.Time `json:"last_heartbeat"`
 	MessagesIn    uint64    `json:"messages_in"`
 	MessagesOut   uint64    `json:"messages_out"`
+	Pending       int       `json:"pending_bytes"`
 }
 
-// snapshot gathers a Snapshot of n and of the sources in o.
-func (o *Observer) snapshot(ctx context.Context) Snapshot {
+// ClusterTotals are a cluster's counters (cluster.Stats).
+type ClusterTotals struct {
+	MessagesIn   uint64 `json:"messages_in"`
+	MessagesOut  uint64 `json:"messages_out"`
+	BytesIn      uint64 `json:"bytes_in"`
+	BytesOut     uint64 `json:"bytes_out"`
+	Dropped      uint64 `json:"dropped"`
+	EncodeErrors uint64 `json:"encode_errors"`
+	DecodeErrors uint64 `json:"decode_errors"`
+	AuthFailures int    `json:"auth_failures"`
+}
+
+// snapshot gathers a Snapshot of n and of the sources in o: with rows,
+// the system panel and a row for every process (the page and the JSON
+// cut them); without, neither (what metrics need: they see each process
+// through each instead, if not nil).
+func (o *Observer) snapshot(ctx context.Context, rows bool, each func(gotp.ProcessBrief)) Snapshot {
 	n := o.n
 	s := Snapshot{Node: n.Name(), Time: time.Now()}
-	pids := n.Processes()
-	s.Processes = make([]Process, 0, len(pids))
-	var sups []supervisor.Info
-	children := map[gotp.PID]bool{}
-	for _, pid := range pids {
-		in, ok := n.ProcessInfo(pid)
-		if !ok {
-			continue
+	var sups []gotp.PID
+	n.EachProcess(func(b gotp.ProcessBrief) {
+		s.ProcessCount++
+		if strings.HasPrefix(b.Behaviour, "server ") {
+			sups = append(sups, b.PID) // maybe a supervisor: Inspect tells
 		}
-		s.Processes = append(s.Processes, processRow(in))
-		if si, ok := supervisor.Inspect(n, pid); ok {
-			sups = append(sups, si)
-			for _, c := range si.Children {
-				children[c.PID] = true
+		if each != nil {
+			each(b)
+		}
+	})
+	if rows {
+		s.System = o.system()
+		pids := n.Processes()
+		s.Processes = make([]Process, 0, len(pids))
+		for _, pid := range pids {
+			if in, ok := n.ProcessInfo(pid); ok {
+				s.Processes = append(s.Processes, processRow(in))
 			}
 		}
 	}
-	for _, si := range sups {
-		if children[si.PID] {
-			continue // drawn inside its parent
-		}
-		if t, ok := supervisor.Tree(n, si.PID); ok {
-			s.Supervisors = append(s.Supervisors, o.supTree(t))
-		}
-	}
+	s.Supervisors = o.supervisors(sups)
 	for _, src := range o.opts.Sources {
 		src.Observe(ctx, &s)
 	}
 	return s
 }
 
+// supervisors returns the trees of the supervisors among candidates,
+// each drawn once, inside its parent if it has one.
+func (o *Observer) supervisors(candidates []gotp.PID) []SupTree {
+	var infos []supervisor.Info
+	children := map[gotp.PID]bool{}
+	for _, pid := range candidates {
+		if si, ok := supervisor.Inspect(o.n, pid); ok {
+			infos = append(infos, si)
+			for _, c := range si.Children {
+				children[c.PID] = true
+			}
+		}
+	}
+	slices.SortFunc(infos, func(a, b supervisor.Info) int { return cmp.Compare(a.PID.ID(), b.PID.ID()) })
+	var out []SupTree
+	for _, si := range infos {
+		if children[si.PID] {
+			continue // drawn inside its parent
+		}
+		if t, ok := supervisor.Tree(o.n, si.PID); ok {
+			out = append(out, o.supTree(t, ""))
+		}
+	}
+	return out
+}
+
 func processRow(in gotp.ProcessInfo) Process {
 	r := Process{
 		PID:         in.PID.String(),
 		Name:        in.Name,
+		Label:       in.Label,
 		Behaviour:   in.Behaviour,
 		Status:      string(in.Status),
 		MailboxLen:  in.MailboxLen,
@@ -183,7 +251,9 @@ func processRow(in gotp.ProcessInfo) Process {
 	return r
 }
 
-func (o *Observer) supTree(in supervisor.Info) SupTree {
+// supTree converts a supervisor's Info; path is the parent's part of its
+// metrics path ("" at the top).
+func (o *Observer) supTree(in supervisor.Info, path string) SupTree {
 	t := SupTree{
 		PID:       in.PID.String(),
 		Strategy:  in.Strategy.String(),
@@ -191,9 +261,18 @@ func (o *Observer) supTree(in supervisor.Info) SupTree {
 		Intensity: in.Intensity,
 		Period:    in.Period.String(),
 		Restarts:  in.Restarts,
+		Failures:  in.StartFailures,
 	}
 	if pi, ok := o.n.ProcessInfo(in.PID); ok {
 		t.Name = pi.Name
+	}
+	switch {
+	case t.Name != "":
+		t.Path = t.Name
+	case path != "":
+		t.Path = path
+	default:
+		t.Path = "unnamed"
 	}
 	for _, c := range in.Children {
 		sc := SupChild{
@@ -205,9 +284,16 @@ func (o *Observer) supTree(in supervisor.Info) SupTree {
 		}
 		if !c.PID.IsZero() {
 			sc.PID = c.PID.String()
+			if pi, ok := o.n.ProcessInfo(c.PID); ok {
+				sc.Name, sc.Label = pi.Name, pi.Label
+			}
 		}
 		if c.Sub != nil {
-			sub := o.supTree(*c.Sub)
+			id := c.ID
+			if id == "" {
+				id = "dynamic"
+			}
+			sub := o.supTree(*c.Sub, t.Path+"/"+id)
 			sc.Sub = &sub
 		}
 		t.Children = append(t.Children, sc)
@@ -215,37 +301,34 @@ func (o *Observer) supTree(in supervisor.Info) SupTree {
 	return t
 }
 
-// sortProcesses orders rows by the column key ("mailbox" by default: the
-// longest mailboxes first) and keeps those whose PID, name or behaviour
-// contains filter.
-func sortProcesses(rows []Process, key, filter string) []Process {
+// rows orders process rows by the column key ("mailbox" by default: the
+// longest mailboxes first), keeps those whose PID, name, label, behaviour
+// or status contains filter, and cuts them to MaxRows; it returns them and
+// how many matched.
+func (o *Observer) rows(rows []Process, key, filter string) ([]Process, int) {
 	if filter != "" {
 		f := strings.ToLower(filter)
-		rows = slices.DeleteFunc(slices.Clone(rows), func(r Process) bool {
-			return !strings.Contains(strings.ToLower(r.PID+" "+r.Name+" "+r.Behaviour+" "+r.Status), f)
+		rows = slices.DeleteFunc(rows, func(r Process) bool {
+			return !strings.Contains(strings.ToLower(r.PID+" "+r.Name+" "+r.Label+" "+r.Behaviour+" "+r.Status), f)
 		})
 	}
-	cmp := func(a, b Process) int { return b.MailboxLen - a.MailboxLen }
+	less := func(a, b Process) int { return b.MailboxLen - a.MailboxLen }
 	switch key {
 	case "pid":
-		cmp = func(a, b Process) int { return a.Started.Compare(b.Started) }
+		less = func(a, b Process) int { return a.Started.Compare(b.Started) }
 	case "name":
-		cmp = func(a, b Process) int { return strings.Compare(a.Name, b.Name) }
+		less = func(a, b Process) int { return strings.Compare(a.Name+a.Label, b.Name+b.Label) }
 	case "behaviour":
-		cmp = func(a, b Process) int { return strings.Compare(a.Behaviour, b.Behaviour) }
+		less = func(a, b Process) int { return strings.Compare(a.Behaviour, b.Behaviour) }
 	case "status":
-		cmp = func(a, b Process) int { return strings.Compare(a.Status, b.Status) }
+		less = func(a, b Process) int { return strings.Compare(a.Status, b.Status) }
 	case "handled":
-		cmp = func(a, b Process) int {
-			switch {
-			case a.Handled > b.Handled:
-				return -1
-			case a.Handled < b.Handled:
-				return 1
-			}
-			return 0
-		}
+		less = func(a, b Process) int { return cmp.Compare(b.Handled, a.Handled) }
 	}
-	slices.SortStableFunc(rows, cmp)
-	return rows
+	slices.SortStableFunc(rows, less)
+	matched := len(rows)
+	if len(rows) > o.opts.MaxRows {
+		rows = rows[:o.opts.MaxRows]
+	}
+	return rows, matched
 }

@@ -1,21 +1,26 @@
 package observer
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"slices"
+	"strings"
 
 	"github.com/gotp/gotp"
 	"github.com/gotp/gotp/inbox"
+	"github.com/gotp/gotp/internal/render"
 	"github.com/gotp/gotp/pg"
 	"github.com/gotp/gotp/registry"
 )
 
-// registryInfo is what RegistrySource needs of a registry: every
-// *registry.Registry[K, V] has it.
-type registryInfo interface{ Info() registry.Info }
-
-// RegistrySource shows the registry r under name.
-func RegistrySource(name string, r registryInfo) Source {
+// RegistrySource shows the registry r under name: its sizes on the page
+// and in metrics, and its entries on the registry page (paged, filterable
+// by the text of key, PID and value).
+func RegistrySource[K comparable, V any](name string, r *registry.Registry[K, V]) Source {
+	page := func(filter string, offset, limit int) ([]KeyRow, int) {
+		return registryEntries(r, filter, offset, limit)
+	}
 	return SourceFunc(func(_ context.Context, s *Snapshot) {
 		in := r.Info()
 		s.Registries = append(s.Registries, Registry{
@@ -24,14 +29,54 @@ func RegistrySource(name string, r registryInfo) Source {
 			Partitions: in.Partitions,
 			Entries:    in.Entries,
 			Keys:       in.Keys,
+			page:       page,
 		})
 	})
 }
 
-// ScopeSource shows the pg scope id of node n: its groups and their
-// members per node. The scope is looked up by id on every request (one
-// call to the scope's process, bounded by the request's context), so a
-// scope that a supervisor restarts stays visible.
+// KeyRow is one entry of a registry, as the registry page shows it.
+type KeyRow struct {
+	Key   string `json:"key"`
+	PID   string `json:"pid"`
+	Value string `json:"value,omitempty"`
+}
+
+// keyPager returns the entries matching filter, sorted by key then PID,
+// from offset, at most limit of them, and how many matched.
+type keyPager func(filter string, offset, limit int) ([]KeyRow, int)
+
+// keyTextLimit bounds the text of one key or value on the registry page.
+const keyTextLimit = 200
+
+// registryEntries reads every entry of r (one partition at a time, see
+// registry.All), keeps those matching filter and returns one page of
+// them. It costs O(entries) per request: the page is for an operator, not
+// for polling.
+func registryEntries[K comparable, V any](r *registry.Registry[K, V], filter string, offset, limit int) ([]KeyRow, int) {
+	f := strings.ToLower(filter)
+	var rows []KeyRow
+	for it := range r.All() {
+		row := KeyRow{Key: render.Value(it.Key, keyTextLimit), PID: it.PID.String()}
+		if _, empty := any(it.Value).(struct{}); !empty {
+			row.Value = render.Value(it.Value, keyTextLimit)
+		}
+		if f != "" && !strings.Contains(strings.ToLower(row.Key+" "+row.PID+" "+row.Value), f) {
+			continue
+		}
+		rows = append(rows, row)
+	}
+	slices.SortFunc(rows, func(a, b KeyRow) int { return cmp.Or(strings.Compare(a.Key, b.Key), strings.Compare(a.PID, b.PID)) })
+	matched := len(rows)
+	offset = min(max(offset, 0), matched)
+	return rows[offset:min(offset+limit, matched)], matched
+}
+
+// ScopeSource shows the pg scope id of node n: how many groups and
+// memberships it has (in metrics too) and its largest groups with their
+// members per node (at most Options.MaxRows groups, on the page). The
+// scope is looked up by id on every request (one call to the scope's
+// process, bounded by the request's context), so a scope that a
+// supervisor restarts stays visible.
 func ScopeSource(n *gotp.Node, id string) Source {
 	return SourceFunc(func(ctx context.Context, s *Snapshot) {
 		scope, err := pg.Lookup(ctx, n, id)
@@ -47,8 +92,13 @@ func ScopeSource(n *gotp.Node, id string) Source {
 				}
 				grp.Size += len(pids)
 			}
+			sc.GroupCount++
+			sc.Memberships += grp.Size
 			sc.Groups = append(sc.Groups, grp)
 		}
+		slices.SortStableFunc(sc.Groups, func(a, b Group) int {
+			return cmp.Or(cmp.Compare(b.Size, a.Size), strings.Compare(a.Name, b.Name))
+		})
 		s.Scopes = append(s.Scopes, sc)
 	})
 }

@@ -1,0 +1,214 @@
+package observer_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"html"
+	"net/http"
+	"net/url"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gotp/gotp"
+	"github.com/gotp/gotp/gotptest"
+	"github.com/gotp/gotp/observer"
+	"github.com/gotp/gotp/registry"
+	"github.com/gotp/gotp/server"
+	"github.com/gotp/gotp/supervisor"
+)
+
+// account is a server whose state the process page shows.
+type account struct {
+	server.Defaults
+	Owner   string
+	Balance int
+}
+
+func (a *account) HandleCall(p *gotp.Process, _ server.From, req any) (any, error) {
+	if s, ok := req.(string); ok {
+		p.SetLabel(s)
+	}
+	return a.Balance, nil
+}
+
+func TestProcessPage(t *testing.T) {
+	n := gotptest.NewNode(t, gotptest.Name("obs"))
+	ctx := gotptest.Context(t)
+	pid, err := server.Start(ctx, n, &account{Owner: "ana", Balance: 42}, server.Named("acct"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := server.Call[int](ctx, n, pid, "user ana"); err != nil {
+		t.Fatal(err)
+	}
+	linked, err := n.Spawn(func(p *gotp.Process) error {
+		p.Link(pid)
+		<-p.Context().Done()
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	gotptest.Eventually(t, "the link", func() bool { in, _ := n.ProcessInfo(pid); return len(in.Links) == 1 })
+	o := observer.New(n, observer.Options{})
+	code, body := get(t, o, "/observer/process?pid="+pid.String())
+	if code != 200 {
+		t.Fatalf("status %d", code)
+	}
+	for _, want := range []string{
+		"acct", "user ana", "server *observer_test.account",
+		html.EscapeString(`&observer_test.account{Defaults: server.Defaults{}, Owner: "ana", Balance: 42}`),
+		`href="process?pid=` + url.QueryEscape(linked.String()) + `"`,
+		`id="handled">1<`,
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("process page lacks %q", want)
+		}
+	}
+	// The JSON form says the same.
+	code, body = get(t, o, "/observer/api/process?pid="+pid.String())
+	var d observer.ProcessDetail
+	if err := json.Unmarshal([]byte(body), &d); err != nil || code != 200 {
+		t.Fatalf("api/process: %d %v", code, err)
+	}
+	if !d.Alive || d.Label != "user ana" || d.Name != "acct" || !strings.Contains(d.State, "Balance: 42") || len(d.Links) != 1 || d.Links[0] != linked.String() {
+		t.Fatalf("detail %+v", d)
+	}
+	if code, _ := get(t, o, "/observer/api/process?pid=<obs.1.999999>"); code != http.StatusNotFound {
+		t.Errorf("a process that does not exist: %d", code)
+	}
+	if code, _ := get(t, o, "/observer/process?pid=junk"); code != http.StatusBadRequest {
+		t.Errorf("a bad pid: %d", code)
+	}
+}
+
+// TestProcessPageMailboxAndStack: a process's queued messages are shown;
+// a resident process (a supervisor) shows its stack and its children.
+func TestProcessPageMailboxAndStack(t *testing.T) {
+	n, root := tree(t)
+	release := make(chan struct{})
+	defer close(release)
+	stuck, _ := n.Spawn(func(*gotp.Process) error { <-release; return nil })
+	n.Send(stuck, "first")
+	n.Send(stuck, struct{ N int }{2})
+	o := observer.New(n, observer.Options{})
+	_, body := get(t, o, "/observer/api/process?pid="+stuck.String())
+	var d observer.ProcessDetail
+	json.Unmarshal([]byte(body), &d)
+	if d.MailboxLen != 2 || len(d.MailboxHead) != 2 || d.MailboxHead[0] != `"first"` || d.MailboxHead[1] != "struct { N int }{N: 2}" {
+		t.Fatalf("mailbox %d, head %q", d.MailboxLen, d.MailboxHead)
+	}
+	_, body = get(t, o, "/observer/api/process?pid="+root.String())
+	d = observer.ProcessDetail{}
+	json.Unmarshal([]byte(body), &d)
+	if !d.Resident || !strings.Contains(d.Stack, "runResident") || d.Supervisor == nil || len(d.Supervisor.Children) != 3 {
+		t.Fatalf("supervisor detail: resident %v, stack %q, tree %+v", d.Resident, d.Stack, d.Supervisor)
+	}
+	if !strings.Contains(d.State, "supervisor.State{Strategy: one_for_one") {
+		t.Errorf("supervisor state %q", d.State)
+	}
+}
+
+// TestDynamicChildLabels: a dynamic child that labels itself is shown by
+// its label in the tree.
+func TestDynamicChildLabels(t *testing.T) {
+	n, _ := tree(t)
+	info, _ := supervisor.Inspect(n, gotp.Name("conns"))
+	for i, c := range info.Children {
+		if _, err := server.Call[any](gotptest.Context(t), n, c.PID, labelMe(fmt.Sprint("user u", i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	o := observer.New(n, observer.Options{})
+	_, body := get(t, o, "/observer/")
+	for i := range info.Children {
+		if !strings.Contains(body, fmt.Sprintf(`<b class="label">user u%d</b>`, i)) {
+			t.Errorf("tree lacks the label of child %d", i)
+		}
+	}
+}
+
+type labelMe string
+
+func TestRegistryPage(t *testing.T) {
+	n := gotptest.NewNode(t, gotptest.Name("obs"))
+	reg, err := registry.Start[string, int](gotptest.Context(t), n, registry.Options{Partitions: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ready := make(chan struct{})
+	n.Spawn(func(p *gotp.Process) error {
+		for i := range 25 {
+			reg.Register(p, fmt.Sprintf("user:%02d", i), i)
+		}
+		close(ready)
+		<-p.Context().Done()
+		return nil
+	})
+	<-ready
+	o := observer.New(n, observer.Options{MaxRows: 10, Sources: []observer.Source{observer.RegistrySource("users", reg)}})
+	keys := regexp.MustCompile(`<td><code>&#34;(user:\d\d)&#34;</code></td>`)
+	page := func(q string) (int, []string, string) {
+		code, body := get(t, o, "/observer/registry?name=users"+q)
+		var out []string
+		for _, m := range keys.FindAllStringSubmatch(body, -1) {
+			out = append(out, m[1])
+		}
+		return code, out, body
+	}
+	code, first, body := page("")
+	if code != 200 || len(first) != 10 || first[0] != "user:00" || first[9] != "user:09" || !strings.Contains(body, "1–10 of 25") || !strings.Contains(body, `id="next"`) {
+		t.Fatalf("first page %d %v", code, first)
+	}
+	_, last, body := page("&offset=20")
+	if len(last) != 5 || last[0] != "user:20" || strings.Contains(body, `id="next"`) || !strings.Contains(body, `id="prev"`) {
+		t.Fatalf("last page %v", last)
+	}
+	_, filtered, body := page("&filter=user:1")
+	if len(filtered) != 10 || filtered[0] != "user:10" || !strings.Contains(body, "of 10") {
+		t.Fatalf("filtered %v", filtered)
+	}
+	if code, _, _ := page("x"); code != http.StatusNotFound {
+		t.Errorf("unknown registry: %d", code)
+	}
+	if _, body := get(t, o, "/observer/"); !strings.Contains(body, `href="registry?name=users"`) {
+		t.Error("the main page does not link to the registry's keys")
+	}
+}
+
+// TestSystemHistory: the sampler fills the history every SampleEvery, and
+// the chart on the page shows it.
+func TestSystemHistory(t *testing.T) {
+	n := gotptest.NewNode(t, gotptest.Name("obs"))
+	o := observer.New(n, observer.Options{SampleEvery: 20 * time.Millisecond, History: 5})
+	defer o.Close()
+	samples := regexp.MustCompile(`data-samples="(\d+)"`)
+	count := func() int {
+		_, body := get(t, o, "/observer/?partial=1")
+		m := samples.FindStringSubmatch(body)
+		if m == nil {
+			t.Fatalf("no chart in %s", body)
+		}
+		k, _ := strconv.Atoi(m[1])
+		return k
+	}
+	gotptest.Eventually(t, "five samples", func() bool { return count() == 5 })
+	var s observer.Snapshot
+	_, body := get(t, o, "/observer/api/snapshot")
+	json.Unmarshal([]byte(body), &s)
+	h := s.System.History
+	if len(h) != 5 || !h[0].Time.Before(h[4].Time) || h[4].Processes < 1 || h[4].HeapBytes == 0 || s.System.Goroutines == 0 {
+		t.Fatalf("history %+v, system %+v", h, s.System)
+	}
+	// Full: the oldest go first, the count stays.
+	first := h[0].Time
+	gotptest.Eventually(t, "a newer oldest sample", func() bool {
+		_, body := get(t, o, "/observer/api/snapshot")
+		var s observer.Snapshot
+		json.Unmarshal([]byte(body), &s)
+		return len(s.System.History) == 5 && s.System.History[0].Time.After(first)
+	})
+}
