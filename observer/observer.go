@@ -196,6 +196,7 @@ func writeJSON(w http.ResponseWriter, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
+	enc.SetEscapeHTML(false) // PIDs read <node.1.2>, not \u003cnode.1.2\u003e
 	_ = enc.Encode(v)
 }
 

@@ -192,11 +192,14 @@ func TestBrowserChat(t *testing.T) {
 
 // TestBrowserObserver: the observer page of a running cmd/chat shows the
 // root supervisor and its three children; a TCP user's connection process
-// appears, its kill button ends it, and it disappears from the page.
+// appears, labelled with its user.
 //
-// With -observer-token the same works from a page opened with ?token=, whose
-// refreshes and kill requests carry the token; without it the observer
-// answers 401.
+// With -observer-token and -observer-kill, from a page opened with
+// ?token=, whose refreshes and kill requests carry the token, the
+// connection's kill button ends it, and it disappears from the page;
+// without the token the observer answers 401. Without a token the page is
+// read-only: it has no kill buttons (and -observer-kill is refused, see
+// TestProgramRefusesUnsafeFlags).
 func TestBrowserObserver(t *testing.T) {
 	chromium(t)
 	t.Run("open", func(t *testing.T) { browserObserver(t, "") })
@@ -204,10 +207,10 @@ func TestBrowserObserver(t *testing.T) {
 }
 
 func browserObserver(t *testing.T, token string) {
-	args := []string{"-data", t.TempDir(), "-observer-kill"}
+	args := []string{"-data", t.TempDir()}
 	page := "/observer/"
 	if token != "" {
-		args = append(args, "-observer-token", token)
+		args = append(args, "-observer-token", token, "-observer-kill")
 		page += "?token=" + token
 	}
 	p := startProgram(t, args...)
@@ -279,7 +282,18 @@ func browserObserver(t *testing.T, token string) {
 	}
 	row := fmt.Sprintf(`#processes tr[data-pid=%s]`, strconv.Quote(conn))
 	button := fmt.Sprintf(`button.kill[data-pid=%s]`, strconv.Quote(conn))
-	runActions(t, ctx, "the connection appears",
+	label := fmt.Sprintf(`#trees li.child[data-pid=%s] b.label`, strconv.Quote(conn))
+	runActions(t, ctx, "the connection appears, labelled with its user",
+		waitJS(fmt.Sprintf(`document.querySelector(%s) !== null`, strconv.Quote(row))),
+		waitJS(fmt.Sprintf(`(document.querySelector(%s) || {}).textContent === 'user carol'`, strconv.Quote(label))),
+	)
+	if token == "" {
+		if n := eval[int](t, ctx, `document.querySelectorAll('button.kill').length`); n != 0 {
+			t.Fatalf("a read-only observer shows %d kill buttons", n)
+		}
+		return
+	}
+	runActions(t, ctx, "kill the connection",
 		waitJS(fmt.Sprintf(`document.querySelector(%s) !== null`, strconv.Quote(row))),
 		waitJS(fmt.Sprintf(`document.querySelector(%s) !== null`, strconv.Quote(button))),
 		chromedp.Click(chromedp.CSS(button)),
@@ -309,7 +323,8 @@ func browserObserver(t *testing.T, token string) {
 // reply to the next connection's CONNECT.)
 func TestBrowserChatReconnect(t *testing.T) {
 	chromium(t)
-	p := startProgram(t, "-data", t.TempDir(), "-observer-kill")
+	p := startProgram(t, "-data", t.TempDir(), "-observer-kill", "-observer-token", "s3cret")
+	p.token = "s3cret"
 	hc := httpClient(t)
 	ana := browser(t)
 	runActions(t, ana, "connect ana",
@@ -328,11 +343,9 @@ func TestBrowserChatReconnect(t *testing.T) {
 	if sup == nil || len(sup.Children) != 1 {
 		t.Fatalf("want one connection, have %+v", sup)
 	}
-	resp, err := hc.PostForm("http://"+p.http+"/observer/api/kill", url.Values{"pid": {sup.Children[0].PID}})
-	if err != nil {
-		t.Fatal(err)
+	if code, body := p.kill(hc, sup.Children[0].PID); code != http.StatusOK {
+		t.Fatalf("kill: %d %s", code, body)
 	}
-	resp.Body.Close()
 	runActions(t, ana, "the page sees the disconnection", waitJS(logHas("disconnected")))
 	// The user tries to send anyway, then connects again.
 	runActions(t, ana, "send while disconnected, then reconnect",
@@ -354,4 +367,86 @@ func TestBrowserChatReconnect(t *testing.T) {
 	c.expect("WHO", "ONLINE 2 ana bob")
 	c.expect("SEND ana are you back?", "SENT ana")
 	runActions(t, ana, "ana receives", waitJS(logHas("bob: are you back?")))
+}
+
+// TestBrowserObserverProcessPage: from the observer's process table, a
+// click on a PID opens its process page (behaviour, state, links, each a
+// link in turn); the root supervisor's page shows its stack and children;
+// a connection is labelled with its user; and the system panel's chart
+// grows as the sampler adds to its history.
+func TestBrowserObserverProcessPage(t *testing.T) {
+	chromium(t)
+	p := startProgram(t, "-data", t.TempDir(), "-observer-sample", "200ms")
+	carol := dialLine(t, p.tcp)
+	carol.expect("CONNECT carol", "OK")
+	s, err := p.snapshot(httpClient(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	online, root := s.pidOf("chat.online"), s.pidOf("chat.root")
+	ctx := browser(t)
+	runActions(t, ctx, "open the observer",
+		chromedp.Navigate("http://"+p.http+"/observer/"),
+		chromedp.WaitVisible(chromedp.CSS(`#processes`)),
+	)
+	// The chart: its sample count grows while the page refreshes itself.
+	first := eval[int](t, ctx, `Number(document.querySelector('#chart').dataset.samples)`)
+	runActions(t, ctx, "the system chart updates",
+		waitJS(fmt.Sprintf(`Number(document.querySelector('#chart').dataset.samples) >= %d`, first+2)),
+		waitJS(`document.querySelectorAll('#chart polyline.series').length === 3`),
+	)
+	if pts := eval[string](t, ctx, `document.querySelector('#chart polyline[data-series="processes"]').getAttribute('points')`); len(strings.Fields(pts)) < first+2 {
+		t.Errorf("the processes line has %d points", len(strings.Fields(pts)))
+	}
+
+	// Click chat.online's PID in the table.
+	link := fmt.Sprintf(`#processes tr[data-pid=%s] a.pid`, strconv.Quote(online))
+	runActions(t, ctx, "open chat.online's page", chromedp.Click(chromedp.CSS(link)))
+	waitPage(t, ctx, online)
+	if b := text(t, ctx, `#behaviour`); b != "server *chat.online" {
+		t.Errorf("behaviour %q", b)
+	}
+	if st := text(t, ctx, `#state`); !strings.Contains(st, "chat.online") {
+		t.Errorf("state %q", st)
+	}
+	// Its links include the root supervisor: follow it.
+	rootLink := fmt.Sprintf(`#links a.pid[href*=%s]`, strconv.Quote(url.QueryEscape(root)))
+	runActions(t, ctx, "follow the link to chat.root", chromedp.Click(chromedp.CSS(rootLink)))
+	waitPage(t, ctx, root)
+	runActions(t, ctx, "chat.root's stack", chromedp.WaitVisible(chromedp.CSS(`#stack`)))
+	if st := text(t, ctx, `#stack`); !strings.Contains(st, "runResident") {
+		t.Errorf("chat.root's stack:\n%s", st)
+	}
+	if kids := eval[int](t, ctx, `document.querySelectorAll('ul.trees li.child').length`); kids < 4 {
+		t.Errorf("chat.root's page shows %d children, want its 3 and carol's connection", kids)
+	}
+	// carol's connection, found by its label in the tree.
+	carolPID := eval[string](t, ctx, `Array.from(document.querySelectorAll('ul.trees li.child')).find(li => (li.querySelector(':scope > b.label') || {}).textContent === 'user carol').dataset.pid`)
+	runActions(t, ctx, "open carol's connection",
+		chromedp.Click(chromedp.CSS(fmt.Sprintf(`ul.trees li.child[data-pid=%s] > a.pid`, strconv.Quote(carolPID)))))
+	waitPage(t, ctx, carolPID)
+	if l := text(t, ctx, `h2 span.label`); l != "user carol" {
+		t.Errorf("carol's connection: label %q", l)
+	}
+	if b := text(t, ctx, `#behaviour`); b != "server *chat.conn" {
+		t.Errorf("carol's connection: behaviour %q", b)
+	}
+}
+
+// waitPage waits until the browser shows the process page of pid. A click
+// on a link navigates: the old page's script context goes away meanwhile,
+// so the check is retried rather than polled inside one context.
+func waitPage(t *testing.T, ctx context.Context, pid string) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		got, err := chromedp.Run(ctx, chromedp.Evaluate[string](`(document.querySelector('#pid') || {}).textContent || ''`))
+		if err == nil && got == pid {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the process page of %s did not open (showing %q, %v)", pid, got, err)
+		}
+		time.Sleep(50 * time.Millisecond) // a navigation has no event this test can wait on
+	}
 }

@@ -1,26 +1,43 @@
 // Command chat runs gotp's reference chat service: a supervision tree with
 // an online registry, a history owner (SQLite under -data) and one process
 // per connected user, serving a line protocol over TCP and a web page with
-// a WebSocket, and the gotp observer under /observer/.
+// a WebSocket, the gotp observer under /observer/ and Prometheus metrics
+// under /metrics.
 //
-//	go run ./cmd/chat                      # TCP :4000, web :8080, data in ./data
+//	go run ./cmd/chat                      # TCP 127.0.0.1:4000, web 127.0.0.1:8080, data in ./data
 //	nc localhost 4000                      # CONNECT ana, SEND bob hi, HISTORY bob, WHO, QUIT
 //
-// It exits cleanly on SIGINT or SIGTERM, and with status 1 when its tree
-// gives up (a failure repeated beyond the root's restart intensity).
+// It listens on the loopback interface unless given addresses
+// (-tcp :4000 listens on every interface). It exits cleanly on SIGINT or
+// SIGTERM, with status 1 when its tree gives up (a failure repeated beyond
+// the root's restart intensity) or when the cluster's peers refuse its
+// credentials, and with status 2 for bad or unsafe flags: -observer-kill
+// needs an observer token.
+//
+// Secrets are read from the environment as well as from flags (a flag is
+// visible to anyone who can list processes): GOTP_OBSERVER_TOKEN for
+// -observer-token, GOTP_CLUSTER_TOKEN for -cluster-token; a flag given on
+// the command line wins.
 //
 // Several nodes form one chat with the -cluster flags: each embeds a NATS
 // server whose routes listen on -cluster-route, and names the others'
 // routes in -cluster-peers (or all join an existing NATS with
 // -cluster-nats). Node names (-node) must differ:
 //
+//	export GOTP_CLUSTER_TOKEN=s3cret
 //	go run ./cmd/chat -node a -tcp :4000 -http :8080 -data data/a -cluster-route 127.0.0.1:6222
 //	go run ./cmd/chat -node b -tcp :4001 -http :8081 -data data/b -cluster-route 127.0.0.1:6223 -cluster-peers nats-route://127.0.0.1:6222
+//
+// A node whose peers refuse its token logs an ERROR naming the peer and
+// exits with status 1 rather than serve a chat of its own; -cluster-alone
+// lets it start alone anyway.
 package main
 
 import (
 	"context"
+	"errors"
 	"flag"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"os"
@@ -28,6 +45,10 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/gotp/gotp"
 	"github.com/gotp/gotp/cluster"
@@ -46,29 +67,51 @@ func run(args []string) int {
 	fs := flag.NewFlagSet("chat", flag.ContinueOnError)
 	var (
 		data         = fs.String("data", "./data", "directory of the durable data (history.db)")
-		tcpAddr      = fs.String("tcp", ":4000", "address of the line protocol (empty: none)")
-		httpAddr     = fs.String("http", ":8080", "address of the web page, WebSocket and observer (empty: none)")
+		tcpAddr      = fs.String("tcp", "127.0.0.1:4000", "address of the line protocol (empty: none; \":4000\": every interface)")
+		httpAddr     = fs.String("http", "127.0.0.1:8080", "address of the web page, WebSocket, observer and /metrics (empty: none)")
 		nodeName     = fs.String("node", "chat", "name of this node (unique in a cluster)")
-		obsToken     = fs.String("observer-token", "", "token the observer requires (empty: none)")
-		obsKill      = fs.Bool("observer-kill", false, "let the observer page kill processes")
+		obsToken     = fs.String("observer-token", "", "token the observer and /metrics require (empty: none); also $"+envObserverToken)
+		obsKill      = fs.Bool("observer-kill", false, "let the observer page kill processes (needs -observer-token)")
+		obsSample    = fs.Duration("observer-sample", observer.DefaultSampleEvery, "how often the observer samples its system history")
 		shutdownWait = fs.Duration("shutdown", 10*time.Second, "how long a clean stop may take")
 		clRoute      = fs.String("cluster-route", "", "cluster: host:port of this node's embedded NATS routes (enables clustering)")
 		clPeers      = fs.String("cluster-peers", "", "cluster: comma-separated route URLs of other nodes (nats-route://host:port)")
 		clNATS       = fs.String("cluster-nats", "", "cluster: comma-separated URLs of an existing NATS deployment to join instead of embedding a server")
 		clName       = fs.String("cluster-name", cluster.DefaultClusterName, "cluster: name of the cluster")
-		clToken      = fs.String("cluster-token", "", "cluster: token every node must present")
+		clToken      = fs.String("cluster-token", "", "cluster: token every node must present; also $"+envClusterToken)
+		clAlone      = fs.Bool("cluster-alone", false, "cluster: start even if the peers refuse this node's credentials (it then serves a chat of its own)")
 		maxConns     = fs.Int("max-conns", chat.DefaultMaxConnections, "clients connected at once, TCP and WebSocket together; one more is refused (ERROR unavailable, or HTTP 503)")
 		maxOutput    = fs.Int("max-output", chat.DefaultMaxOutput, "bytes a connection may hold for a client that reads slowly; messages pushed beyond it disconnect the client with ERROR slow_consumer")
 		readTimeout  = fs.Duration("read-timeout", chat.DefaultReadTimeout, "how long a partly received line or WebSocket message may take to complete (then ERROR read_timeout); negative: no limit")
 		idleTimeout  = fs.Duration("idle-timeout", 0, "close a connection that sends nothing for this long, with ERROR idle_timeout (0, the default: never)")
 		writeTimeout = fs.Duration("write-timeout", chat.DefaultWriteTimeout, "disconnect a client that reads nothing for this long")
 	)
+	fs.Usage = func() {
+		out := fs.Output()
+		fmt.Fprintln(out, "Usage: chat [flags]")
+		fs.PrintDefaults()
+		fmt.Fprintf(out, "\nSecrets may come from the environment instead of flags (flags show in ps):\n"+
+			"  %s\tfor -observer-token\n  %s\tfor -cluster-token\n"+
+			"A flag given on the command line wins.\n", envObserverToken, envClusterToken)
+	}
 	if err := fs.Parse(args); err == flag.ErrHelp {
 		return 0
 	} else if err != nil {
 		return 2
 	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	for name, env := range map[string]string{"observer-token": envObserverToken, "cluster-token": envClusterToken} {
+		if v := os.Getenv(env); v != "" && !set[name] {
+			_ = fs.Set(name, v)
+		}
+	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	if *obsKill && *obsToken == "" {
+		log.Error("chat: -observer-kill needs an observer token (-observer-token or $" + envObserverToken +
+			"): without one, anyone who can reach the port could kill processes")
+		return 2
+	}
 	// One file per connection, and a margin for the history, the
 	// listeners and the cluster.
 	if limit, err := raiseOpenFiles(uint64(max(*maxConns, 0)) + 256); err != nil {
@@ -96,11 +139,25 @@ func run(args []string) int {
 			URLs:        splitList(*clNATS),
 			Token:       *clToken,
 			Codec:       codec,
+			StartAlone:  *clAlone,
 		})
+		if errors.Is(err, cluster.ErrAuth) {
+			for _, e := range authErrors(err) {
+				log.Error("chat: the cluster refused this node's credentials; not starting (-cluster-alone to start alone)",
+					"peer", e.Peer, "err", e.Err)
+			}
+			n.Stop(context.Background())
+			return 1
+		}
 		if err != nil {
 			log.Error("chat: cannot join the cluster", "err", err)
 			n.Stop(context.Background())
 			return 1
+		}
+		for _, e := range cl.AuthFailures() {
+			if !e.Inbound {
+				log.Error("chat: starting alone: a peer refused this node's credentials", "peer", e.Peer, "err", e.Err)
+			}
 		}
 		if u := cl.RouteURL(); u != "" {
 			log.Info("chat: cluster routes listening", "node", *nodeName, "route", u)
@@ -128,11 +185,13 @@ func run(args []string) int {
 		IdleTimeout:    *idleTimeout,
 		WriteTimeout:   *writeTimeout,
 		Mount: func(mux *http.ServeMux, s *chat.Service) {
-			observer.Mount(mux, n, observer.Options{
-				Token:     *obsToken,
-				AllowKill: *obsKill,
-				Sources:   sources(s),
+			obs := observer.Mount(mux, n, observer.Options{
+				Token:       *obsToken,
+				AllowKill:   *obsKill,
+				Sources:     sources(s),
+				SampleEvery: *obsSample,
 			})
+			mux.Handle("/metrics", metrics(obs))
 		},
 	})
 	if err != nil {
@@ -169,6 +228,51 @@ func run(args []string) int {
 		log.Info("chat: stopped")
 	}
 	return code
+}
+
+// Environment variables that hold secrets.
+const (
+	envObserverToken = "GOTP_OBSERVER_TOKEN"
+	envClusterToken  = "GOTP_CLUSTER_TOKEN"
+)
+
+// metrics serves gotp's families (the observer's collector) with the Go
+// runtime's and the OS process's, behind the observer's token.
+func metrics(obs *observer.Observer) http.Handler {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+	)
+	if err := obs.Register(reg); err != nil {
+		panic(err) // a fresh registry: cannot happen
+	}
+	h := promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError})
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !obs.Authorized(r) {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="gotp observer"`)
+			http.Error(w, "metrics: token required", http.StatusUnauthorized)
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+// authErrors returns the *cluster.AuthError values in err (one, or several
+// joined).
+func authErrors(err error) []*cluster.AuthError {
+	if e, ok := err.(*cluster.AuthError); ok {
+		return []*cluster.AuthError{e}
+	}
+	var out []*cluster.AuthError
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		for _, e := range j.Unwrap() {
+			out = append(out, authErrors(e)...)
+		}
+	} else if e, ok := errors.AsType[*cluster.AuthError](err); ok {
+		out = append(out, e)
+	}
+	return out
 }
 
 // splitList splits a comma-separated flag value, dropping empty items.

@@ -7,11 +7,11 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"slices"
 	"strings"
 	"sync"
@@ -94,8 +94,20 @@ func startProgram(t *testing.T, args ...string) *program {
 // launch runs cmd/chat with exactly args.
 func launch(t *testing.T, args ...string) *program {
 	t.Helper()
+	return launchEnv(t, nil, args...)
+}
+
+// launchEnv runs cmd/chat with exactly args, and env (KEY=value) added to
+// the test's environment.
+func launchEnv(t *testing.T, env []string, args ...string) *program {
+	t.Helper()
 	cmd := exec.Command(os.Args[0], args...)
-	cmd.Env = append(os.Environ(), progEnv+"=1")
+	// The secrets' variables come from env only, never from the
+	// environment the tests run in.
+	base := slices.DeleteFunc(os.Environ(), func(kv string) bool {
+		return strings.HasPrefix(kv, envObserverToken+"=") || strings.HasPrefix(kv, envClusterToken+"=")
+	})
+	cmd.Env = append(append(base, progEnv+"=1"), env...)
 	log := &logLines{changed: make(chan struct{}, 1)}
 	cmd.Stdout = log
 	cmd.Stderr = log
@@ -283,6 +295,27 @@ func (p *program) snapshot(c *http.Client) (snapshot, error) {
 	return s, json.NewDecoder(resp.Body).Decode(&s)
 }
 
+// kill asks the observer to kill pid, as its page does (JSON, with the
+// token), and returns the status and the body of the answer.
+func (p *program) kill(c *http.Client, pid string) (int, string) {
+	p.t.Helper()
+	req, err := http.NewRequest(http.MethodPost, "http://"+p.http+"/observer/api/kill", strings.NewReader(`{"pid":`+strconv.Quote(pid)+`}`))
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	if p.token != "" {
+		req.Header.Set("Authorization", "Bearer "+p.token)
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		p.t.Fatalf("kill %s: %v", pid, err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(body)
+}
+
 // pidOf returns the PID of the process registered as name, or "".
 func (s snapshot) pidOf(name string) string {
 	for _, p := range s.Processes {
@@ -326,21 +359,30 @@ func TestProgramServesAndStopsCleanly(t *testing.T) {
 					t.Errorf("observer snapshot has no process %s", name)
 				}
 			}
-			// Prometheus metrics of the running chat.
+			// Prometheus metrics of the running chat: the observer's, and
+			// /metrics with the Go runtime's and the process's beside them.
 			code, metrics := get(t, hc, "http://"+p.http+"/observer/metrics")
 			if code != http.StatusOK {
 				t.Fatalf("GET /observer/metrics = %d", code)
 			}
 			for _, want := range []string{
 				`gotp_registry_entries{registry="chat.users"} 2`,
-				`gotp_pg_group_members{group="user:ana",scope="chat"} 1`,
-				`gotp_pg_group_members{group="user:bob",scope="chat"} 1`,
-				`gotp_supervisor_restarts_total{child="online",supervisor="chat.root"} 0`,
-				"gotp_processes ",
+				`gotp_pg_members{scope="chat"} 2`,
+				`gotp_supervisor_restarts_total{supervisor="chat.root"} 0`,
+				`gotp_processes{behaviour="server *chat.conn"} 2`,
 				"gotp_mailbox_length_bucket",
 			} {
 				if !strings.Contains(metrics, want) {
 					t.Errorf("metrics lack %s", want)
+				}
+			}
+			code, all := get(t, hc, "http://"+p.http+"/metrics")
+			if code != http.StatusOK {
+				t.Fatalf("GET /metrics = %d", code)
+			}
+			for _, want := range []string{`gotp_pg_members{scope="chat"} 2`, "go_goroutines ", "process_cpu_seconds_total "} {
+				if !strings.Contains(all, want) {
+					t.Errorf("/metrics lacks %s", want)
 				}
 			}
 			if _, err := os.Stat(filepath.Join(dir, "history.db")); err != nil {
@@ -385,18 +427,13 @@ func TestProgramServesAndStopsCleanly(t *testing.T) {
 // A failure that repeats beyond the root's intensity ends the program with
 // status 1 and a clear log line, rather than leaving it half-dead.
 func TestProgramGivesUpWhenFailuresRepeat(t *testing.T) {
-	p := startProgram(t, "-data", t.TempDir(), "-observer-kill")
+	p := startProgram(t, "-data", t.TempDir(), "-observer-kill", "-observer-token", "s3cret")
+	p.token = "s3cret"
 	hc := httpClient(t)
 	kill := func(pid string) {
 		t.Helper()
-		resp, err := hc.PostForm("http://"+p.http+"/observer/api/kill", url.Values{"pid": {pid}})
-		if err != nil {
-			t.Fatalf("kill %s: %v", pid, err)
-		}
-		body, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), pid) {
-			t.Fatalf("kill %s: %d %s", pid, resp.StatusCode, body)
+		if code, body := p.kill(hc, pid); code != http.StatusOK || !strings.Contains(body, pid) {
+			t.Fatalf("kill %s: %d %s", pid, code, body)
 		}
 	}
 	// Intensity 3 in 5 s: three kills are restarted, the fourth is one

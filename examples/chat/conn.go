@@ -321,6 +321,7 @@ func (c *conn) exec(p *gotp.Process, cmd Command) Reply {
 			return Error{Reason: ReasonOf(err)}
 		}
 		c.name = cmd.Name
+		p.SetLabel("user " + cmd.Name) // the observer shows which connection is whose
 		return OK{}
 	case History:
 		ms, err := server.Call[[]Message](ctx, p.Node(), gotp.Name(historyName), betweenReq{a: c.name, b: cmd.With})

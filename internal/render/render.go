@@ -5,11 +5,13 @@
 // Unlike fmt's %+v it stops as soon as it has written its budget, so a
 // state of a million entries costs a few hundred bytes and as little time,
 // and it never reads the inside of the sync and sync/atomic types (a lock
-// that another goroutine takes would otherwise be a data race). It follows
-// pointers a few levels deep, calls Error and String methods where it may
-// (exported values only; a panic in one is caught and shown), and writes
-// maps in their iteration order, so the entries a long map shows vary from
-// call to call.
+// that another goroutine takes would otherwise be a data race). Like fmt,
+// it follows a pointer only at the top: a pointer inside the value is
+// shown as its address, since what it points to (a service, a node) is
+// often shared with goroutines that write it. It calls Error and String
+// methods where it may (exported values only; a panic in one is caught
+// and shown), and writes maps in their iteration order, so the entries a
+// long map shows vary from call to call.
 package render
 
 import (
@@ -137,8 +139,11 @@ func (w *writer) value(v reflect.Value, depth int) {
 		switch {
 		case v.IsNil():
 			w.str("nil")
-		case depth >= maxDepth:
-			w.str("&" + t.Elem().String() + "{…}")
+		case depth > 0:
+			// Only the value itself is followed, as fmt does: what a
+			// field points to is often shared with other goroutines
+			// (a service, a node), and reading it would race with them.
+			w.str("(" + t.String() + ")(0x" + strconv.FormatUint(uint64(v.Pointer()), 16) + ")")
 		default:
 			w.str("&")
 			w.value(v.Elem(), depth+1)
