@@ -65,7 +65,7 @@
 //   - gotp_registry_entries{registry}, gotp_registry_keys{registry}.
 //   - gotp_pg_groups{scope}, gotp_pg_members{scope}: groups with members,
 //     and memberships, on every node.
-//   - gotp_inbox_jobs{table,state}: ready, in_work, delayed, dead.
+//   - gotp_inbox_jobs{table,state}: ready, in_work, delayed, dead, invalid.
 //   - gotp_inbox_outcomes_total{table,outcome}: jobs handled by this
 //     node's subscriptions.
 //   - gotp_inbox_errors_total{table,kind}: failures this node's
