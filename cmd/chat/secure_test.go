@@ -146,7 +146,7 @@ func TestProgramMetricsBounded(t *testing.T) {
 	after := scrapeProgram(t, hc, p)
 
 	for _, name := range []string{
-		"gotp_processes", "gotp_mailbox_length", "gotp_process_crashes_total",
+		"gotp_processes", "gotp_mailbox_length", "gotp_mailbox_dropped_total", "gotp_mailbox_overflow_kills_total", "gotp_process_crashes_total",
 		"gotp_supervisor_restarts_total", "gotp_supervisor_start_failures_total", "gotp_supervisor_children",
 		"gotp_registry_entries", "gotp_registry_keys", "gotp_pg_groups", "gotp_pg_members",
 		"go_goroutines", "go_memstats_heap_alloc_bytes", "process_cpu_seconds_total", "process_resident_memory_bytes",
