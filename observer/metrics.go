@@ -116,6 +116,9 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	}
 	ch <- prometheus.MustNewConstHistogram(descMailbox, count, sum, buckets)
 	counter(descCrashes, float64(c.o.n.Summary().Crashes))
+	dropped, killed := c.o.n.MailboxOverflows()
+	counter(descDropped, float64(dropped))
+	counter(descKilled, float64(killed))
 
 	// Supervisors with one path (unnamed ones at the top) are summed, so
 	// that each label set is exported once.

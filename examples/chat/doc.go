@@ -3,7 +3,7 @@
 // live state has one owner.
 //
 //	n := gotp.NewNode(gotp.Options{Name: "chat"})
-//	svc, err := chat.Start(ctx, n, chat.Config{DataDir: "data", TCPAddr: ":4000", HTTPAddr: ":8080"})
+//	svc, err := chat.Start(ctx, n, chat.Config{DataDir: "data", TCPAddr: "127.0.0.1:4000", HTTPAddr: "127.0.0.1:8080"})
 //	...
 //	svc.Stop(ctx)
 //	n.Stop(ctx)

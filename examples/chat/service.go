@@ -42,9 +42,9 @@ type Config struct {
 	// DataDir holds the durable data (history.db). Created if missing.
 	// Defaults to "data".
 	DataDir string
-	// TCPAddr is where the line protocol listens (":4000"); empty: no TCP.
+	// TCPAddr is where the line protocol listens ("127.0.0.1:4000"); empty: no TCP.
 	TCPAddr string
-	// HTTPAddr is where the web page and the WebSocket listen (":8080");
+	// HTTPAddr is where the web page and the WebSocket listen ("127.0.0.1:8080");
 	// empty: no HTTP.
 	HTTPAddr string
 	// Mount, if set, adds handlers to the HTTP mux (the observer, say).
