@@ -43,7 +43,9 @@
 // process may instead keep one goroutine for life ([Resident]), and may let
 // a sender run its handler on the sender's goroutine while it is idle
 // ([AllowInline], [Node.RunInline]: how a call to an idle server can cost
-// no goroutine switch).
+// no goroutine switch). A handler-mode process may hibernate
+// ([Process.Hibernate]): until its next message it then keeps not even the
+// buffers of its mailbox.
 //
 // # Failure
 //

@@ -110,6 +110,19 @@ func (p *Process) info() ProcessInfo {
 	return in
 }
 
+// ProcessHandler returns the Handler of the live local handler-mode process
+// pid, and whether pid is such a process (see Process.Handler): how a
+// behaviour finds the state of another process of its kind, to follow a
+// chain of calls between servers for example. It takes no lock and is safe
+// from any goroutine.
+func (n *Node) ProcessHandler(pid PID) (Handler, bool) {
+	p := n.lookup(pid)
+	if p == nil || p.handler == nil {
+		return nil, false
+	}
+	return p.handler, true
+}
+
 // ProcessValue returns the value stored under key in the process
 // dictionary of the live local process pid (see Process.SetValue), and
 // whether pid is such a process. It lets introspection (an observer, a

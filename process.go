@@ -76,6 +76,9 @@ type procExtra struct {
 	values map[any]any   // process dictionary, set by behaviours
 	label  string        // set by SetLabel
 	mbox   *mailboxLimit // the mailbox limit, if one was ever set
+	// hibernate asks a handler-mode process to drop its mailbox's buffers
+	// when next idle (Hibernate).
+	hibernate bool
 }
 
 // extraLocked returns p.extra, making it if needed. p.mu must be held.
@@ -447,6 +450,9 @@ func (p *Process) refill() bool {
 			p.rbuf = p.rbuf[:0]
 		}
 		p.rhead = 0
+		if x := p.extra; x != nil && x.hibernate {
+			p.hibernateLocked()
+		}
 		p.mu.Unlock()
 		return false
 	}
@@ -515,12 +521,52 @@ func (n *Node) RunInline(to PID, msg any) bool {
 	p.mu.Lock()
 	if stop || len(p.queue) == 0 || p.dead.Load() {
 		p.running = false
+		if x := p.extra; x != nil && x.hibernate {
+			p.hibernateLocked()
+		}
 		p.mu.Unlock()
 		return true
 	}
 	p.startHandlingLocked()
 	return true
 }
+
+// Hibernate asks a handler-mode process to let go, once its mailbox is
+// next empty, of the memory it keeps for its next burst of messages (the
+// buffers of its mailbox, up to a few KB), instead of reusing it: Erlang's
+// hibernate, as far as Go allows. An idle handler-mode process holds no
+// goroutine anyway, and a Resident one's parked goroutine has its stack
+// shrunk by Go's garbage collector; what hibernation adds is that the
+// process then costs only its own small structs until a message arrives,
+// at the price of allocating the buffers again for the next burst. Call
+// it from the process's handler (a server's callback); the request lasts
+// until the process is next idle, and messages already waiting are handled
+// first. It does nothing for a function process.
+func (p *Process) Hibernate() {
+	if p.mode != modeHandler {
+		return
+	}
+	p.mu.Lock()
+	p.extraLocked().hibernate = true
+	p.mu.Unlock()
+}
+
+// hibernateLocked drops the mailbox's buffers of an idle handler-mode
+// process (Hibernate). p.mu must be held, and the caller must be the one
+// that ran the process until now (it owns the receiver's buffer).
+func (p *Process) hibernateLocked() {
+	p.extra.hibernate = false
+	p.rbuf, p.rhead = nil, 0
+	p.queue = nil
+}
+
+// Handler returns the Handler of a handler-mode process, or nil for a
+// function process. Behaviours built on the runtime use it to reach their
+// own state from the Process their callbacks are given. It is safe from
+// any goroutine. Calling the handler's HandleMessage from outside the
+// process breaks the rule that a process handles one message at a time:
+// only the runtime should.
+func (p *Process) Handler() Handler { return p.handler }
 
 // deliverDeferred appends msg to the mailbox like deliver, except that an
 // idle handler-mode process without a goroutine of its own is not given
