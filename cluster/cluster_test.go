@@ -326,3 +326,35 @@ func TestRemoteUnlinkAndDemonitor(t *testing.T) {
 	default:
 	}
 }
+
+// A server that calls a server on another node passes itself as the
+// caller (as it does for local calls, where that finds call cycles): the
+// call goes over the cluster as any other.
+func TestRemoteCallFromAServer(t *testing.T) {
+	ms := startCluster(t, "a", "b")
+	a, b := ms[0], ms[1]
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	remote, err := server.Start(ctx, b.n, &echo{casts: make(chan any, 1)})
+	gotptest.Must(t, err)
+	caller, err := server.Start(ctx, a.n, &forwarder{to: remote})
+	gotptest.Must(t, err)
+	if got, err := server.Call[string](ctx, a.n, caller, "hi"); err != nil || got != "echo hi" {
+		t.Fatalf("a server's call to another node: %q, %v", got, err)
+	}
+}
+
+// forwarder is a server that answers a call with the answer of to, called
+// as itself.
+type forwarder struct {
+	server.Defaults
+	to gotp.PID
+}
+
+func (f *forwarder) HandleCall(p *gotp.Process, _ server.From, req any) (any, error) {
+	v, err := server.Call[string](context.Background(), p, f.to, req)
+	if err != nil {
+		return err, nil
+	}
+	return v, nil
+}

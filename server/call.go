@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/gotp/gotp"
@@ -40,7 +41,10 @@ type call struct {
 	// call, so that the caller, whose monitor comes after HandleCall, can
 	// still learn the server's exit reason (see call1).
 	inline bool
-	proc   *gotp.Process
+	// deferred is set by the server when HandleCall returned NoReply: the
+	// answer may then come from any goroutine (see cycle.go).
+	deferred atomic.Bool
+	proc     *gotp.Process
 	answer
 }
 
@@ -167,17 +171,40 @@ func (e *ReplyTypeError) Error() string {
 	return fmt.Sprintf("server: reply %T is not %s", e.Reply, e.Want)
 }
 
+// Caller is who makes a Call: the calling process, or a node.
+type Caller interface{ *gotp.Node | *gotp.Process }
+
 // Call sends req to the server to and waits for its reply, which it returns
-// as an R. The wait ends at ctx's deadline, or after DefaultCallTimeout if
-// ctx has none. It fails with *CallError when the server is not running,
-// dies during the call, or does not answer in time; with the reply itself
-// when the reply is an error value; and with *ReplyTypeError when the reply
-// is neither an R nor an error. A reply that comes after Call has returned
-// is dropped: it never reaches the caller's mailbox. Call may be used from
-// any goroutine, inside a process or not.
-func Call[R any](ctx context.Context, n *gotp.Node, to gotp.Dest, req any) (R, error) {
+// as an R. c is the caller: inside a process (a server's callback, for
+// example) pass the process itself, p, so that the call knows who waits
+// for it (see below); from any other goroutine pass the node. The wait ends
+// at ctx's deadline, or after DefaultCallTimeout if ctx has none. It fails
+// with *CallError when the server is not running, dies during the call, or
+// does not answer in time; with the reply itself when the reply is an error
+// value; and with *ReplyTypeError when the reply is neither an R nor an
+// error. A reply that comes after Call has returned is dropped: it never
+// reaches the caller's mailbox. Call may be used from any goroutine.
+//
+// A call made by a process that would wait for itself fails at once
+// instead of at its deadline: a process calling itself, with ErrCallingSelf
+// (OTP exits with calling_self), and a server whose call closes a cycle of
+// servers each waiting for the next (A calls B while B calls A, directly
+// or through any chain of local servers, of inline calls and of servers
+// waiting for the Init of a server they start), with a *CallCycleError
+// naming the cycle. Both come inside the *CallError, for errors.Is with
+// ErrCallingSelf and ErrCallCycle. See the package documentation for what
+// the detection sees. A call whose caller is a node never takes part in
+// it, and costs nothing for it.
+func Call[R any, C Caller](ctx context.Context, c C, to gotp.Dest, req any) (R, error) {
 	var zero R
-	reply, err := call1(ctx, n, to, req)
+	var reply any
+	var err error
+	switch c := any(c).(type) {
+	case *gotp.Process:
+		reply, err = call1(ctx, c.Node(), c, to, req)
+	case *gotp.Node:
+		reply, err = call1(ctx, c, nil, to, req)
+	}
 	if err != nil {
 		return zero, err
 	}
@@ -193,16 +220,40 @@ func Call[R any](ctx context.Context, n *gotp.Node, to gotp.Dest, req any) (R, e
 	return zero, &ReplyTypeError{Reply: reply, Want: fmt.Sprintf("%T", (*R)(nil))[1:]}
 }
 
-func call1(ctx context.Context, n *gotp.Node, to gotp.Dest, req any) (any, error) {
+// call1 makes a call on node n; p is the calling process, or nil for a
+// call made with the node. A call by a process to itself fails at once; a
+// call by a server to a local server takes part in the detection of call
+// cycles (see cycle.go). A call with the node runs none of that.
+func call1(ctx context.Context, n *gotp.Node, p *gotp.Process, to gotp.Dest, req any) (any, error) {
 	pid, ok := to.Resolve(n)
 	if !ok {
 		return nil, &CallError{Reason: gotp.ErrNoProc}
 	}
 	local := pid.Node() == n.Name() && pid.Creation() == n.Creation()
+	var me *gen // the calling server, for a tracked call
+	if p != nil {
+		if pid == p.Self() {
+			return nil, &CallError{Server: pid, Reason: ErrCallingSelf}
+		}
+		if local {
+			me, _ = p.Handler().(*gen)
+		}
+	}
 	var c *call
 	ran := false // HandleCall has run: wait for a deferred reply
 	if local {
-		c = &call{req: req, inline: true}
+		if me == nil {
+			c = &call{req: req, inline: true}
+		} else {
+			tc := &trackedCall{call: call{req: req, inline: true}} // one allocation for both
+			c = &tc.call
+			tc.edge.call = c
+			x, prev, err := me.await(n, pid, &tc.edge)
+			defer x.waiting.Store(prev)
+			if err != nil {
+				return nil, &CallError{Server: pid, Reason: err}
+			}
+		}
 		c.from = From{c: c, n: n, ref: n.MakeRef()}
 		if ran = n.RunInline(pid, c); ran {
 			// HandleCall ran here (see InlineCalls). Unless it deferred

@@ -6,6 +6,10 @@ import (
 	"fmt"
 	"reflect"
 	"runtime/debug"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
 
 	"github.com/gotp/gotp"
 )
@@ -20,10 +24,12 @@ import (
 // replies: a reply that is an error value is what Call returns as its
 // error, and the server goes on.
 type Behaviour interface {
-	// Init runs before any message is handled, on the goroutine of Start
-	// (ctx is Start's), as the server process: p.Self, p.Link and
-	// p.TrapExit work. An error fails Start with it; ErrIgnore makes Start
-	// return ErrIgnore and the process end normally.
+	// Init runs before any message is handled, as the server process
+	// (p.Self, p.Link and p.TrapExit work), with Start's ctx: on Start's
+	// goroutine, or, when ctx has a deadline, on a goroutine of its own
+	// that Start waits for until the deadline (see ErrStartTimeout). An
+	// error fails Start with it; ErrIgnore makes Start return ErrIgnore and
+	// the process end normally. Init may ask for a timeout (SetTimeout).
 	Init(ctx context.Context, p *gotp.Process) error
 	// HandleCall answers a Call. Return the reply, or NoReply and answer
 	// later with Reply(from, ...). A non-nil error stops the server; a
@@ -38,7 +44,8 @@ type Behaviour interface {
 	// Terminate runs when the server stops by its own decision, by Stop,
 	// or by an exit signal from its parent (or the node) while it traps
 	// exits. It is not called when the server is killed, or when an exit
-	// signal ends it while it does not trap exits.
+	// signal ends it while it does not trap exits. If it panics, the panic
+	// (a *gotp.PanicError) is the server's exit reason instead of reason.
 	Terminate(p *gotp.Process, reason error)
 }
 
@@ -183,17 +190,30 @@ func InlineCalls() Option { return Option{kind: optInline, on: true} }
 
 // Start starts a server running b on node n and returns when Init has
 // returned. It fails with Init's error, with *AlreadyStartedError when the
-// name is taken, or with gotp.ErrNodeStopped. The server holds no goroutine
-// while its mailbox is empty.
+// name is taken, with gotp.ErrNodeStopped, or with ErrStartTimeout when
+// ctx has a deadline and Init has not returned by then (see Init). The
+// server holds no goroutine while its mailbox is empty.
 func Start(ctx context.Context, n *gotp.Node, b Behaviour, opts ...Option) (gotp.PID, error) {
 	var c config
 	for i := range opts {
 		c.apply(&opts[i])
 	}
-	return start(ctx, n, b, &c)
+	return start(ctx, n, b, &c, nil)
 }
 
-func start(ctx context.Context, n *gotp.Node, b Behaviour, c *config) (gotp.PID, error) {
+// ErrStartTimeout is the error of Start and StartLink when ctx's deadline
+// passed before Init returned (OTP's {error, timeout}); it comes wrapped
+// with ctx.Err(). The half-started server has been killed (its parent,
+// for StartLink, unlinked first so that it gets no exit signal), and a
+// name it took is free again. Init itself may still be running on a
+// goroutine of its own: Go cannot stop it, so an Init that ignores its
+// context keeps that goroutine until it returns.
+var ErrStartTimeout = errors.New("server: start timed out")
+
+// start starts a server; parent, if not nil, is the calling process that
+// waits for Init (StartLink's parent): while it waits it is a link of the
+// wait-for graph of calls (see cycle.go).
+func start(ctx context.Context, n *gotp.Node, b Behaviour, c *config, parent *gotp.Process) (gotp.PID, error) {
 	g := &gen{b: b, parent: c.parent}
 	var buf [6]gotp.SpawnOption
 	sopts := append(buf[:0], gotp.Behaviour(behaviourLabel(b)), gotp.TrapExit(c.trap))
@@ -206,27 +226,30 @@ func start(ctx context.Context, n *gotp.Node, b Behaviour, c *config) (gotp.PID,
 	if c.inline {
 		sopts = append(sopts, gotp.AllowInline())
 	}
-	init := func(p *gotp.Process) error {
-		if c.via != nil {
-			if err := c.via.RegisterName(n, p.Self()); err != nil {
-				if e, ok := errors.AsType[*gotp.AlreadyRegisteredError](err); ok {
-					return &AlreadyStartedError{PID: e.Owner}
-				}
-				return err
-			}
-		}
-		err := b.Init(ctx, p)
-		if errors.Is(err, ErrIgnore) && !c.link.IsZero() {
-			// OTP's ignore ends the process normally: the parent that
-			// started it linked must not get an exit signal for it.
-			p.Unlink(c.link)
-		}
-		return err
-	}
 	if c.dedicated {
 		sopts = append(sopts, gotp.Resident())
 	}
-	pid, err := n.SpawnHandler(g, init, sopts...)
+	var waiting *edge // the parent's wait for Init
+	if parent != nil {
+		if pg, ok := parent.Handler().(*gen); ok {
+			waiting = &edge{target: g}
+			px := pg.extra()
+			prev := px.waiting.Swap(waiting)
+			defer px.waiting.Store(prev)
+		}
+	}
+	st := starting{ctx: ctx, n: n, b: b, g: g, via: c.via, link: c.link, waiting: waiting}
+	var pid gotp.PID
+	var err error
+	if _, ok := ctx.Deadline(); ok {
+		// On the heap: the bounded start's goroutine may outlive this
+		// call. st stays on the stack in the plain start.
+		hp := new(starting)
+		*hp = st
+		pid, err = startBounded(ctx, n, g, hp.init, c.link, sopts)
+	} else {
+		pid, err = n.SpawnHandler(g, st.init, sopts...)
+	}
 	if err != nil {
 		if e, ok := errors.AsType[*gotp.AlreadyRegisteredError](err); ok && e.Name == c.name {
 			return gotp.PID{}, &AlreadyStartedError{PID: e.Owner}
@@ -234,6 +257,106 @@ func start(ctx context.Context, n *gotp.Node, b Behaviour, c *config) (gotp.PID,
 		return gotp.PID{}, err
 	}
 	return pid, nil
+}
+
+// starting is what a server's start needs while Init runs; its init is
+// the init function of the server's process.
+type starting struct {
+	ctx     context.Context
+	n       *gotp.Node
+	b       Behaviour
+	g       *gen
+	via     gotp.Via
+	link    gotp.PID
+	waiting *edge // the parent's wait for Init, if the parent is a server
+}
+
+func (st *starting) init(p *gotp.Process) error {
+	st.g.proc = p
+	if st.via != nil {
+		if err := st.via.RegisterName(st.n, p.Self()); err != nil {
+			if e, ok := errors.AsType[*gotp.AlreadyRegisteredError](err); ok {
+				return &AlreadyStartedError{PID: e.Owner}
+			}
+			return err
+		}
+	}
+	err := st.b.Init(st.ctx, p)
+	if st.waiting != nil {
+		st.waiting.over.Store(true) // before any message: the parent waits no more
+	}
+	if errors.Is(err, ErrIgnore) && !st.link.IsZero() {
+		// OTP's ignore ends the process normally: the parent that
+		// started it linked must not get an exit signal for it.
+		p.Unlink(st.link)
+	}
+	if err == nil {
+		st.g.afterCallback(p)
+	}
+	return err
+}
+
+// startBounded runs the spawn and Init on a goroutine of their own and
+// waits for them until ctx ends; then it kills the half-started server
+// (unlinked from link first) and returns ErrStartTimeout. Init that
+// returns in time costs a goroutine more than an unbounded start.
+func startBounded(ctx context.Context, n *gotp.Node, g *gen, init func(p *gotp.Process) error, link gotp.PID, sopts []gotp.SpawnOption) (gotp.PID, error) {
+	if err := ctx.Err(); err != nil {
+		return gotp.PID{}, fmt.Errorf("%w: %w", ErrStartTimeout, err)
+	}
+	type result struct {
+		pid gotp.PID
+		err error
+	}
+	var mu sync.Mutex
+	var proc *gotp.Process // the new process, once Init runs
+	abandoned := false     // the caller gave up: kill what starts
+	kill := func(p *gotp.Process) {
+		if !link.IsZero() {
+			// Unlink only touches the two processes' link sets under
+			// their locks, so it is safe here although the process's
+			// own goroutine may still be in Init.
+			p.Unlink(link)
+		}
+		n.Exit(p.Self(), gotp.ErrKill)
+	}
+	opts := slices.Clone(sopts) // sopts is on the caller's stack: it must not escape
+	res := make(chan result, 1)
+	go func() {
+		pid, err := n.SpawnHandler(g, func(p *gotp.Process) error {
+			mu.Lock()
+			proc = p
+			gone := abandoned
+			mu.Unlock()
+			if gone { // given up before Init could run: do not run it
+				if !link.IsZero() {
+					p.Unlink(link)
+				}
+				return fmt.Errorf("%w: %w", ErrStartTimeout, ctx.Err())
+			}
+			return init(p)
+		}, opts...)
+		mu.Lock()
+		gone, p := abandoned, proc
+		mu.Unlock()
+		if gone && err == nil {
+			kill(p)
+		}
+		res <- result{pid, err}
+	}()
+	select {
+	case r := <-res:
+		return r.pid, r.err
+	case <-ctx.Done():
+	}
+	mu.Lock()
+	abandoned = true
+	p := proc
+	mu.Unlock()
+	if p != nil {
+		kill(p)
+	}
+	return gotp.PID{}, fmt.Errorf("%w: %w", ErrStartTimeout, ctx.Err())
 }
 
 // StartLink starts a server linked to the calling process parent, which
@@ -244,7 +367,7 @@ func StartLink(ctx context.Context, parent *gotp.Process, b Behaviour, opts ...O
 		c.apply(&opts[i])
 	}
 	c.link, c.parent = parent.Self(), parent.Self()
-	return start(ctx, parent.Node(), b, &c)
+	return start(ctx, parent.Node(), b, &c, parent)
 }
 
 // labelPrefix starts the gotp.Behaviour label of every server.
@@ -255,10 +378,43 @@ func behaviourLabel(b Behaviour) string {
 	return labelPrefix + t.String()
 }
 
-// gen is the gotp.Handler that runs a Behaviour.
+// gen is the gotp.Handler that runs a Behaviour. It is kept small (an
+// idle server's memory is one of gotp's figures): what few servers need
+// is in a genExtra, made on first use.
 type gen struct {
 	b      Behaviour
 	parent gotp.PID
+	proc   *gotp.Process            // set before Init runs
+	x      atomic.Pointer[genExtra] // nil until the server times out, calls a server or starts one linked
+}
+
+// genExtra is the state of a server that has asked for a timeout, called
+// another server or started one linked.
+type genExtra struct {
+	// waiting is what the server waits for while one of its callbacks is
+	// blocked in a Call (or in the start of a server it links to): an edge
+	// of the wait-for graph that call cycles are found in (cycle.go).
+	waiting atomic.Pointer[edge]
+
+	// The timeout a callback asked for (SetTimeout), and the one running.
+	// Only the server touches them.
+	timeoutAsk   time.Duration
+	timeoutAsked bool
+	timerOn      bool
+	timerSeq     uint64 // the running timeout's number; 0 until the first
+	timer        gotp.Ref
+}
+
+// extra returns g's genExtra, making it if needed. Only the server itself
+// (its callbacks, and Start for its parent) calls it, so there is one
+// writer; other goroutines only load the pointer.
+func (g *gen) extra() *genExtra {
+	if x := g.x.Load(); x != nil {
+		return x
+	}
+	x := new(genExtra)
+	g.x.Store(x)
+	return x
 }
 
 // Request is the message of a call from another node: Caller takes the
@@ -280,6 +436,12 @@ type CastMessage struct{ Body any }
 type StopRequest struct{ Reason error }
 
 func (g *gen) HandleMessage(p *gotp.Process, msg any) (stop bool, reason error) {
+	if x := g.x.Load(); x != nil && x.timerSeq != 0 { // it has used timeouts: see timeout.go
+		var ok bool
+		if msg, ok = x.timeoutFilter(p, msg); !ok {
+			return false, nil
+		}
+	}
 	var reply any
 	var from From
 	var replying bool
@@ -296,6 +458,9 @@ func (g *gen) HandleMessage(p *gotp.Process, msg any) (stop bool, reason error) 
 				m.proc = p
 			}
 			reply, err = g.b.HandleCall(p, m.from, m.req)
+			if reply == NoReply {
+				m.deferred.Store(true) // the caller now waits for Reply, from anywhere: see cycle.go
+			}
 			return err
 		case Request:
 			from, replying = From{n: p.Node(), pid: m.Caller, ref: m.Ref}, true
@@ -308,6 +473,12 @@ func (g *gen) HandleMessage(p *gotp.Process, msg any) (stop bool, reason error) 
 		case stateQuery:
 			m.a.set(g.formatState())
 			return nil
+		case sysGetState:
+			m.a.set(stateReply{g.b})
+			return nil
+		case sysReplaceState:
+			m.a.set(g.replaceState(m.fn))
+			return nil
 		case gotp.Exit:
 			if m.From == g.parent || m.From.IsZero() {
 				return stopping{m.Reason}
@@ -319,12 +490,16 @@ func (g *gen) HandleMessage(p *gotp.Process, msg any) (stop bool, reason error) 
 		from.reply(reply)
 	}
 	if err == nil {
+		g.afterCallback(p)
 		return false, nil
 	}
 	if s, ok := errors.AsType[stopping](err); ok {
 		err = s.reason
 	}
-	g.terminate(p, err)
+	g.cancelTimeout(p)
+	if crash := g.terminate(p, err); crash != nil {
+		err = crash
+	}
 	return true, err
 }
 
@@ -340,11 +515,16 @@ type stopping struct{ reason error }
 
 func (s stopping) Error() string { return fmt.Sprint("stop: ", s.reason) }
 
-func (g *gen) terminate(p *gotp.Process, reason error) {
+// terminate runs Terminate and returns its panic, if it panicked, as a
+// *gotp.PanicError: as in OTP, a crash in terminate replaces the reason
+// the server was stopping with, and is the exit reason its links and
+// monitors see.
+func (g *gen) terminate(p *gotp.Process, reason error) (crash error) {
 	defer func() {
 		if v := recover(); v != nil {
-			p.Node().Logger().Error("server: terminate panicked", "pid", p.Self(), "panic", v)
+			crash = &gotp.PanicError{Value: v, Stack: debug.Stack()}
 		}
 	}()
 	g.b.Terminate(p, reason)
+	return nil
 }

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strings"
 	"time"
 
 	"github.com/gotp/gotp"
@@ -79,8 +78,8 @@ func (g *gen) CrashReport(p *gotp.Process, msg any, reason error) []slog.Attr {
 // callbacks, as Erlang's sys:get_status is.
 type stateQuery struct{ a *answer }
 
-// ErrNotServer is returned by FormatState for a process that is not a
-// server of this package.
+// ErrNotServer is returned by FormatState, GetState and ReplaceState for
+// a process that is not a server of this package.
 var ErrNotServer = errors.New("server: not a server process")
 
 // FormatState asks the server dest on node n for its state, rendered as its
@@ -91,16 +90,32 @@ var ErrNotServer = errors.New("server: not a server process")
 // a process that is not a server (and sends it nothing), and with
 // *CallError as Call does. Only servers on n can be asked.
 func FormatState(ctx context.Context, n *gotp.Node, dest gotp.Dest) (string, error) {
+	v, err := ask(ctx, n, dest, func(a *answer) any { return stateQuery{a: a} })
+	if err != nil {
+		return "", err
+	}
+	s, _ := v.(string)
+	return s, nil
+}
+
+// ask sends the server dest on n the question q makes and waits for its
+// answer, as a call does: between callbacks, in mailbox order. It is how
+// the introspection functions (FormatState, GetState, ReplaceState) reach
+// a server: local servers only, and never a process that is not one.
+func ask(ctx context.Context, n *gotp.Node, dest gotp.Dest, q func(a *answer) any) (any, error) {
 	pid, ok := dest.Resolve(n)
 	if !ok {
-		return "", &CallError{Reason: gotp.ErrNoProc}
+		return nil, &CallError{Reason: gotp.ErrNoProc}
 	}
-	in, ok := n.ProcessInfo(pid)
+	h, ok := n.ProcessHandler(pid)
 	if !ok {
-		return "", &CallError{Server: pid, Reason: gotp.ErrNoProc}
+		if n.IsAlive(pid) {
+			return nil, ErrNotServer // a function process
+		}
+		return nil, &CallError{Server: pid, Reason: gotp.ErrNoProc}
 	}
-	if !strings.HasPrefix(in.Behaviour, labelPrefix) {
-		return "", ErrNotServer
+	if _, ok := h.(*gen); !ok {
+		return nil, ErrNotServer
 	}
 	var timeout <-chan time.Time
 	if _, ok := ctx.Deadline(); !ok {
@@ -110,12 +125,8 @@ func FormatState(ctx context.Context, n *gotp.Node, dest gotp.Dest) (string, err
 	}
 	a := &answer{}
 	mon := n.MonitorFunc(pid, func(d gotp.Down) { a.set(died{d.Reason}) })
-	n.Send(pid, stateQuery{a: a})
+	n.Send(pid, q(a))
 	v, err := a.await(ctx, pid, timeout)
 	n.Demonitor(mon, pid)
-	if err != nil {
-		return "", err
-	}
-	s, _ := v.(string)
-	return s, nil
+	return v, err
 }
