@@ -86,19 +86,19 @@ type (
 // the zero PID and no error, and keeps the spec unless the child is
 // Temporary (OTP drops an ignored temporary child). It blocks until the
 // child has started or ctx ends.
-func StartChild(ctx context.Context, n *gotp.Node, sup gotp.Dest, spec ChildSpec) (gotp.PID, error) {
+func StartChild[C server.Caller](ctx context.Context, c C, sup gotp.Dest, spec ChildSpec) (gotp.PID, error) {
 	if err := checkChild(&spec, false); err != nil {
 		return gotp.PID{}, err
 	}
-	return server.Call[gotp.PID](ctx, n, sup, startChildReq{ctx: ctx, spec: spec})
+	return server.Call[gotp.PID](ctx, c, sup, startChildReq{ctx: ctx, spec: spec})
 }
 
 // TerminateChild stops the child id of the static supervisor sup, within
 // its shutdown, and keeps its spec (RestartChild starts it again) unless it
 // is Temporary. A child that is not running is left as it is. It fails with
 // ErrNotFound, ErrDynamic or *server.CallError.
-func TerminateChild(ctx context.Context, n *gotp.Node, sup gotp.Dest, id string) error {
-	_, err := server.Call[struct{}](ctx, n, sup, terminateChildReq{id: id})
+func TerminateChild[C server.Caller](ctx context.Context, c C, sup gotp.Dest, id string) error {
+	_, err := server.Call[struct{}](ctx, c, sup, terminateChildReq{id: id})
 	return err
 }
 
@@ -107,15 +107,15 @@ func TerminateChild(ctx context.Context, n *gotp.Node, sup gotp.Dest, id string)
 // ErrRestarting, ErrNotFound, *ChildStartError (the spec is kept),
 // ErrDynamic or *server.CallError. A start that returns server.ErrIgnore
 // returns the zero PID and no error.
-func RestartChild(ctx context.Context, n *gotp.Node, sup gotp.Dest, id string) (gotp.PID, error) {
-	return server.Call[gotp.PID](ctx, n, sup, restartChildReq{ctx: ctx, id: id})
+func RestartChild[C server.Caller](ctx context.Context, c C, sup gotp.Dest, id string) (gotp.PID, error) {
+	return server.Call[gotp.PID](ctx, c, sup, restartChildReq{ctx: ctx, id: id})
 }
 
 // DeleteChild removes the spec of the child id of the static supervisor
 // sup, which must not be running. It fails with ErrRunning, ErrRestarting,
 // ErrNotFound, ErrDynamic or *server.CallError.
-func DeleteChild(ctx context.Context, n *gotp.Node, sup gotp.Dest, id string) error {
-	_, err := server.Call[struct{}](ctx, n, sup, deleteChildReq{id: id})
+func DeleteChild[C server.Caller](ctx context.Context, c C, sup gotp.Dest, id string) error {
+	_, err := server.Call[struct{}](ctx, c, sup, deleteChildReq{id: id})
 	return err
 }
 
@@ -123,27 +123,27 @@ func DeleteChild(ctx context.Context, n *gotp.Node, sup gotp.Dest, id string) er
 // order, a dynamic supervisor's in spawn order of their processes (those
 // whose restart is being retried last). It is a call, ordered with the
 // supervisor's other work; Inspect reads the same without one.
-func WhichChildren(ctx context.Context, n *gotp.Node, sup gotp.Dest) ([]ChildInfo, error) {
-	return server.Call[[]ChildInfo](ctx, n, sup, whichChildrenReq{})
+func WhichChildren[C server.Caller](ctx context.Context, c C, sup gotp.Dest) ([]ChildInfo, error) {
+	return server.Call[[]ChildInfo](ctx, c, sup, whichChildrenReq{})
 }
 
 // WhichChild describes the child id of the static supervisor sup (OTP's
 // which_child), as WhichChildren would. It fails with ErrNotFound,
 // ErrDynamic (see WhichDynamicChild) and *server.CallError.
-func WhichChild(ctx context.Context, n *gotp.Node, sup gotp.Dest, id string) (ChildInfo, error) {
-	return server.Call[ChildInfo](ctx, n, sup, whichChildReq{id: id})
+func WhichChild[C server.Caller](ctx context.Context, c C, sup gotp.Dest, id string) (ChildInfo, error) {
+	return server.Call[ChildInfo](ctx, c, sup, whichChildReq{id: id})
 }
 
 // GetChildSpec returns the spec of the child id of the static supervisor
 // sup (OTP's get_childspec), with the defaults it runs with filled in
 // (Shutdown). It fails with ErrNotFound, ErrDynamic and *server.CallError.
-func GetChildSpec(ctx context.Context, n *gotp.Node, sup gotp.Dest, id string) (ChildSpec, error) {
-	return server.Call[ChildSpec](ctx, n, sup, getChildSpecReq{id: id})
+func GetChildSpec[C server.Caller](ctx context.Context, c C, sup gotp.Dest, id string) (ChildSpec, error) {
+	return server.Call[ChildSpec](ctx, c, sup, getChildSpecReq{id: id})
 }
 
 // CountChildren counts the children of sup.
-func CountChildren(ctx context.Context, n *gotp.Node, sup gotp.Dest) (Counts, error) {
-	return server.Call[Counts](ctx, n, sup, countChildrenReq{})
+func CountChildren[C server.Caller](ctx context.Context, c C, sup gotp.Dest) (Counts, error) {
+	return server.Call[Counts](ctx, c, sup, countChildrenReq{})
 }
 
 // HandleCall serves the management functions.
@@ -275,12 +275,12 @@ func (s *sup) state(c *child) ChildState {
 
 func (s *sup) info(c *child) ChildInfo {
 	in := ChildInfo{
-		ID: c.spec.ID, PID: c.pid, State: s.state(c), Info: c.info,
+		ID: c.spec.ID, PID: c.pid, State: s.state(c), Info: s.infos[c],
 		Type: c.spec.Type, Restart: c.spec.Restart, Restarts: c.restarts,
 		StartFailures: c.failures,
 	}
 	if s.dynamic && c.restarting {
-		in.PID = c.last
+		in.PID = s.dynRestarting[c]
 	}
 	return in
 }

@@ -86,7 +86,12 @@
 // restart is being retried by the PID of its last process, so that it
 // can still be found and terminated). A start function may return
 // information about its child beside the PID (ChildSpec.StartInfo, OTP's
-// {ok, Pid, Info}); WhichChildren reports the latest. Inspect and Tree read a supervisor's children and
+// {ok, Pid, Info}); WhichChildren reports the latest. Each of these
+// functions takes its caller as server.Call does: the node, or, inside a
+// process, the process itself, which makes a call to a supervisor that
+// waits for the caller fail at once with server.ErrCallCycle (the Init of
+// one of its children calling it, for example) rather than at its
+// deadline. Inspect and Tree read a supervisor's children and
 // its counts of restarts and failed starts (per child and in total)
 // without a call, from what it publishes in its process dictionary, for an
 // observer.

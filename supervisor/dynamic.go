@@ -74,7 +74,7 @@ func (d DynamicSpec[A]) build() (*sup, error) {
 		maxChildren:   d.MaxChildren,
 		byPID:         newPIDMap(0),
 		byID:          map[string]*child{},
-		dynRestarting: make(map[*child]struct{}),
+		dynRestarting: make(map[*child]gotp.PID),
 		dynStart: func(ctx context.Context, sup *gotp.Process, arg any) (gotp.PID, any, error) {
 			var a A
 			if arg != nil {
@@ -133,8 +133,8 @@ func (d DynamicSpec[A]) ChildSpec(id string, opts ...server.Option) ChildSpec {
 // *server.CallError when sup cannot be called. A start that returns
 // server.ErrIgnore returns the zero PID and no error (no child is kept).
 // It blocks until the child has started or ctx ends.
-func StartDynamicChild[A any](ctx context.Context, n *gotp.Node, sup gotp.Dest, arg A) (gotp.PID, error) {
-	return server.Call[gotp.PID](ctx, n, sup, startDynamicReq{ctx: ctx, arg: arg})
+func StartDynamicChild[A any, C server.Caller](ctx context.Context, c C, sup gotp.Dest, arg A) (gotp.PID, error) {
+	return server.Call[gotp.PID](ctx, c, sup, startDynamicReq{ctx: ctx, arg: arg})
 }
 
 // TerminateDynamicChild stops the child pid of the dynamic supervisor sup
@@ -145,8 +145,8 @@ func StartDynamicChild[A any](ctx context.Context, n *gotp.Node, sup gotp.Dest, 
 // any more, whether it exited by itself or was terminated before. It fails
 // with ErrNotFound for a live process that is not a child of sup, with
 // ErrNotDynamic and with *server.CallError.
-func TerminateDynamicChild(ctx context.Context, n *gotp.Node, sup gotp.Dest, pid gotp.PID) error {
-	_, err := server.Call[struct{}](ctx, n, sup, terminateDynamicReq{pid: pid})
+func TerminateDynamicChild[C server.Caller](ctx context.Context, c C, sup gotp.Dest, pid gotp.PID) error {
+	_, err := server.Call[struct{}](ctx, c, sup, terminateDynamicReq{pid: pid})
 	return err
 }
 
@@ -154,8 +154,8 @@ func TerminateDynamicChild(ctx context.Context, n *gotp.Node, sup gotp.Dest, pid
 // (OTP's which_child with a pid): a running child, or one whose restart is
 // being retried, named by the PID of its last process. It fails with
 // ErrNotFound, ErrNotDynamic and *server.CallError.
-func WhichDynamicChild(ctx context.Context, n *gotp.Node, sup gotp.Dest, pid gotp.PID) (ChildInfo, error) {
-	return server.Call[ChildInfo](ctx, n, sup, whichDynamicChildReq{pid: pid})
+func WhichDynamicChild[C server.Caller](ctx context.Context, c C, sup gotp.Dest, pid gotp.PID) (ChildInfo, error) {
+	return server.Call[ChildInfo](ctx, c, sup, whichDynamicChildReq{pid: pid})
 }
 
 func (s *sup) startDynamic(ctx context.Context, arg any) any {
@@ -199,8 +199,8 @@ func (s *sup) findDynamic(pid gotp.PID) (*child, bool) {
 	if c, ok := s.byPID.get(pid); ok {
 		return c, true
 	}
-	for c := range s.dynRestarting {
-		if c.last == pid {
+	for c, last := range s.dynRestarting {
+		if last == pid {
 			return c, true
 		}
 	}
@@ -223,6 +223,7 @@ func (s *sup) stopDynamic() {
 	}
 	s.byPID.clear()
 	clear(s.dynRestarting)
+	clear(s.infos)
 	s.mu.Unlock()
 	if len(kids) == 0 {
 		return

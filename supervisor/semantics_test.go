@@ -468,3 +468,34 @@ func TestAutoShutdownClimbsTheTree(t *testing.T) {
 		t.Fatalf("root exit %v, want ErrAutoShutdown", r)
 	}
 }
+
+// callsSup is a server whose Init calls its supervisor (named "sup"), as
+// the process it is: the supervisor waits for that Init, so the call
+// would wait for itself.
+type callsSup struct{ server.Defaults }
+
+func (callsSup) Init(ctx context.Context, p *gotp.Process) error {
+	_, err := supervisor.WhichChildren(ctx, p, gotp.Name("sup"))
+	return err
+}
+
+// A child whose Init calls its own supervisor (the classic deadlock of a
+// supervision tree) fails at once with a call cycle instead of at its
+// deadline, at the supervisor's start and through StartChild.
+func TestChildInitCallingItsSupervisor(t *testing.T) {
+	n := gotptest.NewNode(t, gotptest.Logger(discard))
+	ctx := gotptest.Context(t) // a long deadline: a call that waited for it would fail the test
+	spec := supervisor.Server("calls-sup", func() server.Behaviour { return callsSup{} })
+	_, err := supervisor.Start(ctx, n, supervisor.Spec{Children: []supervisor.ChildSpec{spec}}, server.Named("sup"))
+	if !errors.Is(err, server.ErrCallCycle) || !errors.As(err, new(*supervisor.ChildStartError)) {
+		t.Fatalf("Start = %v, want the child's start to fail with a call cycle", err)
+	}
+	sup, err := supervisor.Start(ctx, n, supervisor.Spec{}, server.Named("sup"))
+	gotptest.Must(t, err)
+	if _, err := supervisor.StartChild(ctx, n, sup, spec); !errors.Is(err, server.ErrCallCycle) {
+		t.Fatalf("StartChild = %v, want a call cycle", err)
+	}
+	if w := mustWhich(t, n, sup); len(w) != 0 {
+		t.Fatalf("children %+v", w)
+	}
+}

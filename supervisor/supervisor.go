@@ -89,8 +89,6 @@ type child struct {
 	spec       *ChildSpec // dynamic children: the shared template (Start is nil)
 	arg        any        // dynamic children: the start argument
 	pid        gotp.PID   // zero when not running
-	last       gotp.PID   // the latest process started for it: a restarting dynamic child's identity
-	info       any        // what the latest start returned beside the PID (StartInfo)
 	restarting bool       // a restart failed; a retry is queued
 	removed    bool       // no longer a child: a queued retry is void
 	restarts   int        // times restarted by the supervisor
@@ -135,7 +133,8 @@ type sup struct {
 	children      []*child   // static children in start order
 	byID          map[string]*child
 	byPID         pidMap              // running children
-	dynRestarting map[*child]struct{} // dynamic children whose restart failed
+	dynRestarting map[*child]gotp.PID // dynamic children whose restart failed, with the PID of their last process
+	infos         map[*child]any      // what the latest start of a child returned beside its PID (StartInfo); nil until the first
 	restarts      uint64
 	failures      uint64 // failed child starts
 }
@@ -194,7 +193,7 @@ func (s *sup) HandleInfo(p *gotp.Process, msg any) error {
 		if m.c.removed || !m.c.restarting {
 			return nil
 		}
-		return s.restart(m.c, m.err)
+		return s.restart(m.c, m.err, s.dynRestarting[m.c])
 	}
 	return s.Defaults.HandleInfo(p, msg)
 }
@@ -225,7 +224,7 @@ func (s *sup) childExited(c *child, reason error) error {
 		}
 		return nil
 	}
-	return s.restart(c, reason)
+	return s.restart(c, reason, old)
 }
 
 // significantEnded applies the supervisor's AutoShutdown after the
@@ -255,9 +254,9 @@ func (s *sup) significantEnded(c *child) error {
 }
 
 // restart counts a restart against the intensity and restarts c (and, by
-// the strategy, its siblings) after it ended with reason. It returns
-// ErrMaxIntensity when the supervisor must give up.
-func (s *sup) restart(c *child, reason error) error {
+// the strategy, its siblings) after it ended with reason; old is its last
+// process. It returns ErrMaxIntensity when the supervisor must give up.
+func (s *sup) restart(c *child, reason error, old gotp.PID) error {
 	if !s.ring.add(int64(time.Since(s.epoch)), s.intensity, int64(s.period)) {
 		s.log.Error("supervisor: reached max restart intensity, shutting down",
 			"supervisor", s.label, "child", c.spec.ID, "reason", reason, "intensity", s.intensity, "period", s.period)
@@ -268,7 +267,7 @@ func (s *sup) restart(c *child, reason error) error {
 	s.mu.Unlock()
 	ctx := s.p.Context()
 	if s.dynamic || s.strategy == OneForOne {
-		return s.restartOne(ctx, c)
+		return s.restartOne(ctx, c, old)
 	}
 	from := slices.Index(s.children, c)
 	if s.strategy == OneForAll {
@@ -286,7 +285,7 @@ func (s *sup) restart(c *child, reason error) error {
 		from = 0
 	}
 	for _, d := range slices.Clone(s.children[from:]) {
-		if err := s.restartOne(ctx, d); err != nil || d.restarting {
+		if err := s.restartOne(ctx, d, gotp.PID{}); err != nil || d.restarting {
 			return err // a failed start is retried later; the rest wait for it
 		}
 	}
@@ -294,8 +293,9 @@ func (s *sup) restart(c *child, reason error) error {
 }
 
 // restartOne starts c again. A failure is logged, marks c restarting and
-// queues a retry; only a stopping node makes it return an error.
-func (s *sup) restartOne(ctx context.Context, c *child) error {
+// queues a retry (a dynamic child is then known by last, the PID of its
+// last process); only a stopping node makes it return an error.
+func (s *sup) restartOne(ctx context.Context, c *child, last gotp.PID) error {
 	old := c.restarts
 	s.mu.Lock()
 	c.restarts++
@@ -310,7 +310,7 @@ func (s *sup) restartOne(ctx context.Context, c *child) error {
 		s.mu.Lock()
 		c.restarting = true
 		if s.dynamic {
-			s.dynRestarting[c] = struct{}{}
+			s.dynRestarting[c] = last
 		}
 		s.mu.Unlock()
 		s.p.Send(s.p.Self(), tryAgain{c: c, err: err})
@@ -340,7 +340,7 @@ func (s *sup) start(ctx context.Context, c *child) (ignored bool, err error) {
 		if errors.Is(err, server.ErrIgnore) {
 			s.mu.Lock()
 			c.restarting = false
-			c.info = nil
+			delete(s.infos, c)
 			delete(s.dynRestarting, c)
 			s.mu.Unlock()
 			return true, nil
@@ -348,8 +348,16 @@ func (s *sup) start(ctx context.Context, c *child) (ignored bool, err error) {
 		return false, err
 	}
 	s.mu.Lock()
-	c.pid, c.last, c.info = pid, pid, info
+	c.pid = pid
 	c.restarting = false
+	switch {
+	case info != nil && s.infos == nil:
+		s.infos = map[*child]any{c: info}
+	case info != nil:
+		s.infos[c] = info
+	default:
+		delete(s.infos, c)
+	}
 	delete(s.dynRestarting, c)
 	s.byPID.put(pid, c)
 	s.mu.Unlock()
@@ -387,6 +395,7 @@ func (s *sup) remove(c *child) {
 	defer s.mu.Unlock()
 	c.removed = true
 	delete(s.dynRestarting, c)
+	delete(s.infos, c)
 	if s.dynamic {
 		return
 	}
