@@ -21,7 +21,10 @@
 //   - process?pid=<PID>: one process: behaviour, label, status, start time,
 //     messages handled, links, monitors, mailbox length and head, a
 //     server's state (server.FormatState: as its behaviour chooses to show
-//     it), the stack of a resident process, a supervisor's children;
+//     it; asked only of an idle server, so that the question never waits
+//     behind its work or counts against its mailbox limit), the stack of a
+//     resident process (on request: a goroutine profile of the program),
+//     a supervisor's children;
 //   - registry?name=<name>: the entries of a registry of RegistrySource,
 //     paged and filterable;
 //   - api/snapshot and api/process?pid=: the same as JSON (Snapshot,
@@ -97,7 +100,8 @@
 // scrape visits each process once (gotp.Node.EachProcess) without a row
 // per process, and ScopeSource alone makes one call, to find the scope.
 // Two things do wait: a server's state on its process page (a message to
-// the server, answered between its callbacks, given up after a second),
-// and the stack of a resident process (a goroutine profile of the
-// program). The registry page reads every entry of the registry.
+// an idle server, answered between its callbacks, given up after a
+// second), and the stack of a resident process (a goroutine profile of the
+// program, taken only when asked for, on a page that then stops
+// refreshing). The registry page reads every entry of the registry.
 package observer

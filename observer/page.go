@@ -16,8 +16,12 @@ type base struct {
 	Token     string
 	RefreshMS int64
 	Partial   bool
+	Static    bool // the page does not refresh itself
 	Title     string
 }
+
+// Now is the time of the page, for what it shows once.
+func (b base) Now() string { return time.Now().Format("15:04:05") }
 
 // Base returns b: what a template passes on to the shared templates.
 func (b base) Base() base { return b }
@@ -158,7 +162,7 @@ svg.chart{background:#fafafa;border:1px solid #eee}svg.chart polyline{fill:none;
 </style></head>
 <body><h1><a href="{{.URL "./"}}">gotp observer</a></h1>
 <p class="meta"><a href="{{.URL "api/snapshot"}}">JSON</a> · <a href="{{.URL "metrics"}}">metrics</a></p>
-<div id="content" data-refresh="{{.RefreshMS}}">{{end}}
+<div id="content" data-refresh="{{.RefreshMS}}"{{if .Static}} data-static{{end}}>{{end}}
 
 {{define "foot"}}</div>
 <script>

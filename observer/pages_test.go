@@ -1,6 +1,7 @@
 package observer_test
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"html"
@@ -88,6 +89,7 @@ func TestProcessPage(t *testing.T) {
 // TestProcessPageMailboxAndStack: a process's queued messages are shown;
 // a resident process (a supervisor) shows its stack and its children.
 func TestProcessPageMailboxAndStack(t *testing.T) {
+	// (A busy server's state is not asked: see TestProcessPageBusyServer.)
 	n, root := tree(t)
 	release := make(chan struct{})
 	defer close(release)
@@ -102,6 +104,18 @@ func TestProcessPageMailboxAndStack(t *testing.T) {
 		t.Fatalf("mailbox %d, head %q", d.MailboxLen, d.MailboxHead)
 	}
 	_, body = get(t, o, "/observer/api/process?pid="+root.String())
+	d = observer.ProcessDetail{}
+	json.Unmarshal([]byte(body), &d)
+	if d.Stack != "" {
+		t.Errorf("a stack not asked for: %q", d.Stack)
+	}
+	if _, page := get(t, o, "/observer/process?pid="+root.String()); !strings.Contains(page, `id="show-stack"`) || strings.Contains(page, " data-static>") {
+		t.Error("the page of a resident process does not offer its stack, or does not refresh")
+	}
+	if _, page := get(t, o, "/observer/process?pid="+root.String()+"&stack=1"); !strings.Contains(page, `id="stack"`) || !strings.Contains(page, " data-static>") {
+		t.Error("the stack page does not show the stack, or refreshes")
+	}
+	_, body = get(t, o, "/observer/api/process?stack=1&pid="+root.String())
 	d = observer.ProcessDetail{}
 	json.Unmarshal([]byte(body), &d)
 	if !d.Resident || !strings.Contains(d.Stack, "runResident") || d.Supervisor == nil || len(d.Supervisor.Children) != 3 {
@@ -211,4 +225,50 @@ func TestSystemHistory(t *testing.T) {
 		json.Unmarshal([]byte(body), &s)
 		return len(s.System.History) == 5 && s.System.History[0].Time.After(first)
 	})
+}
+
+// blocking is a server whose calls wait until release is closed.
+type blocking struct {
+	server.Defaults
+	release chan struct{}
+}
+
+func (b *blocking) HandleCall(*gotp.Process, server.From, any) (any, error) {
+	<-b.release
+	return nil, nil
+}
+
+// TestProcessPageBusyServer: the state of a busy server is not asked for
+// (the question would queue behind its work and count against a mailbox
+// limit): its mailbox does not grow however often the page is loaded.
+func TestProcessPageBusyServer(t *testing.T) {
+	n := gotptest.NewNode(t, gotptest.Name("obs"))
+	b := &blocking{release: make(chan struct{})}
+	pid, err := server.Start(gotptest.Context(t), n, b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	called := make(chan struct{})
+	go func() {
+		defer close(called)
+		server.Call[any](context.Background(), n, pid, "wait")
+	}()
+	gotptest.Eventually(t, "the server to be busy", func() bool {
+		in, _ := n.ProcessInfo(pid)
+		return in.Status == gotp.StatusRunning
+	})
+	o := observer.New(n, observer.Options{})
+	for range 5 {
+		_, body := get(t, o, "/observer/api/process?pid="+pid.String())
+		var d observer.ProcessDetail
+		json.Unmarshal([]byte(body), &d)
+		if d.State != "" || !strings.Contains(d.StateErr, "busy") {
+			t.Fatalf("busy server: state %q, error %q", d.State, d.StateErr)
+		}
+	}
+	if in, _ := n.ProcessInfo(pid); in.MailboxLen != 0 {
+		t.Errorf("the page sent the busy server %d messages", in.MailboxLen)
+	}
+	close(b.release)
+	gotptest.Recv(t, called)
 }

@@ -34,7 +34,8 @@ type ProcessDetail struct {
 	// (server.FormatState); StateErr why it could not be read.
 	State    string `json:"state,omitempty"`
 	StateErr string `json:"state_error,omitempty"`
-	// Stack is the stack of a resident process's goroutine.
+	// Stack is the stack of a resident process's goroutine, when asked
+	// for (?stack=1).
 	Stack string `json:"stack,omitempty"`
 	// Supervisor is the process's tree, when it is a supervisor.
 	Supervisor *SupTree `json:"supervisor,omitempty"`
@@ -47,8 +48,10 @@ const (
 	stateTimeout = time.Second
 )
 
-// detail gathers the process page of pid.
-func (o *Observer) detail(ctx context.Context, pid gotp.PID) ProcessDetail {
+// detail gathers the process page of pid; with stack, the stack of a
+// resident process too (a goroutine profile of the whole program: asked
+// for, never refreshed).
+func (o *Observer) detail(ctx context.Context, pid gotp.PID, stack bool) ProcessDetail {
 	d := ProcessDetail{PID: pid.String()}
 	in, ok := o.n.ProcessInfo(pid)
 	if !ok {
@@ -68,7 +71,13 @@ func (o *Observer) detail(ctx context.Context, pid gotp.PID) ProcessDetail {
 			d.MailboxHead = append(d.MailboxHead, render.Value(m, headLimit))
 		}
 	}
-	if strings.HasPrefix(in.Behaviour, "server ") {
+	switch {
+	case !strings.HasPrefix(in.Behaviour, "server "):
+	case in.Status != gotp.StatusWaiting || in.MailboxLen > 0:
+		// The question would wait behind the server's work, and count
+		// against its mailbox limit: asked only of an idle server.
+		d.StateErr = fmt.Sprintf("not asked: the server is busy (%s, %d messages waiting)", in.Status, in.MailboxLen)
+	default:
 		sctx, cancel := context.WithTimeout(ctx, stateTimeout)
 		st, err := server.FormatState(sctx, o.n, pid)
 		cancel()
@@ -81,7 +90,7 @@ func (o *Observer) detail(ctx context.Context, pid gotp.PID) ProcessDetail {
 			d.StateErr = err.Error()
 		}
 	}
-	if in.Resident {
+	if in.Resident && stack {
 		d.Stack, _ = o.n.ProcessStack(pid)
 	}
 	if t, ok := supervisor.Tree(o.n, pid); ok {
@@ -105,7 +114,8 @@ func (o *Observer) serveProcessPage(w http.ResponseWriter, r *http.Request) {
 		d.Err = err.Error()
 		w.WriteHeader(http.StatusBadRequest)
 	} else {
-		d.D = o.detail(r.Context(), pid)
+		d.Static = r.URL.Query().Get("stack") == "1" // a profile per refresh would cost too much
+		d.D = o.detail(r.Context(), pid, d.Static)
 		d.Title = pid.String() + " · gotp observer"
 	}
 	o.render(w, d.base, "process", d)
@@ -117,7 +127,7 @@ func (o *Observer) serveProcessJSON(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
 	}
-	d := o.detail(r.Context(), pid)
+	d := o.detail(r.Context(), pid, r.URL.Query().Get("stack") == "1")
 	if !d.Alive {
 		w.WriteHeader(http.StatusNotFound)
 	}
@@ -148,7 +158,9 @@ const processPage = `
 {{else}}<p class="meta">{{if .MailboxLen}}the {{.MailboxLen}} waiting messages are in the process's current burst, which only it may read{{else}}empty{{end}}</p>{{end}}
 {{if or .State .StateErr}}<h3>State</h3>
 {{if .State}}<pre id="state">{{.State}}</pre>{{else}}<p class="err" id="state-error">{{.StateErr}}</p>{{end}}{{end}}
-{{if .Stack}}<h3>Stack</h3><pre id="stack">{{.Stack}}</pre>{{end}}
+{{if .Stack}}<h3>Stack</h3><pre id="stack">{{.Stack}}</pre>
+<p class="meta">as of {{$.Now}}; <a href="{{$.URL "process" "pid" .PID}}">back to the refreshing page</a></p>
+{{else if .Resident}}<p><a id="show-stack" href="{{$.URL "process" "pid" .PID "stack" "1"}}">show its stack</a> <span class="meta">(a goroutine profile of the program; the page then stops refreshing)</span></p>{{end}}
 {{if .Supervisor}}<h3>Children</h3>
 <ul class="trees">{{template "tree" (subtree $.Base .Supervisor)}}</ul>{{end}}
 {{end}}{{end}}

@@ -413,6 +413,8 @@ func TestBrowserObserverProcessPage(t *testing.T) {
 	rootLink := fmt.Sprintf(`#links a.pid[href*=%s]`, strconv.Quote(url.QueryEscape(root)))
 	runActions(t, ctx, "follow the link to chat.root", chromedp.Click(chromedp.CSS(rootLink)))
 	waitPage(t, ctx, root)
+	runActions(t, ctx, "ask for chat.root's stack", chromedp.Click(chromedp.CSS(`#show-stack`)))
+	waitPage(t, ctx, root)
 	runActions(t, ctx, "chat.root's stack", chromedp.WaitVisible(chromedp.CSS(`#stack`)))
 	if st := text(t, ctx, `#stack`); !strings.Contains(st, "runResident") {
 		t.Errorf("chat.root's stack:\n%s", st)
