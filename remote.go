@@ -76,6 +76,16 @@ func (n *Node) Attach(t Transport) (*Gateway, error) {
 	return &Gateway{n: n, r: r}, nil
 }
 
+// Transport returns the transport attached with Attach, or nil when the
+// node runs alone. Behaviours use it to find optional capabilities of a
+// cluster transport (server.RemoteCaller, for example).
+func (n *Node) Transport() Transport {
+	if r := n.remote.Load(); r != nil {
+		return r.t
+	}
+	return nil
+}
+
 // A Gateway is how a transport delivers signals that arrive from other
 // nodes. Its methods are safe for concurrent use; signals for processes
 // that are not alive are answered as Erlang does (a link or monitor of a

@@ -223,13 +223,33 @@ func Call[R any, C Caller](ctx context.Context, c C, to gotp.Dest, req any) (R, 
 // call1 makes a call on node n; p is the calling process, or nil for a
 // call made with the node. A call by a process to itself fails at once; a
 // call by a server to a local server takes part in the detection of call
-// cycles (see cycle.go). A call with the node runs none of that.
+// cycles (see cycle.go). A call with the node runs none of that. A call
+// to another node goes to the node's transport when it is a RemoteCaller.
 func call1(ctx context.Context, n *gotp.Node, p *gotp.Process, to gotp.Dest, req any) (any, error) {
-	pid, ok := to.Resolve(n)
+	var pid gotp.PID
+	ok := false
+	switch d := to.(type) {
+	case gotp.PID:
+		pid, ok = d, !d.IsZero()
+	case RemoteDest:
+		if d.DestNode() != n.Name() {
+			if rc, isRC := n.Transport().(RemoteCaller); isRC {
+				return callVia(ctx, rc, gotp.PID{}, to, req)
+			}
+		}
+		pid, ok = d.Resolve(n)
+	default:
+		pid, ok = to.Resolve(n)
+	}
 	if !ok {
 		return nil, &CallError{Reason: gotp.ErrNoProc}
 	}
 	local := pid.Node() == n.Name() && pid.Creation() == n.Creation()
+	if !local {
+		if rc, isRC := n.Transport().(RemoteCaller); isRC {
+			return callVia(ctx, rc, pid, pid, req)
+		}
+	}
 	var me *gen // the calling server, for a tracked call
 	if p != nil {
 		if pid == p.Self() {
@@ -293,8 +313,52 @@ func call1(ctx context.Context, n *gotp.Node, p *gotp.Process, to gotp.Dest, req
 	return v, err
 }
 
-// callRemote calls a server on another node. A handler process on this
-// node (the "call proxy") monitors the server and takes the reply, sent
+// RemoteCaller is implemented by a cluster transport (see
+// gotp.Node.Transport) that carries calls to servers on other nodes
+// itself: the cluster package's transport sends the request and an
+// implied monitor as one signal, and the server's node drops the monitor
+// as it sends the reply, so a call costs one signal each way and no
+// process on the caller's node. Without one, Call uses a call proxy (see
+// callRemote).
+type RemoteCaller interface {
+	// CallRemote sends req to the server to (a PID of another node, or a
+	// RemoteDest) and waits for its answer until ctx ends, or for timeout
+	// when ctx has no deadline. It returns the reply; or down true and
+	// the reason the server is gone (its exit reason, nil for a normal
+	// exit, gotp.ErrNoProc when it was not running, gotp.ErrNoConnection
+	// when its node is not connected or was lost); or down false and the
+	// context's error. It must be safe for concurrent use.
+	CallRemote(ctx context.Context, to gotp.Dest, req any, timeout time.Duration) (reply any, down bool, reason error)
+}
+
+// A RemoteDest names a process that only its own node can resolve, such
+// as a name registered on another node (Erlang's {Name, Node}; the cluster
+// package's Remote is one). Call hands it to the node's RemoteCaller when
+// DestNode is another node; its Resolve is what every other use of it
+// (Cast, Stop, Node.SendTo) does.
+type RemoteDest interface {
+	gotp.Dest
+	// DestNode returns the name of the node that resolves the
+	// destination.
+	DestNode() string
+}
+
+// callVia makes a call through a RemoteCaller; pid is the server when it
+// is known (to a PID), for the CallError.
+func callVia(ctx context.Context, rc RemoteCaller, pid gotp.PID, to gotp.Dest, req any) (any, error) {
+	v, down, reason := rc.CallRemote(ctx, to, req, DefaultCallTimeout)
+	if down {
+		return nil, &CallError{Server: pid, Reason: reasonOrNoProc(reason)}
+	}
+	if reason != nil {
+		return nil, &CallError{Server: pid, Reason: reason}
+	}
+	return v, nil
+}
+
+// callRemote calls a server on another node through a transport that is
+// not a RemoteCaller. A handler process on this node (the "call proxy")
+// monitors the server and takes the reply, sent
 // as a ReplyMessage: since both reach its mailbox in the order the
 // server's node sent them, a reply sent just before the server exits is
 // never mistaken for its death. The request travels as a Request, which a
