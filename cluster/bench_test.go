@@ -29,8 +29,10 @@ func counter(b *testing.B, n *gotp.Node, want int64) (gotp.PID, chan struct{}) {
 }
 
 // BenchmarkC1RemoteSend: one-way sends from node A to a process on node B
-// (three nodes up). Frames to one node are batched: every frame queued
-// while the writer goroutine publishes goes out in the next NATS message.
+// (three nodes up, all in this process, over direct links). Frames to one
+// node are batched: every frame queued while the link's writer writes goes
+// out in its next write. BenchmarkC1ProcsSend is the same across
+// processes.
 func BenchmarkC1RemoteSend(b *testing.B) {
 	ms := startCluster(b, "a", "b", "c")
 	a, bn := ms[0], ms[1]
@@ -54,7 +56,7 @@ func BenchmarkC1RemoteSend(b *testing.B) {
 }
 
 // BenchmarkC1RemoteSendLocalBaseline is the same send to a process on the
-// sender's own node: the ratio shows what crossing NATS costs.
+// sender's own node: the ratio shows what crossing nodes costs.
 func BenchmarkC1RemoteSendLocalBaseline(b *testing.B) {
 	n := gotp.NewNode(gotp.Options{Name: "solo"})
 	defer stopNode(b, n)
@@ -74,7 +76,9 @@ func (adder) HandleCall(_ *gotp.Process, _ server.From, req any) (any, error) {
 	return req.(int) + 1, nil
 }
 
-// BenchmarkC1CallRoundTrip: server.Call from node A to a server on node B.
+// BenchmarkC1CallRoundTrip: server.Call from node A to a server on node B,
+// both in this process (allocations count both ends).
+// BenchmarkC1ProcsCall is the same across processes.
 func BenchmarkC1CallRoundTrip(b *testing.B) {
 	ms := startCluster(b, "a", "b", "c")
 	a, bn := ms[0], ms[1]
@@ -132,10 +136,11 @@ func BenchmarkC2JoinVisible(b *testing.B) {
 	b.ReportMetric(float64(lat[len(lat)-1].Microseconds())/1000, "max-ms")
 }
 
-// BenchmarkC2KilledNodeGone: node C crashes (its NATS server stops with no
-// goodbye); time until node A no longer lists C's group members. The
-// heartbeat timeout is 1 s; the figure should be at most that plus one
-// heartbeat interval.
+// BenchmarkC2KilledNodeGone: node C crashes (its direct links close and
+// its NATS server stops, with no goodbye, as when its process dies); time
+// until node A no longer lists C's group members. The heartbeat timeout
+// is 1 s: the closed links tell well before it. BenchmarkC2ProcsKilledNode
+// kills a real process.
 func BenchmarkC2KilledNodeGone(b *testing.B) {
 	var total time.Duration
 	for range b.N {

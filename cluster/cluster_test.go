@@ -14,6 +14,13 @@ import (
 
 func TestRemoteSend(t *testing.T) {
 	ms := startCluster(t, "a", "b", "c")
+	for _, m := range ms {
+		for _, ni := range m.c.Nodes() {
+			if !ni.Direct {
+				t.Fatalf("%s reaches %s over NATS: %+v", m.n.Name(), ni.Name, m.c.Stats())
+			}
+		}
+	}
 	a, b := ms[0], ms[1]
 	pidSink := gotptest.NewSink(t, b.n)
 	pid, ch := pidSink.PID(), pidSink.C()

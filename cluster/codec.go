@@ -93,19 +93,23 @@ func NewCodec() *Codec {
 	c := &Codec{tags: cbor.NewTagSet()}
 	c.tables.Store(&codecTables{byType: map[reflect.Type]*typeEntry{}, byID: map[uint32]*typeEntry{}, nestable: map[reflect.Type]bool{}})
 	c.rebuildModes()
+	// Scalars have a compact form of their own as whole messages (they
+	// are the usual call requests and replies); inside other values they
+	// are CBOR like everything else.
+	for _, t := range scalarForms() {
+		if err := c.registerForm(t.name, t.typ, t.enc, t.dec, true); err != nil {
+			panic(err) // built-in table is static: a failure is a bug here
+		}
+	}
 	for _, t := range []struct {
 		name string
 		v    any
 	}{
-		{"bool", false}, {"string", ""}, {"[]byte", []byte(nil)},
-		{"int", int(0)}, {"int8", int8(0)}, {"int16", int16(0)}, {"int32", int32(0)}, {"int64", int64(0)},
-		{"uint", uint(0)}, {"uint8", uint8(0)}, {"uint16", uint16(0)}, {"uint32", uint32(0)}, {"uint64", uint64(0)},
-		{"float32", float32(0)}, {"float64", float64(0)},
 		{"[]string", []string(nil)}, {"[]any", []any(nil)}, {"map[string]any", map[string]any(nil)},
 		{"time.Time", time.Time{}}, {"time.Duration", time.Duration(0)},
 		{"gotp.PID", gotp.PID{}}, {"gotp.Ref", gotp.Ref{}},
 	} {
-		if err := c.register(t.name, reflect.TypeOf(t.v), nil, nil, true); err != nil {
+		if err := c.register(t.name, reflect.TypeOf(t.v), nil, nil); err != nil {
 			panic(err) // built-in table is static: a failure is a bug here
 		}
 	}
@@ -124,7 +128,7 @@ func NewCodec() *Codec {
 		{"gotp.error", (*RemoteError)(nil), encErrValue, decErrValue},
 	}
 	for _, b := range builtins {
-		if err := c.register(b.name, reflect.TypeOf(b.v), b.enc, b.dec, false); err != nil {
+		if err := c.register(b.name, reflect.TypeOf(b.v), b.enc, b.dec); err != nil {
 			panic(err)
 		}
 	}
@@ -132,6 +136,7 @@ func NewCodec() *Codec {
 		{"shutdown", gotp.ErrShutdown}, {"kill", gotp.ErrKill}, {"killed", gotp.ErrKilled},
 		{"noproc", gotp.ErrNoProc}, {"noconnection", gotp.ErrNoConnection},
 		{"nodestopped", gotp.ErrNodeStopped}, {"server.unhandled", server.ErrUnhandled},
+		{"cluster.nameconflict", ErrNameConflict},
 	} {
 		if err := c.RegisterError(s.name, s.err); err != nil {
 			panic(err)
@@ -172,7 +177,7 @@ func Register[T any](c *Codec, name string) error {
 	if t.Kind() == reflect.Interface {
 		return fmt.Errorf("cluster: cannot register interface type %s", t)
 	}
-	return c.register(name, t, nil, nil, true)
+	return c.register(name, t, nil, nil)
 }
 
 // RegisterError makes the sentinel error err travel by name: a reason or
@@ -209,7 +214,14 @@ func typeID(name string) uint32 {
 	return id
 }
 
-func (c *Codec) register(name string, t reflect.Type, enc func(*Codec, []byte, any) ([]byte, error), dec func(*Codec, *reader) (any, error), tag bool) error {
+func (c *Codec) register(name string, t reflect.Type, enc func(*Codec, []byte, any) ([]byte, error), dec func(*Codec, *reader) (any, error)) error {
+	return c.registerForm(name, t, enc, dec, false)
+}
+
+// registerForm registers t; scalar marks a basic type with a hand-written
+// form that may still travel inside interface fields (as CBOR).
+func (c *Codec) registerForm(name string, t reflect.Type, enc func(*Codec, []byte, any) ([]byte, error), dec func(*Codec, *reader) (any, error), scalar bool) error {
+	tag := !scalar && enc == nil
 	if name == "" {
 		return errors.New("cluster: empty type name")
 	}
@@ -225,6 +237,8 @@ func (c *Codec) register(name string, t reflect.Type, enc func(*Codec, []byte, a
 	}
 	nestable := false
 	switch {
+	case scalar:
+		nestable = true
 	case enc != nil:
 	case t == reflect.TypeOf(time.Time{}):
 		nestable = true

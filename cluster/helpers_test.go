@@ -16,8 +16,8 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	if os.Getenv(childEnv) != "" {
-		os.Exit(childMain())
+	if os.Getenv(nodeProcEnv) != "" {
+		os.Exit(nodeProcMain())
 	}
 	gotptest.VerifyTestMain(m)
 }
@@ -39,6 +39,8 @@ func testCodec(t testing.TB) *Codec {
 	c := NewCodec()
 	gotptest.Must(t, Register[Ping](c, "test.Ping"))
 	gotptest.Must(t, Register[Box](c, "test.Box"))
+	gotptest.Must(t, Register[countTo](c, "test.countTo"))
+	gotptest.Must(t, Register[counted](c, "test.counted"))
 	gotptest.Must(t, c.RegisterError("test.errBoom", errBoom))
 	return c
 }
@@ -85,10 +87,19 @@ func stopNode(t testing.TB, n *gotp.Node) {
 // every other.
 func startCluster(t testing.TB, names ...string) []member {
 	t.Helper()
+	return startClusterWith(t, nil, names...)
+}
+
+// startClusterWith is startCluster with options changed by edit.
+func startClusterWith(t testing.TB, edit func(*Options), names ...string) []member {
+	t.Helper()
 	var ms []member
 	var routes []string
 	for _, name := range names {
 		o := fastOpts(t)
+		if edit != nil {
+			edit(&o)
+		}
 		o.Peers = append([]string(nil), routes...)
 		m := startNode(t, name, o)
 		routes = append(routes, m.c.RouteURL())

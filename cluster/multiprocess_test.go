@@ -1,168 +1,91 @@
 package cluster
 
 import (
-	"bufio"
 	"context"
-	"fmt"
-	"os"
-	"os/exec"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/gotp/gotp"
 	"github.com/gotp/gotp/gotptest"
 	"github.com/gotp/gotp/pg"
+	"github.com/gotp/gotp/server"
 )
 
-// The multi-process test re-runs this test binary as a cluster node: with
-// childEnv set, TestMain calls childMain instead of running tests.
-const (
-	childEnv     = "GOTP_CLUSTER_CHILD"
-	childPeerEnv = "GOTP_CLUSTER_PEER"
-	childToEnv   = "GOTP_CLUSTER_REPORT_TO"
-	mpInterval   = 100 * time.Millisecond
-	mpTimeout    = 1500 * time.Millisecond
-)
-
-// childMain runs a node named $GOTP_CLUSTER_CHILD routed to $GOTP_CLUSTER_PEER:
-// it replicates pg scope "mp", has one process join group "workers", tells
-// the process $GOTP_CLUSTER_REPORT_TO about it, prints "ready" and waits to
-// be killed.
-func childMain() int {
-	name := os.Getenv(childEnv)
-	to, err := gotp.ParsePID(os.Getenv(childToEnv))
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "child:", err)
-		return 2
-	}
-	codec := NewCodec()
-	if err := Register[Ping](codec, "test.Ping"); err != nil {
-		fmt.Fprintln(os.Stderr, "child:", err)
-		return 2
-	}
-	n := gotp.NewNode(gotp.Options{Name: name})
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+// syncProc makes a call to the node process's adder: everything m sent it
+// before has been handled there when it returns (one ordered connection).
+func syncProc(t testing.TB, m member, np *nodeProc) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	c, err := Join(ctx, n, Options{
-		Cluster: "mp", Peers: []string{os.Getenv(childPeerEnv)}, Codec: codec,
-		HeartbeatInterval: mpInterval, HeartbeatTimeout: mpTimeout,
-	})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "child join:", err)
-		return 2
+	if v, err := server.Call[int](ctx, m.n, Remote{Node: np.name, Name: "adder"}, 1); err != nil || v != 2 {
+		t.Fatalf("call to %s's adder: %v, %v", np.name, v, err)
 	}
-	scope, err := pg.Start(ctx, n, "mp", pg.Options{})
-	if err == nil {
-		err = c.Replicate(scope)
-	}
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "child pg:", err)
-		return 2
-	}
-	if err := c.WaitFor(ctx, to.Node()); err != nil {
-		fmt.Fprintln(os.Stderr, "child wait:", err)
-		return 2
-	}
-	joined := make(chan error, 1)
-	_, err = n.Spawn(func(p *gotp.Process) error {
-		inst, err := scope.Open(p)
-		if err == nil {
-			err = inst.Join("workers")
-		}
-		joined <- err
-		if err != nil {
-			return err
-		}
-		p.Send(to, Ping{From: p.Self(), Note: name})
-		_, err = p.Receive(context.Background())
-		return err
-	})
-	if err == nil {
-		err = <-joined
-	}
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "child member:", err)
-		return 2
-	}
-	fmt.Println("ready")
-	select {} // until SIGKILL
 }
 
+// A node whose OS process is killed (SIGKILL) closes its direct links with
+// it: its peers see it down at once, well inside the heartbeat timeout,
+// and its monitors, links and group members go.
 func TestMultiProcessKill(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts node processes; skipped with -short")
 	}
+	const interval, timeout = 100 * time.Millisecond, 3 * time.Second
 	o := fastOpts(t)
 	o.Cluster = "mp"
-	o.HeartbeatInterval, o.HeartbeatTimeout = mpInterval, mpTimeout
+	o.HeartbeatInterval, o.HeartbeatTimeout = interval, timeout
 	parent := startNode(t, "parent", o)
 	scope, err := pg.Start(context.Background(), parent.n, "mp", pg.Options{})
 	gotptest.Must(t, err)
 	gotptest.Must(t, parent.c.Replicate(scope))
-	reportSink := gotptest.NewSink(t, parent.n)
-	report, reports := reportSink.PID(), reportSink.C()
 
-	children := map[string]*exec.Cmd{}
+	procs := map[string]*nodeProc{}
+	memberOf := map[string]gotp.PID{}
 	for _, name := range []string{"k1", "k2"} {
-		cmd := exec.Command(os.Args[0], "-test.run=^$")
-		cmd.Env = append(os.Environ(), childEnv+"="+name, childPeerEnv+"="+parent.c.RouteURL(), childToEnv+"="+report.String())
-		cmd.Stderr = os.Stderr
-		out, err := cmd.StdoutPipe()
-		gotptest.Must(t, err)
-		gotptest.Must(t, cmd.Start())
-		t.Cleanup(func() {
-			_ = cmd.Process.Kill()
-			_ = cmd.Wait()
-		})
-		ready := make(chan string, 1)
-		go func() {
-			line, _ := bufio.NewReader(out).ReadString('\n')
-			ready <- strings.TrimSpace(line)
-		}()
-		select {
-		case line := <-ready:
-			if line != "ready" {
-				t.Fatalf("child %s said %q", name, line)
-			}
-		case <-time.After(60 * time.Second):
-			t.Fatalf("child %s not ready", name)
-		}
-		children[name] = cmd
+		procs[name] = startNodeProc(t, "", nodeProcConfig{Name: name, Cluster: "mp", Peers: []string{parent.c.RouteURL()},
+			HeartbeatInterval: interval, HeartbeatTimeout: timeout})
 	}
-	members := map[string]gotp.PID{}
-	for range 2 {
-		p := gotptest.RecvWithin(t, 10*time.Second, reports).(Ping)
-		members[p.Note] = p.From
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	gotptest.Must(t, parent.c.WaitFor(ctx, "k1", "k2"))
+	for name, np := range procs {
+		pid, err := gotp.ParsePID(strings.TrimPrefix(np.do("join workers"), "ok "))
+		gotptest.Must(t, err)
+		memberOf[name] = pid
 	}
 	gotptest.EventuallyWithin(t, 10*time.Second, "both children's members", func() bool { return countMembers(scope, "workers") == 2 })
 
-	watcherSink := gotptest.NewSink(t, parent.n)
-
-	wch := watcherSink.C()
-	ref := monitorFrom(t, watcherSink, members["k1"])
+	watcher := gotptest.NewSink(t, parent.n, gotp.TrapExit(true))
+	ref := monitorFrom(t, watcher, memberOf["k1"])
+	linkFrom(t, watcher, memberOf["k1"])
+	syncProc(t, parent, procs["k1"]) // the monitor and link are there before the kill
 	sub, _ := parent.c.Subscribe()
 	defer sub.Close()
-	// The monitor must reach k1 before it dies; a round trip proves it.
-	_ = ref
 
 	killed := time.Now()
-	gotptest.Must(t, children["k1"].Process.Signal(syscall.SIGKILL))
-	bound := mpTimeout + 2*mpInterval + time.Second // timeout, a tick of the checker, slack for a loaded machine
-	waitEvent(t, sub, NodeDown, "k1", bound)
+	procs["k1"].kill()
+	waitEvent(t, sub, NodeDown, "k1", timeout+time.Second)
 	seen := time.Since(killed)
-	t.Logf("SIGKILLed node seen down after %v (timeout %v)", seen, mpTimeout)
-	if d := gotptest.RecvWithin(t, 5*time.Second, wch).(gotp.Down); d.Reason != gotp.ErrNoConnection || d.PID != members["k1"] {
-		t.Fatalf("down %+v", d)
+	t.Logf("SIGKILLed node seen down after %v (heartbeat timeout %v)", seen, timeout)
+	if seen > timeout/2 {
+		t.Errorf("a killed node took %v to be seen down: the closed link should tell at once", seen)
 	}
-	gotptest.EventuallyWithin(t, 5*time.Second, "k1's members dropped", func() bool {
-		m := countMembers(scope, "workers")
-		return m == 1
-	})
-	if got := membersOf(scope, "workers"); len(got) != 1 || got[0] != members["k2"] {
+	for got := 0; got < 2; got++ {
+		switch m := watcher.NextWithin(t, 5*time.Second).(type) {
+		case gotp.Down:
+			if m.Ref != ref || m.Reason != gotp.ErrNoConnection || m.PID != memberOf["k1"] {
+				t.Fatalf("down %+v", m)
+			}
+		case gotp.Exit:
+			if m.From != memberOf["k1"] || m.Reason != gotp.ErrNoConnection {
+				t.Fatalf("exit %+v", m)
+			}
+		default:
+			t.Fatalf("unexpected %#v", m)
+		}
+	}
+	gotptest.EventuallyWithin(t, 5*time.Second, "k1's members dropped", func() bool { return countMembers(scope, "workers") == 1 })
+	if got := members(scope, "workers"); len(got) != 1 || got[0] != memberOf["k2"] {
 		t.Fatalf("members after the kill: %v", got)
 	}
 }
-
-func membersOf(s *pg.Scope, group string) []gotp.PID { return members(s, group) }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"io"
 	"net"
 	"strings"
 	"testing"
@@ -17,12 +18,28 @@ import (
 	"github.com/gotp/gotp/server"
 )
 
-// crash cuts a node off abruptly, as a crash would: its embedded server
-// stops (routes and its own connection drop) without any goodbye, so
-// peers notice it only by the heartbeat timeout.
+// crash cuts a node off abruptly, as the death of its process would: its
+// direct links close and its embedded server stops (routes and its own
+// connection drop) without any goodbye, and it makes no new connection.
+// Peers connected over a direct link see it go at once; over NATS only
+// by the heartbeat timeout.
 func crash(m member) {
-	m.c.srv.Shutdown()
-	m.c.srv.WaitForShutdown()
+	c := m.c
+	c.mu.Lock()
+	c.closing = true
+	var links []*link
+	for l := range c.links {
+		links = append(links, l)
+	}
+	c.mu.Unlock()
+	if c.ln != nil {
+		c.ln.Close()
+	}
+	for _, l := range links {
+		l.close()
+	}
+	c.srv.Shutdown()
+	c.srv.WaitForShutdown()
 }
 
 func waitEvent(t testing.TB, sub *Subscription, kind EventKind, node string, d time.Duration) NodeEvent {
@@ -304,6 +321,11 @@ func TestPartitionHeals(t *testing.T) {
 	oc := fastOpts(t)
 	oc.Peers = []string{pa.url(), pb.url()}
 	oc.RouteAdvertise = unusedAddr(t)
+	// a and b dial c's direct links (the smaller name dials) through a
+	// proxy too.
+	oc.DirectListen = unusedAddr(t)
+	pd := newProxy(t, oc.DirectListen)
+	oc.DirectAdvertise = strings.TrimPrefix(pd.url(), "nats-route://")
 	c := startNode(t, "c", oc)
 	ms := []member{a, b, c}
 	waitMesh(t, ms)
@@ -325,6 +347,7 @@ func TestPartitionHeals(t *testing.T) {
 	defer sub.Close()
 	pa.setCut(true)
 	pb.setCut(true)
+	pd.setCut(true)
 	waitEvent(t, sub, NodeDown, "c", 2*oa.HeartbeatTimeout+3*time.Second)
 	if d := gotptest.RecvWithin(t, 5*time.Second, wch).(gotp.Down); d.Reason != gotp.ErrNoConnection {
 		t.Fatalf("monitor of the cut node: %v", d.Reason)
@@ -342,6 +365,7 @@ func TestPartitionHeals(t *testing.T) {
 
 	pa.setCut(false)
 	pb.setCut(false)
+	pd.setCut(false)
 	waitEvent(t, sub, NodeUp, "c", 20*time.Second)
 	waitConverged(t, scopes, "room", 4)
 	waitConverged(t, scopes, "lobby", 1)
@@ -377,8 +401,7 @@ func TestOneSidedTimeoutIsSymmetric(t *testing.T) {
 	defer subA.Close()
 
 	pa := b.c.peers()["a"]
-	b.c.nodeDown(pa, false) // what b's checker does on a timeout
-	b.c.disconnect(pa)
+	b.c.timeOut(pa) // what b's checker does on a timeout
 
 	waitEvent(t, subA, NodeDown, "b", 5*time.Second)
 	if d := gotptest.RecvWithin(t, 5*time.Second, wch).(gotp.Down); d.Reason != gotp.ErrNoConnection {
@@ -459,7 +482,7 @@ func TestClientsOfExistingDeployment(t *testing.T) {
 // Garbage and unregistered types published straight to a node's subject
 // are counted and dropped; the node goes on.
 func TestHostileInputDropped(t *testing.T) {
-	ms := startCluster(t, "a", "b")
+	ms := startClusterWith(t, func(o *Options) { o.NoDirect = true }, "a", "b")
 	a, b := ms[0], ms[1]
 	raw, err := nats.Connect(a.c.srv.ClientURL())
 	gotptest.Must(t, err)
@@ -470,7 +493,8 @@ func TestHostileInputDropped(t *testing.T) {
 	// a never registered, then one carrying a frame that is cut short.
 	other := NewCodec()
 	gotptest.Must(t, Register[unregistered](other, "test.unregistered"))
-	hdr := append([]byte(nil), b.c.header...)
+	// b's batches to a carry a's id of their connection.
+	hdr := binary.AppendUvarint(append([]byte(nil), b.c.header...), a.c.peers()["b"].conn)
 	pidSink := gotptest.NewSink(t, a.n)
 	pid, ch := pidSink.PID(), pidSink.C()
 	frame := appendShortPID(appendShortPID([]byte{kSend}, gotp.PID{}), pid)
@@ -484,9 +508,58 @@ func TestHostileInputDropped(t *testing.T) {
 	gotptest.Must(t, raw.Publish(subj, []byte("not a batch at all")))
 	gotptest.Must(t, raw.Flush())
 	gotptest.EventuallyWithin(t, 5*time.Second, "decode errors counted", func() bool { return a.c.Stats().DecodeErrors >= before+3 })
+	// A batch of another connection (a stale one) is dropped unread.
+	stale := binary.AppendUvarint(append([]byte(nil), b.c.header...), a.c.peers()["b"].conn+100)
+	staleBefore := a.c.Stats().Stale
+	gotptest.Must(t, raw.Publish(subj, append(binary.AppendUvarint(stale, uint64(len(frame))), frame...)))
+	gotptest.Must(t, raw.Flush())
+	gotptest.EventuallyWithin(t, 5*time.Second, "stale batch counted", func() bool { return a.c.Stats().Stale > staleBefore })
 	// The node still works, and nothing reached the process.
 	b.n.Send(pid, "still fine")
 	if got := gotptest.RecvWithin(t, 5*time.Second, ch); got != "still fine" {
 		t.Fatalf("got %#v", got)
+	}
+}
+
+// Garbage, a wrong credential and a misdirected hello on the direct-link
+// port are refused and counted; the node goes on.
+func TestHostileLinksRefused(t *testing.T) {
+	ms := startClusterWith(t, func(o *Options) { o.Token = "s3cret" }, "a", "b")
+	a, b := ms[0], ms[1]
+	addr := b.c.DirectAddrs()[0]
+	before := b.c.Stats().LinkFailures
+	try := func(payload []byte) {
+		t.Helper()
+		conn, err := net.Dial("tcp", addr)
+		gotptest.Must(t, err)
+		defer conn.Close()
+		_, _ = conn.Write(payload)
+		_ = conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+		_, _ = io.Copy(io.Discard, conn) // until b closes it
+	}
+	try([]byte("GET / HTTP/1.1\r\n\r\n"))
+	try([]byte{0xff, 0xff, 0xff, 0xff, 0x0f}) // a huge length
+	// A hello from a node that does not hold the token: b answers its
+	// ack, the intruder cannot confirm (and b refuses it loudly).
+	o := fastOpts(t)
+	o.Token = "guess"
+	intruder := &Cluster{opts: o, name: "x", cr: 1, start: 1, key: linkKey(&o)}
+	conn, err := net.Dial("tcp", addr)
+	gotptest.Must(t, err)
+	l := &link{c: intruder, conn: conn, wake: make(chan struct{}, 1), quit: make(chan struct{})}
+	err = intruder.initiate(l, &shake{inc: incarnation{"b", b.n.Creation()}}, 5*time.Second)
+	conn.Close()
+	if !errors.Is(err, errAuth) {
+		t.Fatalf("handshake with a wrong token: %v", err)
+	}
+	gotptest.EventuallyWithin(t, 5*time.Second, "refused links counted", func() bool { return b.c.Stats().LinkFailures >= before+2 })
+	// The real connection is untouched.
+	pidSink := gotptest.NewSink(t, b.n)
+	a.n.Send(pidSink.PID(), "still fine")
+	if got := pidSink.NextWithin(t, 5*time.Second); got != "still fine" {
+		t.Fatalf("got %#v", got)
+	}
+	if ns := b.c.Nodes(); len(ns) != 1 || !ns[0].Direct {
+		t.Fatalf("b's nodes: %+v", ns)
 	}
 }

@@ -54,6 +54,31 @@ type Options struct {
 	// configured Peers. Needed behind NAT or proxies.
 	NoAdvertise bool
 
+	// DirectListen is the host:port on which the node accepts direct
+	// links from other nodes (see "Connections" in the package doc).
+	// Defaults to the host of RouteListen with a free port (127.0.0.1 for
+	// a client of an existing NATS deployment). Listening on every
+	// interface ("0.0.0.0:7222") advertises each of its addresses.
+	DirectListen string
+	// DirectAdvertise is the host:port other nodes dial for a direct link
+	// when it differs from DirectListen (NAT, proxies).
+	DirectAdvertise string
+	// NoDirect carries every signal over NATS: the node neither makes nor
+	// accepts direct links. Connections then cost NATS's hops (about
+	// twice the round-trip time of a direct link on one host) and a
+	// node whose process dies is seen down only at HeartbeatTimeout.
+	NoDirect bool
+
+	// BusyPoll makes a direct link's reader keep trying its socket for
+	// this long after it finds it empty, before it waits for it (as
+	// Erlang's schedulers busy-wait, +sbwt): a reply that comes within it
+	// is read without waking a sleeping thread, which on an idle virtual
+	// machine saves tens of microseconds a round trip. It costs a CPU for
+	// as long as it spins, and on a machine whose CPUs are all busy it
+	// adds latency instead. Zero (the default) does not spin; TLS links
+	// never do.
+	BusyPoll time.Duration
+
 	// Token, User and Password, or NKeySeed (an "SU..." user seed) are the
 	// credentials: passed to NATS by the client, and required by the
 	// embedded server of clients and of routes. A node without them cannot

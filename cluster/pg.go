@@ -112,12 +112,11 @@ func (c *Cluster) pgScope(id string) *pgScope {
 	return nil
 }
 
-// pgPeerUp sends p this node's memberships and asks for p's: failure
-// detection is not symmetric (p may never have seen this node go), so
-// each side must ask.
+// pgPeerUp sends p this node's memberships: both ends of a new connection
+// do, so neither has to ask.
 func (c *Cluster) pgPeerUp(p *peer) {
 	for _, s := range c.pgScopes() {
-		s.sendSync(p, true)
+		s.sendSync(p, false)
 	}
 }
 
@@ -125,10 +124,6 @@ func (c *Cluster) pgPeerDown(p *peer) {
 	for _, s := range c.pgScopes() {
 		s.gw.NodeDown(p.name)
 	}
-}
-
-func (c *Cluster) pgClose() {
-	// Peers drop this node's members when they see it leave.
 }
 
 // sendSync queues the scope's local membership for p, atomically with

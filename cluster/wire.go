@@ -9,20 +9,28 @@ import (
 	"github.com/gotp/gotp/server"
 )
 
-// Wire format. Every NATS message between nodes is a batch:
+// Wire format. Signals travel as frames, in order, on one connection per
+// pair of nodes: a direct link (a TCP connection, see link.go) or NATS.
+// On a direct link the stream after the handshake is frame*. Over NATS
+// every message is a batch:
 //
-//	batch  = magic(0x67) version(1) str(node) uvarint(creation) uvarint(start) frame*
+//	batch  = magic(0x67) version(2) str(node) uvarint(creation) uvarint(start) uvarint(conn) frame*
 //	frame  = uvarint(len) body            (len bytes)
 //	body   = kind(1) fields...
 //
+// conn is the receiver's id of the connection the batch belongs to, or 0
+// for a control batch (discovery heartbeats and handshakes), which is
+// outside any connection. A batch for a connection that is not the
+// receiver's current one was sent before a nodedown and is dropped unread.
+//
 // str is uvarint(len) bytes. A PID or Ref of the sending node is written
-// as uvarint(creation) uvarint(id) (the node is the batch's); one of the
-// receiving node likewise. Reasons and values are described at
+// as uvarint(creation) uvarint(id) (the node is the connection's); one of
+// the receiving node likewise. Reasons and values are described at
 // appendReason and Codec.AppendValue. The decoder never trusts a length:
 // every read is bounds-checked and fails with ErrDecode.
 const (
 	wireMagic   = 0x67
-	wireVersion = 1
+	wireVersion = 2
 )
 
 // frame kinds
@@ -34,16 +42,28 @@ const (
 	kMonitor   = 5  // ref(sender's) watcher(sender's) target(receiver's)
 	kDemonitor = 6  // ref(sender's) target(receiver's)
 	kDown      = 7  // ref(receiver's) target(sender's) reason
-	kHeartbeat = 8  // flags(1): flagLeaving, flagDisconnect
+	kHeartbeat = 8  // control: flags(1) uvarint(n) n*str(direct address)
 	kPG        = 9  // pg replication: op(1) ...
 	kSendNamed = 10 // str(name) value: to the process registered under name
+	kHello     = 11 // control: phase(1) uvarint(receiver's creation) uvarint(sender's conn) uvarint(receiver's conn, or 0)
+	kTick      = 12 // nothing: the connection is alive
+	kBye       = 13 // flags(1): the sender drops the connection (byeLeaving: and leaves for good)
+	kCall      = 14 // ref(sender's) to(1: pid | 2: name) [shortPID | str] value: a call with its monitor
+	kReply     = 15 // ref(receiver's) value: the reply to kCall; the server's node has dropped the monitor
+	kCancel    = 16 // ref(sender's): the caller gave up on kCall
+	kWhereis   = 17 // ref(sender's) str(name): which process holds name there (answered with kReply)
+	kNames     = 18 // cluster-wide names: op(1) ...
 )
 
-// heartbeat flags
+// handshake phases of kHello over NATS
 const (
-	flagLeaving    = 1 // the sender leaves for good
-	flagDisconnect = 2 // the sender timed the receiver out
+	helloAsk     = 1 // initiator to responder: sender's conn
+	helloAck     = 2 // responder to initiator: sender's conn, echo of the initiator's
+	helloConfirm = 3 // initiator, first frame on the connection
 )
+
+// kBye flags
+const byeLeaving = 1
 
 // reader is a bounds-checked cursor over wire bytes. The first error
 // sticks; later reads return zero values.
@@ -75,6 +95,19 @@ func (d *reader) uvarint() uint64 {
 		return 0
 	}
 	v, n := binary.Uvarint(d.b)
+	if n <= 0 {
+		d.fail("bad varint")
+		return 0
+	}
+	d.b = d.b[n:]
+	return v
+}
+
+func (d *reader) varint() int64 {
+	if d.err != nil {
+		return 0
+	}
+	v, n := binary.Varint(d.b)
 	if n <= 0 {
 		d.fail("bad varint")
 		return 0

@@ -159,6 +159,8 @@ func seedBatches(t testing.TB) [][]byte {
 	hdr = appendStr(hdr, "a")
 	hdr = binary.AppendUvarint(hdr, 3)
 	hdr = binary.AppendUvarint(hdr, 12345)
+	ctl := binary.AppendUvarint(append([]byte(nil), hdr...), 0) // a control batch
+	hdr = binary.AppendUvarint(hdr, 7)                          // connection 7
 	var frames [][]byte
 	f := []byte{kSend}
 	f = appendShortPID(f, gotp.NewPID("a", 3, 1))
@@ -172,7 +174,13 @@ func seedBatches(t testing.TB) [][]byte {
 	frames = append(frames, appendShortPID(appendShortPID(appendShortRef([]byte{kMonitor}, ref), pid), pid))
 	frames = append(frames, appendShortPID(appendShortRef([]byte{kDemonitor}, ref), pid))
 	frames = append(frames, c.appendReason(appendShortPID(appendShortRef([]byte{kDown}, ref), pid), &gotp.PanicError{Value: errBoom}))
-	frames = append(frames, []byte{kHeartbeat, 1})
+	frames = append(frames, []byte{kTick}, []byte{kBye, byeLeaving}, []byte{kHello, helloConfirm})
+	call, _ := c.AppendValue(appendShortPID(append(appendShortRef([]byte{kCall}, ref), callPID), pid), 21)
+	frames = append(frames, call)
+	callNamed, _ := c.AppendValue(appendStr(append(appendShortRef([]byte{kCall}, ref), callName), "kv"), "get")
+	frames = append(frames, callNamed)
+	reply, _ := c.AppendValue(appendShortRef([]byte{kReply}, ref), Ping{N: 2})
+	frames = append(frames, reply, appendShortRef([]byte{kCancel}, ref), appendStr(appendShortRef([]byte{kWhereis}, ref), "kv"))
 	named, _ := c.AppendValue(appendStr([]byte{kSendNamed}, "mailbox"), Ping{N: 4})
 	frames = append(frames, named)
 	pgf := append([]byte{kPG, pgSync}, appendStr(nil, "scope")...)
@@ -191,16 +199,32 @@ func seedBatches(t testing.TB) [][]byte {
 		all = binary.AppendUvarint(all, uint64(len(f)))
 		all = append(all, f...)
 	}
-	return append(out, all)
+	out = append(out, all)
+	for _, f := range [][]byte{appendHeartbeat(nil, []string{"127.0.0.1:7222", "[::1]:7222"}), appendHello(nil, helloAsk, 5, 7, 0), appendHello(nil, helloAck, 5, 8, 7)} {
+		one := binary.AppendUvarint(append([]byte(nil), ctl...), uint64(len(f)))
+		out = append(out, append(one, f...))
+	}
+	return out
 }
 
 // decodeBatchForTest decodes a whole batch as a receiving node would,
 // without acting on it.
 func decodeBatchForTest(c *Codec, data []byte) (n int, err error) {
 	d := &reader{b: data}
-	name, _, _ := parseHeader(d)
+	inc, _, conn := parseHeader(d)
 	if d.err != nil {
 		return 0, d.err
+	}
+	name := inc.name
+	for conn == 0 && len(d.b) > 0 {
+		body := d.bytes()
+		if d.err != nil {
+			return n, d.err
+		}
+		if _, err := decodeControl(&reader{b: body}); err != nil {
+			return n, err
+		}
+		n++
 	}
 	for len(d.b) > 0 {
 		body := d.bytes()

@@ -77,6 +77,7 @@ func run(args []string) int {
 		clRoute      = fs.String("cluster-route", "", "cluster: host:port of this node's embedded NATS routes (enables clustering)")
 		clPeers      = fs.String("cluster-peers", "", "cluster: comma-separated route URLs of other nodes (nats-route://host:port)")
 		clNATS       = fs.String("cluster-nats", "", "cluster: comma-separated URLs of an existing NATS deployment to join instead of embedding a server")
+		clDirect     = fs.String("cluster-direct", "", "cluster: host:port where other nodes make direct links to this one (default: the route's host, a free port)")
 		clName       = fs.String("cluster-name", cluster.DefaultClusterName, "cluster: name of the cluster")
 		clToken      = fs.String("cluster-token", "", "cluster: token every node must present; also $"+envClusterToken)
 		clAlone      = fs.Bool("cluster-alone", false, "cluster: start even if the peers refuse this node's credentials (it then serves a chat of its own)")
@@ -133,13 +134,14 @@ func run(args []string) int {
 		defer cancel()
 		var err error
 		cl, err = cluster.Join(jctx, n, cluster.Options{
-			Cluster:     *clName,
-			RouteListen: *clRoute,
-			Peers:       splitList(*clPeers),
-			URLs:        splitList(*clNATS),
-			Token:       *clToken,
-			Codec:       codec,
-			StartAlone:  *clAlone,
+			Cluster:      *clName,
+			RouteListen:  *clRoute,
+			DirectListen: *clDirect,
+			Peers:        splitList(*clPeers),
+			URLs:         splitList(*clNATS),
+			Token:        *clToken,
+			Codec:        codec,
+			StartAlone:   *clAlone,
 		})
 		if errors.Is(err, cluster.ErrAuth) {
 			for _, e := range authErrors(err) {
