@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/gotp/gotp"
+	"github.com/gotp/gotp/cluster"
 	"github.com/gotp/gotp/pg"
 	"github.com/gotp/gotp/server"
 )
@@ -158,8 +159,12 @@ func (c *conn) HandleInfo(p *gotp.Process, msg any) error {
 			c.keepRoomMsg(p, rm)
 			return c.push(rm)
 		}
-	case nameConflict:
-		return c.end(Error{Reason: NameTaken}, NameTaken, false)
+	case gotp.Exit:
+		if errors.Is(m.Reason, cluster.ErrNameConflict) {
+			// After a partition healed, another node's user kept the name.
+			return c.end(Error{Reason: NameTaken}, NameTaken, false)
+		}
+		return m.Reason
 	case gotp.Down:
 		if m.Ref == c.histMon {
 			c.history, c.histMon = gotp.PID{}, gotp.Ref{}
@@ -335,6 +340,7 @@ func (c *conn) exec(p *gotp.Process, cmd Command) Reply {
 				return Error{Reason: Unavailable}
 			}
 			c.rooms = append(c.rooms, cmd.Room)
+			c.visible(ctx)
 		}
 		// Joined now: the room's earlier messages are a courtesy, so a
 		// history that cannot be read shows none rather than failing the join.
@@ -412,10 +418,29 @@ func (c *conn) keepRoomMsg(p *gotp.Process, m RoomMsg) {
 	}
 }
 
-// register holds name for this connection in the online registry, then
-// joins the user's group (and, after a restart of the registry, its rooms
-// again) in the scope the registry runs.
+// visible waits until the nodes of the cluster have applied what this
+// node sent them (the membership just changed): a reply then means every
+// connected node routes to this user and its rooms. A node slow to answer
+// delays the reply by ctx's deadline at most.
+func (c *conn) visible(ctx context.Context) {
+	if cl := c.svc.cfg.Cluster; cl != nil {
+		_ = cl.Barrier(ctx)
+	}
+}
+
+// register holds name for this connection: in the whole cluster first
+// (UsersSpace) when the chat is clustered, then in this node's online
+// registry; then it joins the user's group (and, after a restart of the
+// registry, its rooms again) in the scope the registry runs.
 func (c *conn) register(ctx context.Context, p *gotp.Process, name string) error {
+	if cl := c.svc.cfg.Cluster; cl != nil {
+		err := cl.Names(UsersSpace).Register(ctx, name, p.Self())
+		if e, ok := errors.AsType[*gotp.AlreadyRegisteredError](err); ok && e.Owner != p.Self() {
+			return &ProtocolError{Reason: NameTaken}
+		} else if err != nil && !ok {
+			return err
+		}
+	}
 	ok, err := server.Call[connectOK](ctx, p.Node(), gotp.Name(onlineName), connectReq{name: name, pid: p.Self()})
 	if err != nil {
 		return err
@@ -435,6 +460,7 @@ func (c *conn) register(ctx context.Context, p *gotp.Process, name string) error
 	}
 	c.inst = inst
 	c.watch = p.Monitor(online)
+	c.visible(ctx)
 	return nil
 }
 

@@ -86,9 +86,21 @@
 //
 // # Clusters
 //
-// With Config.Cluster the chat's pg scope spans the cluster: users on
-// other nodes are found through their group "user:<name>", rooms are groups
-// "room:<name>" on every node, and a name accepted on two nodes at once is
-// settled as soon as they learn of it (the node with the smaller name keeps
-// it, as Erlang's global resolves clashes).
+// With Config.Cluster the chat's pg scope spans the cluster: rooms are
+// groups "room:<name>" on every node and WHO lists the users of every
+// node. A name is held by one user in the whole cluster: CONNECT registers
+// it in the cluster-wide name space UsersSpace (cluster.Names), which also
+// finds users of other nodes for SEND. Two parts of a partitioned cluster
+// may each accept a name; when they meet, the earlier registration keeps
+// it and the other connection gets ERROR name_taken and is closed.
+//
+// Membership (pg) is eventually consistent, so the chat makes its replies
+// mean what a client expects: a CONNECT or JOIN reply comes once every
+// node connected at that moment has applied the change (cluster.Barrier,
+// one round trip to each node), so a message sent to the user or the room
+// after the reply reaches them from any of those nodes. A node whose
+// connection is not up yet (it has just started, or a partition is
+// healing) learns the memberships when its connection comes up; until
+// then its users' room messages do not reach the other node's members,
+// nor theirs its.
 package chat

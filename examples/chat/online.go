@@ -12,22 +12,27 @@ import (
 )
 
 // ScopeID is the pg scope of the chat: rooms are its groups "room:<name>",
-// and every connected user is the one member of "user:<name>", which is
-// how users on other nodes are found (the registry is local by design).
+// and every connected user is the one member of "user:<name>" (for WHO).
 const ScopeID = "chat"
+
+// UsersSpace is the cluster-wide name space (cluster.Names) in which a
+// clustered chat holds each connected user's name: one user per name in
+// the whole cluster.
+const UsersSpace = "chat.users"
 
 func userGroup(name string) string { return "user:" + name }
 func roomGroup(name string) string { return "room:" + name }
 
-// online is the online registry: the one owner of who is
-// online. It runs the unique registry of local users and the chat's pg
+// online is the online registry: the one owner of who is online on this
+// node. It runs the unique registry of local users and the chat's pg
 // scope, both linked to it, so a crash of any of the three restarts them
-// together, empty; connections then register again (see conn).
+// together, empty; connections then register again (see conn). Across a
+// cluster, a name is held once through the cluster-wide names
+// (UsersSpace), which each connection registers itself.
 type online struct {
 	server.Defaults
 	svc  *Service
 	inst *pg.Instance
-	evs  *pg.Subscription
 }
 
 // connectReq asks to hold name for the connection pid.
@@ -42,10 +47,6 @@ type connectOK struct{ scope *pg.Scope }
 
 // directoryReq asks for the Directory.
 type directoryReq struct{}
-
-// nameConflict tells a connection that another node holds its name too and
-// won: it must answer ERROR name_taken and close.
-type nameConflict struct{}
 
 func (o *online) Init(ctx context.Context, p *gotp.Process) error {
 	p.TrapExit(true)
@@ -70,26 +71,7 @@ func (o *online) Init(ctx context.Context, p *gotp.Process) error {
 	if o.inst, err = scope.Open(p); err != nil {
 		return err
 	}
-	// Name clashes across nodes are found by watching every group: when a
-	// user group has members on two nodes, the member on the node with the
-	// smaller name keeps it (as global does, every node applies one rule).
-	sub, _, err := o.inst.Events()
-	if err != nil {
-		return err
-	}
-	o.evs = sub
-	o.svc.goroutines.Add(1)
-	go o.forward(p.Node(), p.Self(), sub)
 	return nil
-}
-
-// forward turns subscription events into messages of the online process;
-// it ends when the subscription is closed (the scope or the process ended).
-func (o *online) forward(n *gotp.Node, self gotp.PID, sub *pg.Subscription) {
-	defer o.svc.goroutines.Done()
-	for ev := range sub.C() {
-		n.Send(self, ev)
-	}
 }
 
 func (o *online) HandleCall(p *gotp.Process, from server.From, req any) (any, error) {
@@ -102,14 +84,6 @@ func (o *online) HandleCall(p *gotp.Process, from server.From, req any) (any, er
 		if err != nil {
 			return nil, err // the registry is gone: restart with it
 		}
-		members, err := o.inst.Members(userGroup(r.name))
-		if err != nil {
-			return nil, err
-		}
-		if len(members) > 0 { // held on another node
-			o.svc.users.Via(r.name).UnregisterName(p.Node())
-			return &ProtocolError{Reason: NameTaken}, nil
-		}
 		return connectOK{scope: o.inst.Scope()}, nil
 	case directoryReq:
 		return o.directory()
@@ -120,13 +94,7 @@ func (o *online) HandleCall(p *gotp.Process, from server.From, req any) (any, er
 }
 
 func (o *online) HandleInfo(p *gotp.Process, msg any) error {
-	switch m := msg.(type) {
-	case pg.Event:
-		if m.Kind == pg.MemberJoined && strings.HasPrefix(m.Group, "user:") {
-			o.resolve(p, strings.TrimPrefix(m.Group, "user:"))
-		}
-		return nil
-	case gotp.Exit:
+	if m, ok := msg.(gotp.Exit); ok {
 		// The registry or the scope ended: so does the online registry,
 		// and the supervisor starts all three again.
 		return m.Reason
@@ -157,32 +125,6 @@ func (o *online) directory() (Directory, error) {
 	slices.Sort(d.Users)
 	slices.SortFunc(d.Rooms, func(a, b RoomInfo) int { return strings.Compare(a.Name, b.Name) })
 	return d, nil
-}
-
-// resolve settles a name held on several nodes: the member on the node
-// with the smallest name keeps it; a local loser is told to go.
-func (o *online) resolve(p *gotp.Process, name string) {
-	members, err := o.inst.Members(userGroup(name))
-	if err != nil || len(members) < 2 {
-		return
-	}
-	winner := slices.MinFunc(members, func(a, b gotp.PID) int {
-		if c := strings.Compare(a.Node(), b.Node()); c != 0 {
-			return c
-		}
-		return int(a.ID()) - int(b.ID())
-	})
-	for _, m := range members {
-		if m != winner && m.Node() == p.Node().Name() {
-			p.Send(m, nameConflict{})
-		}
-	}
-}
-
-func (o *online) Terminate(p *gotp.Process, reason error) {
-	if o.evs != nil {
-		o.evs.Close()
-	}
 }
 
 // waitGone waits until no process is registered under name, or ctx ends.

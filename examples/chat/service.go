@@ -140,7 +140,7 @@ type Service struct {
 	http *http.Server
 	hln  net.Listener
 
-	goroutines sync.WaitGroup // readers, connections until closed, accept loop, HTTP server, event forwarders
+	goroutines sync.WaitGroup // readers, connections until closed, accept loop, HTTP server
 
 	conns         atomic.Int64  // connections open (a process, or being started)
 	slowConsumers atomic.Uint64 // connections ended with slow_consumer
@@ -202,7 +202,10 @@ func (s *Service) children() []supervisor.ChildSpec {
 		Restart:  supervisor.Temporary,
 		Shutdown: 2 * time.Second,
 		Start: func(ctx context.Context, sup *gotp.Process, c *conn) (gotp.PID, error) {
-			return server.StartLink(ctx, sup, c)
+			// A connection traps exits: the exit that tells it another
+			// node's user kept its name (cluster.ErrNameConflict) becomes
+			// an ERROR name_taken to its client.
+			return server.StartLink(ctx, sup, c, server.TrapExit(true))
 		},
 	}
 	return []supervisor.ChildSpec{
@@ -400,10 +403,16 @@ func (s *Service) Stop(ctx context.Context) error {
 }
 
 // find returns the connection of the user name: on this node from the
-// registry, on another node from the user's pg group.
+// registry, on another node from the cluster-wide names (or, failing
+// those, from the user's pg group).
 func (s *Service) find(inst *pg.Instance, name string) (gotp.PID, bool) {
 	if e, ok := s.users.Find(name); ok {
 		return e.PID, true
+	}
+	if c := s.cfg.Cluster; c != nil {
+		if pid, ok := c.Names(UsersSpace).Whereis(name); ok {
+			return pid, true
+		}
 	}
 	if inst == nil {
 		return gotp.PID{}, false
