@@ -74,6 +74,9 @@ type Cluster struct {
 	names nameState
 
 	spinOff   atomic.Int64 // UnixNano until which links do not busy-poll (see busyReader)
+	spinMu    sync.Mutex   // guards spinFirst and spinCount
+	spinFirst int64        // when the current window of preemptions began
+	spinCount int          // preemptions in it
 	stats     counters
 	auth      authLog
 	done      chan struct{}   // closed when the cluster starts leaving

@@ -176,12 +176,30 @@ type busyReader struct {
 
 // spinPreempted is how long one try of a busy-polling reader may take
 // before it counts as preempted: the operating system ran something else
-// on the CPU it was spinning on, so spinning takes CPU that work needs.
-// busyPollOff is how long the node's links then stop spinning.
+// on the CPU it was spinning on. Preempted spinPreemptions times within
+// spinWindow, spinning takes CPU that work needs: the node's links stop
+// spinning for busyPollOff.
 const (
-	spinPreempted = 200 * time.Microsecond
-	busyPollOff   = time.Second
+	spinPreempted   = 200 * time.Microsecond
+	spinPreemptions = 3
+	spinWindow      = 50 * time.Millisecond
+	busyPollOff     = time.Second
 )
+
+// preempted records a preemption of a spinning reader at now, and turns
+// spinning off when they come too often.
+func (c *Cluster) preempted(now int64) {
+	c.spinMu.Lock()
+	defer c.spinMu.Unlock()
+	if now-c.spinFirst > int64(spinWindow) {
+		c.spinFirst, c.spinCount = now, 0
+	}
+	c.spinCount++
+	if c.spinCount >= spinPreemptions {
+		c.spinOff.Store(now + int64(busyPollOff))
+		c.spinFirst, c.spinCount = now, 0
+	}
+}
 
 func (r *busyReader) Read(b []byte) (int, error) {
 	c := r.l.c
@@ -195,9 +213,7 @@ func (r *busyReader) Read(b []byte) (int, error) {
 				}
 				now := time.Now().UnixNano()
 				if now-last > int64(spinPreempted) {
-					// Preempted: the CPUs are busy. Stop spinning for a
-					// while, on every link of the node.
-					c.spinOff.Store(now + int64(busyPollOff))
+					c.preempted(now) // the CPUs may be busy
 					return false
 				}
 				if now > r.dead {
