@@ -134,6 +134,9 @@ func (c *Cluster) callRemote(ctx context.Context, to gotp.Dest, req any, timeout
 	*b = appendShortRef(*b, ref)
 	switch d := to.(type) {
 	case gotp.PID:
+		if d.Node() == c.name {
+			return nil, true, gotp.ErrNoProc // of an earlier incarnation of this node
+		}
 		if p = c.peers()[d.Node()]; p == nil {
 			return nil, true, gotp.ErrNoConnection
 		}

@@ -250,3 +250,12 @@ func TestClusteredJoinThenSay(t *testing.T) {
 	waitNodes(t, a, b2)
 	check(a, b2, "y")
 }
+
+func (ts *testService) findScope(t *testing.T) *pg.Scope {
+	t.Helper()
+	s := ts.findScopeOrNil()
+	if s == nil {
+		t.Fatal("no chat scope")
+	}
+	return s
+}
