@@ -55,6 +55,7 @@ func TestProcessPage(t *testing.T) {
 	}
 	gotptest.Eventually(t, "the link", func() bool { in, _ := n.ProcessInfo(pid); return len(in.Links) == 1 })
 	o := observer.New(n, observer.Options{})
+	waitIdle(t, n, pid)
 	code, body := get(t, o, "/observer/process?pid="+pid.String())
 	if code != 200 {
 		t.Fatalf("status %d", code)
@@ -70,6 +71,7 @@ func TestProcessPage(t *testing.T) {
 		}
 	}
 	// The JSON form says the same.
+	waitIdle(t, n, pid)
 	code, body = get(t, o, "/observer/api/process?pid="+pid.String())
 	var d observer.ProcessDetail
 	if err := json.Unmarshal([]byte(body), &d); err != nil || code != 200 {
@@ -84,6 +86,17 @@ func TestProcessPage(t *testing.T) {
 	if code, _ := get(t, o, "/observer/process?pid=junk"); code != http.StatusBadRequest {
 		t.Errorf("a bad pid: %d", code)
 	}
+}
+
+// waitIdle waits until the server pid waits for a message with none queued.
+// The process page asks only an idle server for its state, and a server is
+// briefly still running after it has replied to the page's last question.
+func waitIdle(t *testing.T, n *gotp.Node, pid gotp.PID) {
+	t.Helper()
+	gotptest.Eventually(t, "the server to be idle", func() bool {
+		in, _ := n.ProcessInfo(pid)
+		return in.Status == gotp.StatusWaiting && in.MailboxLen == 0
+	})
 }
 
 // TestProcessPageMailboxAndStack: a process's queued messages are shown;
@@ -115,6 +128,7 @@ func TestProcessPageMailboxAndStack(t *testing.T) {
 	if _, page := get(t, o, "/observer/process?pid="+root.String()+"&stack=1"); !strings.Contains(page, `id="stack"`) || !strings.Contains(page, " data-static>") {
 		t.Error("the stack page does not show the stack, or refreshes")
 	}
+	waitIdle(t, n, root)
 	_, body = get(t, o, "/observer/api/process?stack=1&pid="+root.String())
 	d = observer.ProcessDetail{}
 	json.Unmarshal([]byte(body), &d)
