@@ -19,6 +19,9 @@ func TestMain(m *testing.M) {
 	if os.Getenv(nodeProcEnv) != "" {
 		os.Exit(nodeProcMain())
 	}
+	if os.Getenv(tcpEchoEnv) != "" {
+		os.Exit(tcpEchoMain())
+	}
 	gotptest.VerifyTestMain(m)
 }
 

@@ -33,7 +33,11 @@ defmodule ClusterBeam do
   # A peer node of this one, with the modules below loaded on it.
   def peer(name, bins) do
     dist = ~w(-kernel inet_dist_listen_min 31900 inet_dist_listen_max 31999 -kernel net_ticktime 4)c
-    args = Enum.flat_map(:code.get_path(), &[~c"-pa", &1]) ++ dist
+    # BEAM_PEER_ARGS: more emulator flags for the peers, e.g. "+sbwt none
+    # +sbwtdcpu none +sbwtdio none" to turn off the schedulers' busy wait
+    # (give the same flags to this node with elixir --erl).
+    extra = System.get_env("BEAM_PEER_ARGS", "") |> String.split() |> Enum.map(&String.to_charlist/1)
+    args = Enum.flat_map(:code.get_path(), &[~c"-pa", &1]) ++ dist ++ extra
     {:ok, _pid, node} = :peer.start(%{name: name, args: args})
     for {m, bin} <- bins, do: {:module, ^m} = :rpc.call(node, :code, :load_binary, [m, ~c"nofile", bin])
     node
