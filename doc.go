@@ -109,10 +109,21 @@
 //	// ...and in conn's handler, once a command is answered:
 //	<-credits
 //
+// The mailbox length is the gauge of such a design, not its mechanism:
+// it says how far behind a process is (for the observer, a metric, a
+// test), but a producer that polled it would spin or sleep, since nothing
+// wakes it when the length falls; a credit is handed back at the moment
+// the room is made.
+//
 // The chat's connection process (examples/chat, conn.go and session.go)
-// is a full example: its reader stops at 8 commands waiting, it defers
-// commands while its client is slow to read their replies, and it
-// disconnects a client that cannot keep up with the messages pushed to it.
+// is a full example: its reader takes one of 8 credits per command it
+// parses and stops reading the socket while none is left; the process
+// returns the credit once the command is answered, defers commands while
+// its client is slow to read their replies, disconnects a client that
+// cannot keep up with the messages pushed to it, and keeps a mailbox
+// limit with [OverflowKill] as the safety net under all this. Its tests
+// read [Node.MailboxLen] to check that a client pipelining commands never
+// has more than a handful waiting in the server.
 //
 // # Concurrency
 //

@@ -281,6 +281,9 @@ func (c *conn) push(r Reply) error {
 		return nil
 	}
 	c.svc.slowConsumers.Add(1)
+	if h := c.svc.cfg.onSlow; h != nil {
+		h(c.name)
+	}
 	c.svc.log.Info("chat: slow consumer disconnected", "user", c.name, "max_output", c.svc.cfg.MaxOutput)
 	return c.end(Error{Reason: SlowConsumer}, SlowConsumer, true)
 }

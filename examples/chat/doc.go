@@ -51,7 +51,12 @@
 //   - Input: a connection reads at most MaxPending (8) commands ahead of
 //     its replies; then its reader stops reading the socket, and TCP's
 //     flow control holds the client back. Nothing queues in the server
-//     for a client that pipelines.
+//     for a client that pipelines. The reader is flow-controlled by
+//     credits (see gotp's package doc): it takes one of MaxPending slots
+//     before it sends a parsed command to the connection's process, and
+//     the process frees the slot once the command is answered, so the
+//     process's mailbox holds at most MaxPending commands (plus the
+//     messages pushed to its user, bounded by the output rule below).
 //   - Output: replies wait for a client that reads slowly, up to 32 KiB;
 //     meanwhile its commands wait too (and so, through the rule above, its
 //     socket). Messages pushed to it by others (MSG, ROOM) may wait up to

@@ -130,7 +130,9 @@ func OpenStore(ctx context.Context, path string) (*Store, error) {
 	}
 	go s.checkpoints()
 	return s, nil
-} // wroteLog tells the checkpointer that the log has grown.
+}
+
+// wroteLog tells the checkpointer that the log has grown.
 func (s *Store) wroteLog() {
 	select {
 	case s.wrote <- struct{}{}:
@@ -349,7 +351,9 @@ func latest(rows *sql.Rows, maxBytes int) ([]Message, error) {
 	}
 	slices.Reverse(out)
 	return out, nil
-} // Close stops the checkpointer and closes the database (the log is
+}
+
+// Close stops the checkpointer and closes the database (the log is
 // checkpointed as the last connection closes). It is idempotent.
 func (s *Store) Close() error {
 	var err error

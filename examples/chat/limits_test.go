@@ -15,6 +15,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -101,11 +102,22 @@ func (ct *connTracker) of(t *testing.T, ts *testService, name string) (gotp.PID,
 // disconnected with a last ERROR slow_consumer line and goes offline; the
 // sender and everyone else carry on, and the sender's messages end in
 // SENT until the recipient is gone, then in ERROR unknown_recipient.
+//
+// The client reads nothing until it is cut off, then reads what it was
+// sent: it starts when the service says it has cut it off, not when the
+// test has seen the end of its loop, because the service gives a client
+// that reads nothing only lingerTimeout to take its last line.
 func TestSlowConsumerIsDisconnected(t *testing.T) {
 	const limit = 16 << 10
-	ts := startServiceConfig(t, Config{MaxOutput: limit})
+	cut, onSlow := cutSignal(t)
+	ts := startServiceConfig(t, Config{MaxOutput: limit, onSlow: onSlow})
 	slow := dialSlow(t, ts)
 	slow.expect("CONNECT slow", "OK")
+	got := afterCut(cut, func() received {
+		slow.c.SetReadDeadline(time.Now().Add(10 * time.Second))
+		data, err := io.ReadAll(slow.rd)
+		return received{data, err}
+	})
 	bob := connect(t, ts, "bob")
 	carol := connect(t, ts, "carol")
 	dave := connect(t, ts, "dave")
@@ -138,8 +150,8 @@ func TestSlowConsumerIsDisconnected(t *testing.T) {
 		t.Fatalf("%d slow consumers counted, want 1", n)
 	}
 	// The client finds whole lines, then its last line, then the end.
-	slow.c.SetReadDeadline(time.Now().Add(10 * time.Second))
-	data, err := io.ReadAll(slow.rd)
+	r := <-got
+	data, err := r.data, r.err
 	if err != nil {
 		t.Fatalf("reading what the slow client was sent: %v", err)
 	}
@@ -161,11 +173,41 @@ func TestSlowConsumerIsDisconnected(t *testing.T) {
 	}
 }
 
+// cutSignal returns a channel closed when the service cuts off a slow
+// consumer, and the Config.onSlow that closes it; the test's end closes
+// it too, so that nothing waits on it for ever.
+func cutSignal(t *testing.T) (<-chan struct{}, func(string)) {
+	cut := make(chan struct{})
+	var once sync.Once
+	onSlow := func(string) { once.Do(func() { close(cut) }) }
+	t.Cleanup(func() { onSlow("") })
+	return cut, onSlow
+}
+
+// afterCut runs read on a goroutine of its own once cut is closed, and
+// returns the channel its result comes on.
+func afterCut[T any](cut <-chan struct{}, read func() T) <-chan T {
+	out := make(chan T, 1)
+	go func() {
+		<-cut
+		out <- read()
+	}()
+	return out
+}
+
+// received is what a client read once it was cut off, and how its reading
+// ended.
+type received struct {
+	data []byte
+	err  error
+}
+
 // The same over the WebSocket: the last message is the error, and the
 // close frame carries the reason.
 func TestSlowConsumerIsDisconnectedWebSocket(t *testing.T) {
 	const limit = 16 << 10
-	ts := startServiceConfig(t, Config{MaxOutput: limit})
+	cut, onSlow := cutSignal(t)
+	ts := startServiceConfig(t, Config{MaxOutput: limit, onSlow: onSlow})
 	tr := &http.Transport{DialContext: (&net.Dialer{Control: smallReceiveBuffer}).DialContext}
 	t.Cleanup(tr.CloseIdleConnections)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -178,6 +220,30 @@ func TestSlowConsumerIsDisconnectedWebSocket(t *testing.T) {
 	ws.SetReadLimit(1 << 20)
 	slow := &wsClient{t: t, c: ws}
 	slow.expectType(map[string]string{"cmd": "connect", "name": "slow"}, "ok")
+	type wsReceived struct {
+		last wsReply
+		n    int // messages read
+		err  error
+	}
+	got := afterCut(cut, func() (r wsReceived) {
+		for {
+			typ, data, err := ws.Read(ctx)
+			if err != nil {
+				r.err = err
+				return r
+			}
+			if typ != websocket.MessageText {
+				r.err = fmt.Errorf("a %v message", typ)
+				return r
+			}
+			r.last = wsReply{}
+			if err := json.Unmarshal(data, &r.last); err != nil {
+				r.err = fmt.Errorf("message %.60q: %v", data, err)
+				return r
+			}
+			r.n++
+		}
+	})
 	bob := connect(t, ts, "bob")
 	text := strings.Repeat("y", 4000)
 	sent := 0
@@ -194,30 +260,16 @@ func TestSlowConsumerIsDisconnectedWebSocket(t *testing.T) {
 		}
 		sent++
 	}
-	var last wsReply
-	got := 0
-	for {
-		typ, data, err := ws.Read(ctx)
-		if err != nil {
-			var ce websocket.CloseError
-			if !errors.As(err, &ce) || ce.Code != websocket.StatusPolicyViolation || ce.Reason != "slow_consumer" {
-				t.Fatalf("the WebSocket ended with %v, want a close with reason slow_consumer", err)
-			}
-			break
-		}
-		if typ != websocket.MessageText {
-			t.Fatalf("a %v message", typ)
-		}
-		last = wsReply{}
-		if err := json.Unmarshal(data, &last); err != nil {
-			t.Fatalf("message %.60q: %v", data, err)
-		}
-		got++
+	r := <-got
+	var ce websocket.CloseError
+	if !errors.As(r.err, &ce) || ce.Code != websocket.StatusPolicyViolation || ce.Reason != "slow_consumer" {
+		t.Fatalf("the WebSocket ended with %v, want a close with reason slow_consumer", r.err)
 	}
+	last := r.last
 	if last.Type != "error" || last.Reason != SlowConsumer {
 		t.Fatalf("last message %+v, want the error slow_consumer", last)
 	}
-	if got-1 >= sent {
+	if r.n-1 >= sent {
 		t.Fatalf("all %d messages reached the slow client", sent)
 	}
 }
@@ -567,5 +619,92 @@ func TestHistoryBoundedInBytes(t *testing.T) {
 		if got := a.line(); got != fmt.Sprintf("a %d%s", k, big) {
 			t.Fatalf("line for message %d: %.40q", k, got)
 		}
+	}
+}
+
+// Every SEND ends in SENT or ERROR unavailable when the history owner is
+// killed (no Terminate) while groups of messages are waiting for their
+// transaction, and SENT still means on disk: after the restart of the
+// whole service every message that got its SENT is in the history, in
+// order.
+func TestEverySendEndsWhenHistoryOwnerKilled(t *testing.T) {
+	dir := t.TempDir()
+	ts := startService(t, dir)
+	const users, each = 8, 200
+	clients := make([]*client, users)
+	for i := range clients {
+		clients[i] = connect(t, ts, fmt.Sprintf("k%d", i))
+	}
+	var wg sync.WaitGroup
+	for i, c := range clients {
+		to := fmt.Sprintf("k%d", (i+1)%users)
+		wg.Go(func() {
+			var b bytes.Buffer
+			for k := range each {
+				fmt.Fprintf(&b, "SEND %s m%d\n", to, k)
+			}
+			c.c.Write(b.Bytes())
+		})
+	}
+	// replies reads client i's lines until it has n replies to its SENDs,
+	// noting which of its messages were acknowledged.
+	acked := make([][]int, users)
+	got := make([]int, users)
+	errs := 0
+	replies := func(i, n int) {
+		want := fmt.Sprintf("SENT k%d", (i+1)%users)
+		for got[i] < n {
+			switch l := clients[i].line(); {
+			case l == want:
+				acked[i] = append(acked[i], got[i])
+				got[i]++
+			case l == "ERROR unavailable":
+				got[i]++
+				errs++
+			case strings.HasPrefix(l, "MSG "):
+			default:
+				t.Fatalf("k%d got %q", i, l)
+			}
+		}
+	}
+	replies(0, each/8) // then kill the owner while the others' sends wait
+	old, _ := ts.n.Whereis(historyName)
+	ts.n.Exit(old, gotp.ErrKill)
+	for i := range clients {
+		replies(i, each)
+	}
+	wg.Wait()
+	if pid, ok := ts.n.Whereis(historyName); !ok || pid == old {
+		t.Fatal("the history owner was not restarted")
+	}
+	t.Logf("%d SENT, %d ERROR unavailable", users*each-errs, errs)
+	ts.stop(t)
+
+	ts2 := startService(t, dir)
+	for i := range clients {
+		from := fmt.Sprintf("k%d", i)
+		c := connect(t, ts2, from)
+		c.send(fmt.Sprintf("HISTORY k%d", (i+1)%users))
+		var n int
+		if _, err := fmt.Sscanf(c.line(), "HISTORY %d", &n); err != nil {
+			t.Fatal(err)
+		}
+		var kept []int
+		for range n {
+			var k int
+			if _, err := fmt.Sscanf(c.line(), from+" m%d", &k); err != nil {
+				t.Fatalf("a history line of %s: %v", from, err)
+			}
+			kept = append(kept, k)
+		}
+		if !slices.IsSorted(kept) {
+			t.Fatalf("%s's history is out of order: %v", from, kept)
+		}
+		for _, k := range acked[i] {
+			if _, found := slices.BinarySearch(kept, k); !found {
+				t.Fatalf("%s's message m%d got SENT and is not in the history after the restart", from, k)
+			}
+		}
+		c.expect("QUIT", "BYE")
 	}
 }

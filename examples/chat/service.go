@@ -92,6 +92,7 @@ type Config struct {
 	WriteTimeout time.Duration
 
 	onConn func(gotp.PID, *conn) // tests: told of every connection process as it starts
+	onSlow func(name string)     // tests: told of every slow consumer as it is cut off, before its last words are queued
 }
 
 // Defaults of the connection limits in Config.

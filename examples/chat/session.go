@@ -102,10 +102,42 @@ type lineWire struct {
 	raw syscall.RawConn // for tryWrite, where the connection has one
 	dl  readDeadlines
 	st  stopper
+	wd  writeDeadline
+}
+
+// writeDeadline sets the write deadlines of the writer's writes, and lets
+// another goroutine interrupt a write in progress (or about to start)
+// without the writer's own deadline undoing it: the writer sets its
+// deadline for a write after it has taken its batch, and an interrupt
+// that came in between must still hold.
+type writeDeadline struct {
+	mu      sync.Mutex
+	c       net.Conn
+	limitAt time.Time // set by interrupt: no write may wait beyond it
+}
+
+// set sets the deadline of the next write: d, or the interrupt's if that
+// is earlier.
+func (wd *writeDeadline) set(d time.Time) {
+	wd.mu.Lock()
+	if !wd.limitAt.IsZero() && wd.limitAt.Before(d) {
+		d = wd.limitAt
+	}
+	wd.c.SetWriteDeadline(d)
+	wd.mu.Unlock()
+}
+
+// interrupt makes the write in progress, and every later one through
+// set, give up by d.
+func (wd *writeDeadline) interrupt(d time.Time) {
+	wd.mu.Lock()
+	wd.limitAt = d
+	wd.c.SetWriteDeadline(d)
+	wd.mu.Unlock()
 }
 
 func newLineWire(c net.Conn, dl readDeadlines) *lineWire {
-	w := &lineWire{c: c, dl: dl, st: stopper{c: c}}
+	w := &lineWire{c: c, dl: dl, st: stopper{c: c}, wd: writeDeadline{c: c}}
 	if sc, ok := c.(syscall.Conn); ok {
 		w.raw, _ = sc.SyscallConn()
 	}
@@ -180,7 +212,7 @@ func (w *lineWire) read(deliver func(inbound) bool) Reason {
 func (w *lineWire) format(r Reply) []byte { return FormatReply(r) }
 
 func (w *lineWire) write(chunks [][]byte, deadline time.Time) (int64, error) {
-	w.c.SetWriteDeadline(deadline)
+	w.wd.set(deadline)
 	bufs := net.Buffers(chunks)
 	return bufs.WriteTo(w.c)
 }
@@ -208,7 +240,7 @@ func (w *lineWire) finish(last []byte, _ Reason, deadline time.Time) {
 
 func (w *lineWire) stopRead() { w.st.stop() }
 
-func (w *lineWire) interruptWrite(deadline time.Time) { w.c.SetWriteDeadline(deadline) }
+func (w *lineWire) interruptWrite(deadline time.Time) { w.wd.interrupt(deadline) }
 
 // webSocketWire is the same protocol as JSON messages over a WebSocket. It reads
 // through the websocket library, which reads through nc, the connection
