@@ -85,7 +85,12 @@
 // than run the handler with a zero value. Dead letters keep their last error:
 // [Queue.DeadLetters] lists them and [Queue.Requeue] makes them ready. [Queue.Stats]
 // puts every row of the table in one count: ready, in work, delayed, dead,
-// processed, or invalid (rows no claim will take as they stand).
+// processed, or invalid (rows no claim will take as they stand). For an operator,
+// [Queue.Jobs] lists one page of the jobs in one of those states ([JobState]),
+// [Queue.Job] reads one whole, [Queue.RetryJob] makes a delayed job or a dead letter
+// ready now and [Queue.DeleteJob] removes a job; neither touches a job in work (a
+// [*JobStateError], told at once in every claim form). The observer package serves
+// them as pages.
 //
 // # Lifecycle
 //

@@ -31,8 +31,13 @@
 //     ProcessDetail);
 //   - metrics: the families below, in Prometheus text (Collector and
 //     Register put them on a program's own registry);
-//   - api/kill (POST, JSON {"pid": "..."}), only with Options.AllowKill and
-//     a Token.
+//   - inbox?table=<table>&state=<state>&after=<id> and job?table=&id=:
+//     an inbox table's jobs of one state, paged by id, and one job with
+//     its payload and last error, for the tables of InboxSource; the same
+//     as JSON at api/inbox/jobs and api/inbox/job (InboxJobs, InboxJob);
+//   - api/kill (POST, JSON {"pid": "..."}), and the job actions
+//     api/inbox/retry, api/inbox/delete and api/inbox/cancel (POST, JSON
+//     {"table": "...", "id": n}), only with Options.AllowKill and a Token.
 //
 // The system panel shows uptime, goroutines, memory, GC cycles,
 // GOMAXPROCS, processes, messages waiting and crashes, and a chart (inline
@@ -86,9 +91,9 @@
 // The observer is read-only unless AllowKill is set, and AllowKill needs
 // a Token: a kill endpoint anyone who can reach the port may use is never
 // served. Every path can be put behind the bearer token (Authorized lets
-// a program put its own handlers behind it too). The kill endpoint takes
-// only JSON, which a cross-site form cannot send, and refuses requests
-// whose Origin or Sec-Fetch-Site names another site. Pages are sent with
+// a program put its own handlers behind it too). The kill endpoint and the
+// job actions take only JSON, which a cross-site form cannot send, and
+// refuse requests whose Origin or Sec-Fetch-Site names another site. Pages are sent with
 // Referrer-Policy: no-referrer, since the token may be in their URL.
 //
 // # Cost

@@ -52,10 +52,11 @@ type Options struct {
 	// links and refreshes).
 	Token string
 	// AllowKill enables the page's "kill" action (POST .../api/kill), which
-	// sends gotp.ErrKill to a process. It needs a Token as well: without
-	// one the action stays off (ErrKillNeedsToken), since anyone who can
-	// reach the port could otherwise kill processes. Off by default: the
-	// observer is read-only.
+	// sends gotp.ErrKill to a process, and the inbox tables' job actions
+	// (POST .../api/inbox/retry, delete and cancel). It needs a Token as
+	// well: without one the actions stay off (ErrKillNeedsToken), since
+	// anyone who can reach the port could otherwise kill processes or
+	// delete jobs. Off by default: the observer is read-only.
 	AllowKill bool
 	// Sources add sections beyond processes and supervisors, which are
 	// found on the node by themselves.
@@ -165,6 +166,16 @@ func (o *Observer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		o.serveProcessJSON(w, r)
 	case "api/kill":
 		o.serveKill(w, r)
+	case "inbox":
+		o.serveInboxPage(w, r)
+	case "job":
+		o.serveJobPage(w, r)
+	case "api/inbox/jobs":
+		o.serveJobsJSON(w, r)
+	case "api/inbox/job":
+		o.serveJobJSON(w, r)
+	case "api/inbox/retry", "api/inbox/delete", "api/inbox/cancel":
+		o.serveJobAction(w, r, strings.TrimPrefix(path, "api/inbox/"))
 	case "metrics":
 		o.metrics.ServeHTTP(w, r)
 	default:
@@ -226,24 +237,7 @@ const maxKillBody = 1 << 10
 // only after a CORS preflight, which this endpoint never approves), and an
 // Origin or Sec-Fetch-Site header that names another site is refused.
 func (o *Observer) serveKill(w http.ResponseWriter, r *http.Request) {
-	if r.Method != http.MethodPost {
-		w.Header().Set("Allow", http.MethodPost)
-		http.Error(w, "observer: kill needs POST", http.StatusMethodNotAllowed)
-		return
-	}
-	switch {
-	case !o.opts.AllowKill:
-		http.Error(w, ErrKillDisabled.Error(), http.StatusForbidden)
-		return
-	case o.opts.Token == "":
-		http.Error(w, ErrKillNeedsToken.Error(), http.StatusForbidden)
-		return
-	case !sameOrigin(r):
-		http.Error(w, ErrCrossOrigin.Error(), http.StatusForbidden)
-		return
-	}
-	if mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err != nil || mt != "application/json" {
-		http.Error(w, ErrCrossOrigin.Error(), http.StatusUnsupportedMediaType)
+	if !o.allowAction(w, r, "kill") {
 		return
 	}
 	var req struct {
@@ -265,6 +259,35 @@ func (o *Observer) serveKill(w http.ResponseWriter, r *http.Request) {
 	o.n.Logger().Warn("observer: killing a process on request", "pid", pid, "remote", r.RemoteAddr)
 	o.n.Exit(pid, gotp.ErrKill)
 	writeJSON(w, map[string]string{"killed": pid.String()})
+}
+
+// allowAction answers a request for a mutating action (the kill, and the
+// inbox's job actions) unless every guard lets it through: POST, AllowKill
+// with a Token (the token itself was checked by ServeHTTP), no other
+// site's Origin or Sec-Fetch-Site, and a JSON body (which a cross-site
+// form cannot send). It reports whether the action may go on.
+func (o *Observer) allowAction(w http.ResponseWriter, r *http.Request, what string) bool {
+	if r.Method != http.MethodPost {
+		w.Header().Set("Allow", http.MethodPost)
+		http.Error(w, "observer: "+what+" needs POST", http.StatusMethodNotAllowed)
+		return false
+	}
+	switch {
+	case !o.opts.AllowKill:
+		http.Error(w, ErrKillDisabled.Error(), http.StatusForbidden)
+		return false
+	case o.opts.Token == "":
+		http.Error(w, ErrKillNeedsToken.Error(), http.StatusForbidden)
+		return false
+	case !sameOrigin(r):
+		http.Error(w, ErrCrossOrigin.Error(), http.StatusForbidden)
+		return false
+	}
+	if mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err != nil || mt != "application/json" {
+		http.Error(w, ErrCrossOrigin.Error(), http.StatusUnsupportedMediaType)
+		return false
+	}
+	return true
 }
 
 // sameOrigin reports whether r does not come from a page of another site:

@@ -133,15 +133,16 @@ var funcs = template.FuncMap{
 		}
 		return time.Since(t).Round(time.Second).String()
 	},
-	"chart":   chart,
-	"tree":    func(b base, t SupTree) treeNode { return treeNode{Root: b, SupTree: t} },
-	"subtree": func(b base, t *SupTree) treeNode { return treeNode{Root: b, SupTree: *t} },
-	"join":    strings.Join,
-	"add":     func(a, b int) int { return a + b },
-	"sub":     func(a, b int) int { return a - b },
+	"chart":      chart,
+	"tree":       func(b base, t SupTree) treeNode { return treeNode{Root: b, SupTree: t} },
+	"subtree":    func(b base, t *SupTree) treeNode { return treeNode{Root: b, SupTree: *t} },
+	"join":       strings.Join,
+	"add":        func(a, b int) int { return a + b },
+	"sub":        func(a, b int) int { return a - b },
+	"jobButtons": jobButtons,
 }
 
-var pages = template.Must(template.New("pages").Funcs(funcs).Parse(layout + mainPage + processPage + registryPage))
+var pages = template.Must(template.New("pages").Funcs(funcs).Parse(layout + mainPage + processPage + registryPage + inboxPages))
 
 // layout: the head, the style and the script every page shares. The
 // script refreshes #content from the same URL with partial=1 (not while
@@ -162,6 +163,7 @@ svg.chart{background:#fafafa;border:1px solid #eee}svg.chart polyline{fill:none;
 </style></head>
 <body><h1><a href="{{.URL "./"}}">gotp observer</a></h1>
 <p class="meta"><a href="{{.URL "api/snapshot"}}">JSON</a> · <a href="{{.URL "metrics"}}">metrics</a></p>
+<p id="action-result" class="meta" role="status"></p>
 <div id="content" data-refresh="{{.RefreshMS}}"{{if .Static}} data-static{{end}}>{{end}}
 
 {{define "foot"}}</div>
@@ -178,13 +180,24 @@ svg.chart{background:#fafafa;border:1px solid #eee}svg.chart polyline{fill:none;
     }).catch(function(){});
   }
   if (!content.hasAttribute('data-static')) setInterval(refresh, every);
-  content.addEventListener('click', function(e){
-    var b = e.target.closest('button.kill');
-    if (!b) return;
-    var u = new URL('api/kill', location.href); u.search = '';
+  var result = document.getElementById('action-result');
+  function post(path, body){
+    var u = new URL(path, location.href); u.search = '';
     var tok = new URL(location.href).searchParams.get('token');
     if (tok) u.searchParams.set('token', tok);
-    fetch(u, {method: 'POST', headers: {'Content-Type': 'application/json'}, body: JSON.stringify({pid: b.dataset.pid})}).then(refresh);
+    return fetch(u, {method: 'POST', headers: {'Content-Type': 'application/json'}, body: JSON.stringify(body)}).then(function(r){
+      return r.text().then(function(t){
+        result.textContent = r.ok ? '' : t;
+        result.className = r.ok ? 'meta' : 'err';
+        if (r.ok && body.id) result.textContent = body.action + ': job ' + body.id + ' done';
+      });
+    }).then(refresh);
+  }
+  content.addEventListener('click', function(e){
+    var b = e.target.closest('button.kill');
+    if (b) { post('api/kill', {pid: b.dataset.pid}); return; }
+    b = e.target.closest('button.job');
+    if (b) post('api/inbox/' + b.dataset.action, {table: b.dataset.table, id: Number(b.dataset.id), action: b.dataset.action});
   });
 })();
 </script>
@@ -271,7 +284,10 @@ const mainPage = `
 
 {{if .S.Inboxes}}<h2>Inbox tables</h2>
 <table id="inboxes"><tr><th>table</th><th>ready</th><th>in work</th><th>delayed</th><th>dead</th><th>invalid</th><th>outcomes</th><th>health</th></tr>
-{{range .S.Inboxes}}<tr><td>{{.Name}}</td><td class="num">{{.Ready}}</td><td class="num">{{.InWork}}</td><td class="num">{{.Delayed}}</td><td class="num">{{.Dead}}</td><td class="num">{{if .Invalid}}<span class="err">{{.Invalid}}</span>{{else}}0{{end}}</td>
+{{range .S.Inboxes}}<tr>{{if .Jobs}}{{$t := .Name}}<td><a class="inbox" href="{{$.URL "inbox" "table" .Name}}">{{.Name}}</a></td>
+<td class="num"><a href="{{$.URL "inbox" "table" $t "state" "ready"}}">{{.Ready}}</a></td><td class="num"><a href="{{$.URL "inbox" "table" $t "state" "in_work"}}">{{.InWork}}</a></td>
+<td class="num"><a href="{{$.URL "inbox" "table" $t "state" "delayed"}}">{{.Delayed}}</a></td><td class="num"><a href="{{$.URL "inbox" "table" $t "state" "dead"}}">{{.Dead}}</a></td>
+{{else}}<td>{{.Name}}</td><td class="num">{{.Ready}}</td><td class="num">{{.InWork}}</td><td class="num">{{.Delayed}}</td><td class="num">{{.Dead}}</td>{{end}}<td class="num">{{if .Invalid}}<span class="err">{{.Invalid}}</span>{{else}}0{{end}}</td>
 <td>{{range $k, $v := .Outcomes}}{{$k}}={{$v}} {{end}}{{if .Err}}<span class="err">{{.Err}}</span>{{end}}</td>
 <td>{{with .Health}}{{if .Failing}}<span class="err">failing</span> {{end}}claim errors={{.ClaimErrors}} (permanent {{.PermanentErrors}}) locks lost={{.LocksLost}} bad rows={{.BadRows}}{{if .LastError}}<br><span class="err">{{.LastError}}</span> at {{.LastErrorAt.Format "15:04:05"}}{{end}}{{end}}</td></tr>{{end}}
 </table>{{end}}

@@ -123,6 +123,9 @@ type InboxTable struct {
 	// inbox.Health), when the value reports it.
 	Health *InboxHealth `json:"health,omitempty"`
 	Err    string       `json:"error,omitempty"`
+	// Jobs is set when the table's jobs can be listed and acted on (the
+	// inbox page of the table).
+	Jobs bool `json:"jobs,omitempty"`
 }
 
 // InboxHealth is what an inbox table's subscriptions in this process met

@@ -121,29 +121,47 @@ type healthReporter interface{ Health() inbox.Health }
 // InboxSource shows inbox tables: ready, in work, delayed, dead and invalid
 // jobs (one statement per table and request), job outcomes when the value
 // counts them, and the failures its subscriptions met (inbox.Health) when
-// the value reports them.
-func InboxSource(tables ...inboxStats) Source {
-	return SourceFunc(func(ctx context.Context, s *Snapshot) {
-		for _, q := range tables {
-			row := InboxTable{Name: q.Table()}
-			st, err := q.Stats(ctx)
-			if err != nil {
-				row.Err = fmt.Sprint(err)
-			} else {
-				row.Ready, row.InWork, row.Delayed, row.Dead, row.Invalid = st.Ready, st.InWork, st.Delayed, st.Dead, st.Invalid
-			}
-			if oc, ok := q.(outcomeCounter); ok {
-				row.Outcomes = oc.Outcomes()
-			}
-			if hr, ok := q.(healthReporter); ok {
-				h := hr.Health()
-				row.Health = &InboxHealth{
-					ClaimErrors: h.ClaimErrors, PermanentErrors: h.PermanentErrors,
-					LocksLost: h.LocksLost, BadRows: h.BadRows, Failing: h.Failing,
-					LastError: h.LastError, LastErrorAt: h.LastErrorAt,
-				}
-			}
-			s.Inboxes = append(s.Inboxes, row)
+// the value reports them. Every *inbox.Queue[T] also gets a page of its
+// jobs by state (/observer/inbox?table=...), a page per job, and, with
+// Options.AllowKill, the job actions retry, delete and cancel.
+func InboxSource(tables ...inboxStats) Source { return inboxSource(tables) }
+
+// inboxSource is the Source InboxSource makes; the job pages find their
+// table through it.
+type inboxSource []inboxStats
+
+// inboxTable returns the table named name, the first of that name.
+func (src inboxSource) inboxTable(name string) (inboxStats, bool) {
+	for _, q := range src {
+		if q.Table() == name {
+			return q, true
 		}
-	})
+	}
+	return nil, false
+}
+
+// Observe adds a row per table to s.Inboxes.
+func (src inboxSource) Observe(ctx context.Context, s *Snapshot) {
+	for _, q := range src {
+		row := InboxTable{Name: q.Table()}
+		st, err := q.Stats(ctx)
+		if err != nil {
+			row.Err = fmt.Sprint(err)
+		} else {
+			row.Ready, row.InWork, row.Delayed, row.Dead, row.Invalid = st.Ready, st.InWork, st.Delayed, st.Dead, st.Invalid
+		}
+		if oc, ok := q.(outcomeCounter); ok {
+			row.Outcomes = oc.Outcomes()
+		}
+		if hr, ok := q.(healthReporter); ok {
+			h := hr.Health()
+			row.Health = &InboxHealth{
+				ClaimErrors: h.ClaimErrors, PermanentErrors: h.PermanentErrors,
+				LocksLost: h.LocksLost, BadRows: h.BadRows, Failing: h.Failing,
+				LastError: h.LastError, LastErrorAt: h.LastErrorAt,
+			}
+		}
+		_, row.Jobs = q.(inboxJobs)
+		s.Inboxes = append(s.Inboxes, row)
+	}
 }
