@@ -41,6 +41,26 @@
 // claimed row that still could not be read is skipped and reported (Health.BadRows)
 // while the rest of its claim proceeds.
 //
+// # Schema versions
+//
+// The default schema is versioned ([SchemaVersion]). [Migrate] (and CreateTable,
+// which calls it, and `go run github.com/gotp/gotp/cmd/gotp inbox migrate -db ...
+// -table ...`) creates the table at the latest version or upgrades an older one in
+// place, every step and the version record in one transaction, recorded in the
+// table gotp_schema. A table made before versions were recorded is version 0. Run it
+// after upgrading gotp: Start refuses a table missing a column of DefaultColumns
+// with a [*StatementError]. Tables mapped with [Columns] are the caller's own.
+//
+// # Cancel and snooze
+//
+// [Queue.Cancel] cancels a job by id, ready, delayed or in work: the row is kept,
+// cancelled (Stats.Cancelled), never claimed again until [Queue.Requeue]; a handler
+// in work has its context cancelled with [ErrJobCancelled] as the cause, here at
+// once, in another instance within PollInterval (lease form) or the held
+// connection's one-second heartbeat (lock forms), and its attempt is settled as
+// [Cancelled] whatever it returns, never as a success. A handler returning
+// [Snooze] runs again after a delay without counting the attempt.
+//
 // # Claims
 //
 // A [Subscription] has up to Workers jobs in work at once. Whatever the number of
@@ -149,6 +169,23 @@
 //     the attempt the claim wrote; never through another connection. The form needs
 //     session-level connections: not a transaction-pooling proxy such as PgBouncer
 //     in transaction mode.
+//
+// # Differences from River and Oban
+//
+//   - Job states are not a column: a row's state follows from its lock deadline and
+//     its ClaimedAt, DeadAt, ProcessedAt and CancelledAt columns, so that tables
+//     written by other programs work unchanged and a claim writes one column.
+//   - Cancelling a job in work reaches other instances through the database (a
+//     cheap poll of the jobs in work, or the lock forms' heartbeat), not through
+//     LISTEN/NOTIFY as River does: a cancellation is never lost with a
+//     notification, and needs no listener. Cancelling a job held by RowLock waits
+//     for its handler to return, since the row is locked until then.
+//   - A snooze gives its attempt back (the count goes down by one) instead of
+//     raising the job's maximum, as River and Oban do: MaxAttempts stays a
+//     property of the subscription, not of each row.
+//   - Schema versions are kept per table in gotp_schema, and version 0 is any
+//     table the first release made; River keeps one version for its whole schema
+//     (river_migration), Oban in a comment on its table.
 //
 // # Concurrency
 //

@@ -23,6 +23,7 @@ type leased struct {
 	ctx      context.Context
 	cancel   context.CancelCauseFunc
 	expiry   *time.Timer // cancels ctx when the lease is about to expire unextended
+	runs     *runRegistry
 }
 
 // fenced is the fence of a settlement or extension of j.
@@ -33,6 +34,7 @@ func (j *leased) fenced() fence { return fence{lease: &j.fence, unsure: j.unsure
 func (j *leased) finish() {
 	j.expiry.Stop()
 	j.cancel(nil)
+	j.runs.remove(j.id)
 }
 
 // arm gives a claimed job its context and its expiry timer. The timer cancels the
@@ -41,6 +43,8 @@ func (j *leased) finish() {
 // unreachable or locked) stops its handler before another instance may claim the row.
 func (s *Subscription[T]) arm(j *leased) {
 	j.ctx, j.cancel = context.WithCancelCause(s.workCtx)
+	j.runs = &s.q.runs
+	j.runs.add(j.id, j.cancel)
 	j.expiry = time.AfterFunc(s.untilExpiry(j.fence), func() {
 		lost := &LeaseLostError{Table: s.q.name, ID: j.id, Op: "expired"}
 		j.cancel(lost)
@@ -86,7 +90,7 @@ func (e *settleFailure) Unwrap() error { return e.err }
 // pending reports whether a batch has settlements still to write.
 func pending(batch []settlement) bool {
 	for _, st := range batch {
-		if !st.written && st.failed == nil {
+		if !st.written && st.failed == nil && st.d.out != Cancelled {
 			return true
 		}
 	}
@@ -101,6 +105,8 @@ type lane struct {
 	max      int // rows leased at once: workers plus prefetch
 	jobs     chan *leased
 	settleCh chan settlement
+
+	nextCancelCheck time.Time // when checkCancels next looks for cancelled jobs
 }
 
 // leaseWorker handles jobs that its lane's loop dispatches until the loop closes l.jobs.
@@ -120,9 +126,13 @@ func (s *Subscription[T]) leaseWorker(l *lane) {
 		}
 		if stopping || j.ctx.Err() != nil {
 			// Stopping, or its lease expired while it waited (prefetched): a job not
-			// yet started goes back at once.
+			// yet started goes back at once. A cancelled one is settled already.
 			j.finish()
-			l.settleCh <- settlement{j: j, d: decision{out: Released}}
+			d := decision{out: Released}
+			if wasCancelled(j.ctx) {
+				d = decision{out: Cancelled, err: ErrJobCancelled}
+			}
+			l.settleCh <- settlement{j: j, d: d}
 			continue
 		}
 		err := s.run(j.ctx, j.id, j.attempt, j.payload)
@@ -131,7 +141,12 @@ func (s *Subscription[T]) leaseWorker(l *lane) {
 			continue // as in a crash: nothing is written; the lease expires
 		}
 		d := decide(err, j.attempt, s.o.MaxAttempts, s.q.c.Attempts != "", s.o.Backoff)
-		if err != nil && context.Cause(s.workCtx) == errRelease {
+		switch {
+		case wasCancelled(j.ctx):
+			// Cancel wrote the row already (lock deadline and all): nothing to write,
+			// whatever the handler returned.
+			d = decision{out: Cancelled, err: ErrJobCancelled}
+		case err != nil && context.Cause(s.workCtx) == errRelease:
 			d = decision{out: Released, err: err}
 		}
 		l.settleCh <- settlement{j: j, d: d} // never blocks: capacity l.max
@@ -267,13 +282,14 @@ func (s *Subscription[T]) leaseLoop(l *lane) {
 				}
 			}
 		}
+		s.checkCancels(l, inflight)
 		s.extendDue(inflight)
 		want := 0
 		if canClaim && !stopping {
 			want = n - (len(inflight) - len(batch))
 		}
 		if len(batch) == 0 && want == 0 {
-			s.resetExt(ext, inflight)
+			s.resetExt(l, ext, inflight)
 			continue
 		}
 		if want == 0 && acking {
@@ -297,7 +313,7 @@ func (s *Subscription[T]) leaseLoop(l *lane) {
 				_, lost, ok := s.cycle(b, 0)
 				ackDone <- ackResult{batch: b, lost: lost, ok: ok}
 			})
-			s.resetExt(ext, inflight)
+			s.resetExt(l, ext, inflight)
 			continue
 		}
 		if want > 0 {
@@ -317,7 +333,7 @@ func (s *Subscription[T]) leaseLoop(l *lane) {
 			canClaim = false
 			poll.Reset(s.o.PollInterval)
 		}
-		s.resetExt(ext, inflight)
+		s.resetExt(l, ext, inflight)
 	}
 }
 
@@ -326,11 +342,14 @@ func (s *Subscription[T]) leaseLoop(l *lane) {
 const lingerFor = 200 * time.Microsecond
 
 // resetExt arms the extension timer for the earliest extension due.
-func (s *Subscription[T]) resetExt(t *time.Timer, inflight map[int64]*leased) {
+func (s *Subscription[T]) resetExt(l *lane, t *time.Timer, inflight map[int64]*leased) {
 	next := s.o.Lease / 3
 	now := time.Now()
 	for _, j := range inflight {
 		next = min(next, max(j.extendAt.Sub(now), 0))
+	}
+	if len(inflight) > 0 && s.q.c.CancelledAt != "" {
+		next = min(next, max(l.nextCancelCheck.Sub(now), time.Millisecond))
 	}
 	t.Reset(next)
 }
@@ -363,6 +382,10 @@ func (s *Subscription[T]) extendDue(inflight map[int64]*leased) {
 			continue
 		}
 		if n == 0 {
+			if s.q.isCancelledRow(s.ctx, s.q.db(), j.id) {
+				j.cancel(ErrJobCancelled)
+				continue
+			}
 			lost := &LeaseLostError{Table: s.q.name, ID: j.id, Op: "extend"}
 			j.cancel(lost)
 			if context.Cause(j.ctx) == lost {
@@ -454,8 +477,8 @@ func (s *Subscription[T]) sqliteCycle(ctx context.Context, batch []settlement, w
 	err = q.sqliteTx(ctx, func(db querier) error {
 		clear(lost)
 		for i, st := range batch {
-			if st.failed != nil {
-				continue
+			if st.failed != nil || st.d.out == Cancelled {
+				continue // a cancelled job's row was written by Cancel
 			}
 			sql, args := q.settleSQL(kindOf(st.d.out), st.j.id, st.j.fenced(), now, st.d.delay, errText(st.d.err), now)
 			n, err := db.exec(ctx, sql, args...)
@@ -516,8 +539,8 @@ func (s *Subscription[T]) pgCycle(ctx context.Context, batch []settlement, want 
 	var fences []time.Time
 	for i := range batch {
 		st := &batch[i]
-		if st.written || st.failed != nil {
-			continue
+		if st.written || st.failed != nil || st.d.out == Cancelled {
+			continue // a cancelled job's row was written by Cancel
 		}
 		if st.d.out == Acked && !split {
 			ids = append(ids, st.j.id)

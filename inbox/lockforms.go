@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"hash/fnv"
+	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -92,17 +93,20 @@ func (s *Subscription[T]) rowLockOnce() (found bool, err error) {
 	if err != nil || !ok {
 		return ok, err
 	}
-	lost, herr := s.runHeld(tx.Conn().PgConn(), id, attempt, payload)
+	lost, cancelled, herr := s.runHeld(tx.Conn().PgConn(), id, attempt, payload)
 	if s.ctx.Err() != nil {
 		s.unsettled(id)
 		return true, nil // the deferred rollback hands the row back, as a crash would
 	}
 	d := decide(herr, attempt, s.o.MaxAttempts, q.c.Attempts != "", s.o.Backoff)
+	if cancelled {
+		d = decision{out: Cancelled, err: ErrJobCancelled}
+	}
 	r := Result{ID: id, Attempt: attempt, Outcome: d.out, Err: d.err}
 	switch {
 	case lost != nil:
 		r.SettleErr = s.lostSettle(id, d.out, lost.Err)
-	case herr != nil && context.Cause(s.workCtx) == errRelease:
+	case herr != nil && !cancelled && context.Cause(s.workCtx) == errRelease:
 		r.Outcome = Released // rollback: the row is free at once, the attempt uncounted
 	default:
 		sql, args := q.settleSQL(kindOf(d.out), id, s.attemptFence(attempt), q.now(), d.delay, errText(d.err), time.Time{})
@@ -209,13 +213,16 @@ func (s *Subscription[T]) advisoryOnce() (found bool, err error) {
 // whether conn is still fit to unlock and go back to the pool.
 func (s *Subscription[T]) handleAdvisory(conn *pgxpool.Conn, id int64, attempt int, payload []byte) bool {
 	q := s.q
-	lost, herr := s.runHeld(conn.Conn().PgConn(), id, attempt, payload)
+	lost, cancelled, herr := s.runHeld(conn.Conn().PgConn(), id, attempt, payload)
 	if s.ctx.Err() != nil {
 		s.unsettled(id)
 		return false // the connection is closed unsettled, as in a crash
 	}
 	d := decide(herr, attempt, s.o.MaxAttempts, q.c.Attempts != "", s.o.Backoff)
-	if herr != nil && context.Cause(s.workCtx) == errRelease {
+	switch {
+	case cancelled:
+		d = decision{out: Cancelled, err: ErrJobCancelled}
+	case herr != nil && context.Cause(s.workCtx) == errRelease:
 		d = decision{out: Released, err: herr}
 	}
 	r := Result{ID: id, Attempt: attempt, Outcome: d.out, Err: d.err}
@@ -232,6 +239,9 @@ func (s *Subscription[T]) handleAdvisory(conn *pgxpool.Conn, id int64, attempt i
 	switch {
 	case err != nil:
 		r.SettleErr = s.settleErr(conn.Conn().PgConn(), id, d.out, err)
+	case tag.RowsAffected() == 0 && q.isCancelledRow(s.ctx, pgQ{conn}, id):
+		// Cancelled by another instance after the last heartbeat: the row says so.
+		r.Outcome, r.Err = Cancelled, ErrJobCancelled
 	case tag.RowsAffected() == 0:
 		r.SettleErr = s.lostSettle(id, d.out, nil)
 	}
@@ -241,10 +251,26 @@ func (s *Subscription[T]) handleAdvisory(conn *pgxpool.Conn, id int64, attempt i
 
 // runHeld runs the handler of a job whose lock connection pc holds, watching pc: if
 // the connection is lost meanwhile, the handler's context is cancelled at once with a
-// *LeaseLostError (Op "lock") as its cause, which runHeld also returns.
-func (s *Subscription[T]) runHeld(pc *pgconn.PgConn, id int64, attempt int, payload []byte) (lost *LeaseLostError, herr error) {
+// *LeaseLostError (Op "lock") as its cause, which runHeld also returns. cancelled
+// reports a handler cancelled by Queue.Cancel (here or, through the watcher's
+// heartbeat, in another instance).
+func (s *Subscription[T]) runHeld(pc *pgconn.PgConn, id int64, attempt int, payload []byte) (lost *LeaseLostError, cancelled bool, herr error) {
 	hctx, cancel := context.WithCancelCause(s.workCtx)
 	defer cancel(nil)
+	s.q.runs.add(id, cancel)
+	defer s.q.runs.remove(id)
+	var check func(context.Context) (bool, error)
+	if s.q.c.CancelledAt != "" {
+		sql := s.q.heldCheckSQL()
+		args := [][]byte{[]byte(strconv.FormatInt(id, 10)), []byte(strconv.FormatInt(s.q.cancelKey(id), 10))}
+		check = func(ctx context.Context) (bool, error) {
+			r := pc.ExecParams(ctx, sql, args, nil, nil, nil).Read()
+			if r.Err != nil {
+				return false, r.Err
+			}
+			return len(r.Rows) == 1 && len(r.Rows[0]) == 1 && string(r.Rows[0][0]) == "t", nil
+		}
+	}
 	w := watchConn(pc, func(err error) {
 		le := &LeaseLostError{Table: s.q.name, ID: id, Op: "lock", Err: err}
 		lost = le // read after w.stop, which waits for this goroutine
@@ -252,16 +278,16 @@ func (s *Subscription[T]) runHeld(pc *pgconn.PgConn, id int64, attempt int, payl
 		if context.Cause(hctx) == le {
 			s.claimLost(id, le)
 		}
-	})
+	}, check, func() { cancel(ErrJobCancelled) })
 	herr = s.run(hctx, id, attempt, payload)
 	w.stop()
-	return lost, herr
+	return lost, wasCancelled(hctx), herr
 }
 
 // attemptFence is the fence of a lock form's settlement: the attempt its claim wrote,
 // on a table that counts attempts.
 func (s *Subscription[T]) attemptFence(attempt int) fence {
-	return fence{attempt: attempt, byAttempt: s.q.c.Attempts != ""}
+	return fence{attempt: attempt, byAttempt: s.q.c.Attempts != "", live: true}
 }
 
 // lostSettle is the settlement error of a lock form's job whose lock was lost: the

@@ -161,8 +161,12 @@ func pgBackend(t *testing.T) *backend {
 		}
 		return n
 	}
+	// Table names repeat across runs: forget a version recorded by an earlier run.
+	forget := `DO $$ BEGIN IF to_regclass('gotp_schema') IS NOT NULL THEN DELETE FROM gotp_schema WHERE key = 'inbox:` + b.table + `'; END IF; END $$`
+	b.exec(t, forget)
 	t.Cleanup(func() {
 		_, _ = admin.Exec(context.Background(), `DROP TABLE IF EXISTS "`+b.table+`" CASCADE`)
+		_, _ = admin.Exec(context.Background(), forget)
 	})
 	return b
 }

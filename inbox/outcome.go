@@ -20,7 +20,16 @@ const (
 	DeadLettered
 	// Released: handed back unfinished at shutdown, its attempt not counted.
 	Released
+	// Snoozed: the handler returned Snooze; the row runs again after the delay, its
+	// attempt not counted.
+	Snoozed
+	// Cancelled: Queue.Cancel cancelled the job while it was in work; the row is kept,
+	// cancelled, and never claimed again until requeued. Never counted a success.
+	Cancelled
 )
+
+// lastOutcome is the highest Outcome.
+const lastOutcome = Cancelled
 
 // String names the outcome.
 func (o Outcome) String() string {
@@ -35,6 +44,10 @@ func (o Outcome) String() string {
 		return "dead"
 	case Released:
 		return "released"
+	case Snoozed:
+		return "snoozed"
+	case Cancelled:
+		return "cancelled"
 	}
 	return "unknown"
 }
@@ -64,6 +77,10 @@ func (e *retryOutcome) Error() string {
 }
 func (e *retryOutcome) Unwrap() error { return e.cause }
 
+type snoozeOutcome struct{ after time.Duration }
+
+func (e *snoozeOutcome) Error() string { return "inbox: snooze " + e.after.String() }
+
 type dropOutcome struct{ reason error }
 
 func (e *dropOutcome) Error() string { return "inbox: drop: " + errText(e.reason) }
@@ -85,6 +102,12 @@ func errText(err error) string {
 // (0: at once). The attempt counts: once MaxAttempts is reached the job is
 // dead-lettered instead.
 func Retry(after time.Duration) error { return &retryOutcome{after: max(after, 0)} }
+
+// Snooze is a handler result asking for the job to run again after d (0: at once)
+// without counting this attempt: the row's attempts go back to what they were
+// before its claim, its last error is left as it was, and MaxAttempts is not
+// reached by snoozing. Unlike Retry, a snoozed job can run any number of times.
+func Snooze(d time.Duration) error { return &snoozeOutcome{after: max(d, 0)} }
 
 // Drop is a handler result: the job is done without success. The row is removed like
 // an ack and the reason is logged at warning level.
@@ -125,7 +148,10 @@ func decide(err error, attempt, maxAttempts int, countAttempts bool, backoff fun
 	var dr *dropOutcome
 	var dd *deadOutcome
 	var de *DecodeError
+	var sn *snoozeOutcome
 	switch {
+	case errors.As(err, &sn):
+		return decision{out: Snoozed, delay: sn.after}
 	case errors.As(err, &dd), errors.As(err, &de):
 		return decision{out: DeadLettered, err: err}
 	case errors.As(err, &dr):

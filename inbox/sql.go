@@ -17,10 +17,12 @@ const (
 	skDrop
 	skRelease
 	skExtend
+	skSnooze
+	skCancel
 )
 
 func (k settleKind) String() string {
-	return [...]string{"ack", "retry", "dead", "drop", "release", "extend"}[k]
+	return [...]string{"ack", "retry", "dead", "drop", "release", "extend", "snooze", "cancel"}[k]
 }
 
 func kindOf(o Outcome) settleKind {
@@ -33,6 +35,10 @@ func kindOf(o Outcome) settleKind {
 		return skDead
 	case Dropped:
 		return skDrop
+	case Snoozed:
+		return skSnooze
+	case Cancelled:
+		return skCancel
 	default:
 		return skRelease
 	}
@@ -79,6 +85,9 @@ type fence struct {
 	// attempts must still be the count this claim wrote.
 	attempt   int
 	byAttempt bool
+	// live (the lock forms): the row must not have been cancelled meanwhile (a
+	// Cancel of a job held by an advisory lock writes the row at once).
+	live bool
 }
 
 // settleSQL builds the statement for one settlement of row id, fenced by f.
@@ -125,6 +134,18 @@ func (q *Queue[T]) settleSQL(k settleKind, id int64, f fence, now time.Time, del
 		}
 	case skExtend:
 		set = append(set, lu+" = "+s.arg(q.ts(newDeadline)))
+	case skSnooze:
+		set = append(set, lu+" = "+s.after(now, delay))
+		clearClaim()
+		if c.Attempts != "" {
+			set = append(set, col(c.Attempts)+" = "+col(c.Attempts)+" - 1")
+		}
+	case skCancel:
+		set = append(set, lu+" = "+s.arg(q.ts(farFuture())))
+		clearClaim()
+		if c.CancelledAt != "" {
+			set = append(set, col(c.CancelledAt)+" = COALESCE("+col(c.CancelledAt)+", "+s.now(now)+")")
+		}
 	}
 	var b strings.Builder
 	if done {
@@ -146,6 +167,9 @@ func (q *Queue[T]) settleSQL(k settleKind, id int64, f fence, now time.Time, del
 	}
 	if f.byAttempt && c.Attempts != "" {
 		b.WriteString(" AND " + col(c.Attempts) + " = " + s.arg(f.attempt))
+	}
+	if f.live && c.CancelledAt != "" && k != skCancel {
+		b.WriteString(" AND " + col(c.CancelledAt) + " IS NULL")
 	}
 	return b.String(), s.args
 }

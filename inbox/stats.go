@@ -24,6 +24,9 @@ type Stats struct {
 	Dead int64
 	// Processed jobs were acked on a table with a ProcessedAt column.
 	Processed int64
+	// Cancelled jobs were cancelled by Queue.Cancel (on a table with a CancelledAt
+	// column): kept, never claimed again until requeued.
+	Cancelled int64
 	// Invalid rows are ones no claim will ever take as they stand: a NULL lock
 	// deadline on a table without Columns.LockedUntilNullable, or a NULL id. Start
 	// refuses a table whose columns allow them (a *ColumnError), so they come from
@@ -37,11 +40,14 @@ func (q *Queue[T]) Stats(ctx context.Context) (Stats, error) {
 	lu := col(c.LockedUntil)
 	now, far := q.p(1), q.p(2)
 	// One bucket per row, the first that fits: 0 ready, 1 in work, 2 delayed, 3 dead,
-	// 4 processed, 5 invalid.
+	// 4 processed, 5 invalid, 6 cancelled.
 	var b strings.Builder
 	b.WriteString("CASE")
 	if c.ProcessedAt != "" {
 		b.WriteString(" WHEN " + col(c.ProcessedAt) + " IS NOT NULL THEN 4")
+	}
+	if c.CancelledAt != "" {
+		b.WriteString(" WHEN " + col(c.CancelledAt) + " IS NOT NULL THEN 6")
 	}
 	b.WriteString(" WHEN " + col(c.ID) + " IS NULL THEN 5")
 	if c.LockedUntilNullable {
@@ -62,7 +68,7 @@ func (q *Queue[T]) Stats(ctx context.Context) (Stats, error) {
 	}
 	defer r.Close()
 	var s Stats
-	counts := [...]*int64{&s.Ready, &s.InWork, &s.Delayed, &s.Dead, &s.Processed, &s.Invalid}
+	counts := [...]*int64{&s.Ready, &s.InWork, &s.Delayed, &s.Dead, &s.Processed, &s.Invalid, &s.Cancelled}
 	for r.Next() {
 		var bucket, n int64
 		if err := r.Scan(&bucket, &n); err != nil {
@@ -106,6 +112,9 @@ func (q *Queue[T]) DeadLetters(ctx context.Context, limit int) ([]DeadJob, error
 	if q.c.ProcessedAt != "" {
 		where += " AND " + col(q.c.ProcessedAt) + " IS NULL"
 	}
+	if q.c.CancelledAt != "" {
+		where += " AND " + col(q.c.CancelledAt) + " IS NULL"
+	}
 	stmt := "SELECT " + col(q.c.ID) + ", " + attempts + ", " + lastErr + ", " + q.payloadCol() +
 		" FROM " + q.table + " WHERE " + where + " ORDER BY " + col(q.c.ID) + " LIMIT " + q.p(2)
 	r, err := q.db().query(ctx, stmt, q.ts(farFuture()), limit)
@@ -129,7 +138,7 @@ func (q *Queue[T]) DeadLetters(ctx context.Context, limit int) ([]DeadJob, error
 	return out, nil
 }
 
-// Requeue makes the given dead-lettered jobs ready again with their attempts reset,
+// Requeue makes the given dead-lettered or cancelled jobs ready again with their attempts reset,
 // and reports how many it requeued (ids that are not dead letters are skipped). It
 // wakes this process's subscriptions.
 func (q *Queue[T]) Requeue(ctx context.Context, ids ...int64) (int64, error) {
@@ -140,6 +149,9 @@ func (q *Queue[T]) Requeue(ctx context.Context, ids ...int64) (int64, error) {
 	}
 	if q.c.DeadAt != "" {
 		set += ", " + col(q.c.DeadAt) + " = NULL"
+	}
+	if q.c.CancelledAt != "" {
+		set += ", " + col(q.c.CancelledAt) + " = NULL"
 	}
 	where := col(q.c.ID) + " = " + q.p(2) + " AND " + col(q.c.LockedUntil) + " >= " + q.p(3)
 	if q.c.ProcessedAt != "" {

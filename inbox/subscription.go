@@ -102,13 +102,15 @@ type Job[T any] struct {
 	Payload T
 }
 
-// Handler handles one job. Return nil to ack; Retry, Drop or DeadLetter to say so;
+// Handler handles one job. Return nil to ack; Retry, Snooze, Drop or DeadLetter to say so;
 // any other error (or a panic) is a failed attempt, retried after Backoff and
 // dead-lettered at MaxAttempts. ctx is cancelled when the claim is lost (the cause is
 // a *LeaseLostError: the lease could not be extended in time, or the connection
 // holding a row or advisory lock failed), when Stop's deadline passes, or when
-// Start's context ends; a handler must return soon after, since another instance may
-// be running the same job by then.
+// Start's context ends, or when Queue.Cancel cancels the job (the cause is
+// ErrJobCancelled; the job is then settled as Cancelled whatever the handler
+// returns); a handler must return soon after, since another instance may be running
+// the same job by then.
 type Handler[T any] func(ctx context.Context, job Job[T]) error
 
 // Causes of the cancellation of the subscription's contexts.
@@ -413,8 +415,11 @@ func (s *Subscription[T]) check(ctx context.Context) error {
 			add(q.pgAckClaimSQL(nil, nil, now, now, 0))
 		}
 		add(q.settleSQL(skExtend, 0, fence{lease: &now}, now, 0, "", now))
-		for _, k := range []settleKind{skAck, skRetry, skDead, skRelease} {
+		for _, k := range []settleKind{skAck, skRetry, skDead, skRelease, skSnooze} {
 			add(q.settleSQL(k, 0, fence{lease: &now}, now, time.Second, "", now))
+		}
+		if q.c.CancelledAt != "" {
+			add(q.cancelledSQL([]int64{0}))
 		}
 	case RowLock, AdvisoryLock:
 		if s.o.Form == RowLock {
@@ -423,8 +428,11 @@ func (s *Subscription[T]) check(ctx context.Context) error {
 			add(q.candidatesSQL(now, 1))
 		}
 		add(q.takeSQL(0, now))
-		for _, k := range []settleKind{skAck, skRetry, skDead, skRelease} {
-			add(q.settleSQL(k, 0, fence{attempt: 1, byAttempt: true}, now, time.Second, "", now))
+		for _, k := range []settleKind{skAck, skRetry, skDead, skRelease, skSnooze, skCancel} {
+			add(q.settleSQL(k, 0, fence{attempt: 1, byAttempt: true, live: true}, now, time.Second, "", now))
+		}
+		if q.c.CancelledAt != "" {
+			stmts = append(stmts, q.heldCheckSQL())
 		}
 	}
 	if q.dialect == SQLite {
@@ -500,7 +508,7 @@ func (s *Subscription[T]) call(ctx context.Context, j Job[T]) (err error) {
 func (s *Subscription[T]) observe(r Result) {
 	log := s.q.log
 	switch {
-	case r.SettleErr == nil && r.Outcome >= Acked && r.Outcome <= Released:
+	case r.SettleErr == nil && r.Outcome >= Acked && r.Outcome <= lastOutcome:
 		s.q.outcomes[r.Outcome].Add(1)
 	case errors.Is(r.SettleErr, ErrLeaseLost):
 		s.q.outcomes[0].Add(1)

@@ -26,13 +26,18 @@ const (
 // session (pg_terminate_backend sends a FATAL error first) or the socket fails. A
 // silent loss (a cut network) sends nothing; for it the watcher pings the connection
 // after every heartbeatEvery of silence and counts a ping that fails or outlasts
-// heartbeatTimeout as a loss. stop interrupts the read with a read deadline, never
+// heartbeatTimeout as a loss. On a table with a CancelledAt column the ping is a
+// statement that also asks whether the job was cancelled (Queue.Cancel). stop interrupts the read with a read deadline, never
 // a ping (an interrupted query would close the connection).
 type connWatch struct {
 	pc   *pgconn.PgConn
 	nc   net.Conn
 	lost func(error) // called once, from the watcher's goroutine, on a loss
-	done chan struct{}
+	// check, if set, is the heartbeat instead of a ping: a statement on the held
+	// connection that reports the job cancelled; cancelled is then called once.
+	check     func(ctx context.Context) (bool, error)
+	cancelled func()
+	done      chan struct{}
 
 	mu       sync.Mutex // guards stopping, pinging and the read deadline of nc
 	stopping bool
@@ -41,8 +46,8 @@ type connWatch struct {
 
 // watchConn starts watching pc; lost is called on a loss. Call stop before using pc
 // again.
-func watchConn(pc *pgconn.PgConn, lost func(error)) *connWatch {
-	w := &connWatch{pc: pc, nc: pc.Conn(), lost: lost, done: make(chan struct{})}
+func watchConn(pc *pgconn.PgConn, lost func(error), check func(context.Context) (bool, error), cancelled func()) *connWatch {
+	w := &connWatch{pc: pc, nc: pc.Conn(), lost: lost, check: check, cancelled: cancelled, done: make(chan struct{})}
 	go w.run()
 	return w
 }
@@ -77,7 +82,16 @@ func (w *connWatch) run() {
 		_ = w.nc.SetReadDeadline(time.Time{})
 		w.mu.Unlock()
 		ctx, cancel := context.WithTimeout(context.Background(), heartbeatTimeout)
-		err = w.pc.Ping(ctx)
+		if w.check != nil {
+			var yes bool
+			yes, err = w.check(ctx)
+			if err == nil && yes {
+				w.check = nil
+				w.cancelled()
+			}
+		} else {
+			err = w.pc.Ping(ctx)
+		}
 		cancel()
 		w.mu.Lock()
 		w.pinging = false

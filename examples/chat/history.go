@@ -12,6 +12,7 @@ import (
 
 	"github.com/gotp/gotp"
 	"github.com/gotp/gotp/inbox"
+	"github.com/gotp/gotp/internal/migrate"
 	"github.com/gotp/gotp/server"
 )
 
@@ -88,36 +89,8 @@ func OpenStore(ctx context.Context, path string) (*Store, error) {
 	if _, err := db.ExecContext(ctx, `PRAGMA temp_store = MEMORY; PRAGMA wal_autocheckpoint = 0`); err != nil {
 		return fail("set up", err)
 	}
-	// at is the time a message was accepted, in Unix milliseconds; rows of
-	// a file made before times were kept get 0. Rows are never deleted, so
-	// a plain INTEGER PRIMARY KEY numbers them in insertion order, as
-	// AUTOINCREMENT would, for less work per insert (a file made before
-	// keeps AUTOINCREMENT, which works the same).
-	const schema = `CREATE TABLE IF NOT EXISTS messages (
-		id     INTEGER PRIMARY KEY,
-		sender TEXT NOT NULL,
-		recipient TEXT NOT NULL,
-		body   TEXT NOT NULL,
-		pair   TEXT NOT NULL,
-		at     INTEGER NOT NULL DEFAULT 0
-	);
-	CREATE INDEX IF NOT EXISTS messages_pair ON messages (pair, id);
-	CREATE TABLE IF NOT EXISTS room_messages (
-		id     INTEGER PRIMARY KEY,
-		origin TEXT NOT NULL,
-		seq    INTEGER NOT NULL,
-		room   TEXT NOT NULL,
-		sender TEXT NOT NULL,
-		body   TEXT NOT NULL,
-		at     INTEGER NOT NULL,
-		UNIQUE (origin, seq)
-	);
-	CREATE INDEX IF NOT EXISTS room_messages_room ON room_messages (room, id);`
-	if _, err := db.ExecContext(ctx, schema); err != nil {
-		return fail("create the schema of", err)
-	}
-	if err := addTimes(ctx, db); err != nil {
-		return fail("add message times to", err)
+	if _, err := migrate.SQLite(ctx, db, historySchema); err != nil {
+		return fail("migrate", err)
 	}
 	ckpt, err := inbox.OpenSQLite(ctx, path)
 	if err != nil {
@@ -167,17 +140,67 @@ func (s *Store) checkpoints() {
 	}
 }
 
-// addTimes adds the at column to a messages table made before it existed.
-func addTimes(ctx context.Context, db *sql.DB) error {
-	var n int
-	if err := db.QueryRowContext(ctx, `SELECT count(*) FROM pragma_table_info('messages') WHERE name = 'at'`).Scan(&n); err != nil {
-		return err
+// HistoryVersion is the version of the history's schema that OpenStore and
+// MigrateHistory bring a file to.
+const HistoryVersion = 1
+
+// MigrateHistory brings the history database db (opened with inbox.OpenSQLite)
+// to HistoryVersion in one transaction, creating it if empty, and reports the
+// versions before and after: 0 for a file made before versions were recorded.
+// OpenStore does it too.
+func MigrateHistory(ctx context.Context, db *sql.DB) (from, to int, err error) {
+	r, err := migrate.SQLite(ctx, db, historySchema)
+	if err != nil {
+		return 0, 0, fmt.Errorf("chat: migrate history: %w", err)
 	}
-	if n == 1 {
-		return nil
-	}
-	_, err := db.ExecContext(ctx, `ALTER TABLE messages ADD COLUMN at INTEGER NOT NULL DEFAULT 0`)
-	return err
+	return r.From, r.To, nil
+}
+
+// historyDDL is the history's schema. at is the time a message was accepted,
+// in Unix milliseconds; rows of a file made before times were kept get 0.
+// Rows are never deleted, so a plain INTEGER PRIMARY KEY numbers them in
+// insertion order, as AUTOINCREMENT would, for less work per insert (a file
+// made before keeps AUTOINCREMENT, which works the same).
+const historyDDL = `CREATE TABLE IF NOT EXISTS messages (
+		id     INTEGER PRIMARY KEY,
+		sender TEXT NOT NULL,
+		recipient TEXT NOT NULL,
+		body   TEXT NOT NULL,
+		pair   TEXT NOT NULL,
+		at     INTEGER NOT NULL DEFAULT 0
+	);
+	CREATE INDEX IF NOT EXISTS messages_pair ON messages (pair, id);
+	CREATE TABLE IF NOT EXISTS room_messages (
+		id     INTEGER PRIMARY KEY,
+		origin TEXT NOT NULL,
+		seq    INTEGER NOT NULL,
+		room   TEXT NOT NULL,
+		sender TEXT NOT NULL,
+		body   TEXT NOT NULL,
+		at     INTEGER NOT NULL,
+		UNIQUE (origin, seq)
+	);
+	CREATE INDEX IF NOT EXISTS room_messages_room ON room_messages (room, id);`
+
+// historySchema is the history's migrations. Version 0 is a file of any
+// release before versions were recorded: step 1 brings each of them (one
+// without rooms, or without message times) to today's schema.
+var historySchema = migrate.Set{
+	Key: "chat:history",
+	Exists: func(ctx context.Context, x migrate.Exec) (bool, error) {
+		return x.Exists(ctx, `SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'messages'`)
+	},
+	Base: func(ctx context.Context, x migrate.Exec) error { return x.Exec(ctx, historyDDL) },
+	Steps: []migrate.Step{{Desc: "rooms and message times", Up: func(ctx context.Context, x migrate.Exec) error {
+		if err := x.Exec(ctx, historyDDL); err != nil {
+			return err
+		}
+		has, err := x.Exists(ctx, `SELECT 1 FROM pragma_table_info('messages') WHERE name = 'at'`)
+		if err != nil || has {
+			return err
+		}
+		return x.Exec(ctx, `ALTER TABLE messages ADD COLUMN at INTEGER NOT NULL DEFAULT 0`)
+	}}},
 }
 
 func millis(t time.Time) int64 {

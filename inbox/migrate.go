@@ -1,0 +1,173 @@
+package inbox
+
+import (
+	"context"
+	"database/sql"
+	"strings"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/gotp/gotp/internal/migrate"
+)
+
+// SchemaVersion is the version of the default schema this release makes and
+// upgrades to: see Migrate.
+const SchemaVersion = 1
+
+// Migration reports what Migrate did: the table's version before (0 for a table
+// made before versions were recorded, by CreateTable of an earlier release) and
+// after, and whether the table was created.
+type Migration struct {
+	From, To int
+	Created  bool
+}
+
+// Migrate brings the default schema of table to SchemaVersion on db (a *sql.DB
+// opened with OpenSQLite, or a *pgxpool.Pool): it creates the table if it does not
+// exist, and upgrades one made by an earlier release in place. Every step and the
+// record of the version reached (in the table gotp_schema) commit in one
+// transaction: if a step fails, the table is left as it was and the error says
+// which step. Concurrent calls are safe: the database serialises them and each
+// step runs once. A table whose recorded version is newer than SchemaVersion (a
+// newer release migrated it) is refused with an error matching ErrSchemaTooNew.
+//
+// The versions:
+//
+//	0  the schema of the first release (id, priority, locked_until, claimed_at,
+//	   attempts, last_error, dead_at, created_at, payload; the claim index)
+//	1  cancelled_at: set by Queue.Cancel
+//
+// Tables mapped with Columns are the caller's own; Migrate manages only the
+// default schema. Run it (or `go run github.com/gotp/gotp/cmd/gotp inbox migrate`)
+// after upgrading gotp and before starting subscriptions: Start refuses a table
+// missing a column of DefaultColumns with a *StatementError.
+func Migrate(ctx context.Context, db any, table string) (Migration, error) {
+	if !isIdent(table) {
+		return Migration{}, &ConfigError{Field: "table", Reason: "not a plain SQL identifier"}
+	}
+	var res migrate.Result
+	var err error
+	switch db := db.(type) {
+	case *sql.DB:
+		if db == nil {
+			return Migration{}, &ConfigError{Field: "db", Reason: "nil *sql.DB"}
+		}
+		res, err = migrate.SQLite(ctx, db, migrations(SQLite, table))
+	case *pgxpool.Pool:
+		if db == nil {
+			return Migration{}, &ConfigError{Field: "db", Reason: "nil *pgxpool.Pool"}
+		}
+		res, err = migrate.Postgres(ctx, db, migrations(Postgres, table))
+	default:
+		return Migration{}, &ConfigError{Field: "db", Reason: "not a *sql.DB or *pgxpool.Pool"}
+	}
+	if err != nil {
+		return Migration{}, &MigrationError{Table: table, Err: err}
+	}
+	return Migration{From: res.From, To: res.To, Created: res.Created}, nil
+}
+
+// SchemaVersionOf reads the recorded version of table's default schema on db
+// (see Migrate) without changing anything: -1 if the table does not exist, 0 if it
+// was made before versions were recorded.
+func SchemaVersionOf(ctx context.Context, db any, table string) (int, error) {
+	if !isIdent(table) {
+		return 0, &ConfigError{Field: "table", Reason: "not a plain SQL identifier"}
+	}
+	switch db := db.(type) {
+	case *sql.DB:
+		return migrate.ReadSQLite(ctx, db, migrations(SQLite, table))
+	case *pgxpool.Pool:
+		return migrate.ReadPostgres(ctx, db, migrations(Postgres, table))
+	}
+	return 0, &ConfigError{Field: "db", Reason: "not a *sql.DB or *pgxpool.Pool"}
+}
+
+// ErrSchemaTooNew is matched by the error of Migrate on a table that a newer
+// release migrated beyond SchemaVersion.
+var ErrSchemaTooNew = migrate.ErrTooNew
+
+// MigrationError reports a migration that failed; the table is as it was.
+type MigrationError struct {
+	Table string
+	Err   error
+}
+
+// Error describes the failure.
+func (e *MigrationError) Error() string { return "inbox: migrate " + e.Table + ": " + e.Err.Error() }
+
+// Unwrap returns the failure.
+func (e *MigrationError) Unwrap() error { return e.Err }
+
+// migrations is the default schema's history for table on d.
+func migrations(d Dialect, table string) migrate.Set {
+	qt := quoteIdent(table)
+	timeType := "INTEGER"
+	if d == Postgres {
+		timeType = "TIMESTAMPTZ"
+	}
+	ddl := func(stmts ...string) func(context.Context, migrate.Exec) error {
+		return func(ctx context.Context, x migrate.Exec) error {
+			for _, s := range stmts {
+				if err := x.Exec(ctx, s); err != nil {
+					return err
+				}
+			}
+			return nil
+		}
+	}
+	return migrate.Set{
+		Key: "inbox:" + table,
+		Exists: func(ctx context.Context, x migrate.Exec) (bool, error) {
+			if d == Postgres {
+				return x.Exists(ctx, `SELECT 1 WHERE to_regclass($1) IS NOT NULL`, qt)
+			}
+			schema, name := "main", table
+			if i := strings.LastIndex(table, "."); i >= 0 {
+				schema, name = table[:i], table[i+1:]
+			}
+			return x.Exists(ctx, `SELECT 1 FROM pragma_table_list WHERE schema = ?1 AND name = ?2`, schema, name)
+		},
+		Base: ddl(baseSchema(d, table)...),
+		Steps: []migrate.Step{
+			{Desc: "cancelled_at", Up: ddl(`ALTER TABLE ` + qt + ` ADD COLUMN cancelled_at ` + timeType)},
+		},
+	}
+}
+
+// baseSchema is version 0 of the default schema: the table and claim index of the
+// first release.
+func baseSchema(d Dialect, table string) []string {
+	qt := quoteIdent(table)
+	idx := quoteIdent(strings.ReplaceAll(table, ".", "_") + "_claim")
+	if d == SQLite {
+		return []string{
+			`CREATE TABLE ` + qt + ` (
+	id INTEGER PRIMARY KEY AUTOINCREMENT,
+	priority INTEGER NOT NULL DEFAULT 0,
+	locked_until INTEGER NOT NULL DEFAULT 0,
+	claimed_at INTEGER,
+	attempts INTEGER NOT NULL DEFAULT 0,
+	last_error TEXT,
+	dead_at INTEGER,
+	created_at INTEGER NOT NULL DEFAULT (CAST((julianday('now') - 2440587.5) * 86400000000 AS INTEGER)),
+	payload BLOB NOT NULL
+)`,
+			`CREATE INDEX IF NOT EXISTS ` + idx + ` ON ` + qt + ` (priority, locked_until, id)`,
+		}
+	}
+	return []string{
+		`CREATE TABLE ` + qt + ` (
+	id BIGINT GENERATED BY DEFAULT AS IDENTITY PRIMARY KEY,
+	priority INTEGER NOT NULL DEFAULT 0,
+	locked_until TIMESTAMPTZ NOT NULL DEFAULT '1970-01-01T00:00:00Z',
+	claimed_at TIMESTAMPTZ,
+	attempts INTEGER NOT NULL DEFAULT 0,
+	last_error TEXT,
+	dead_at TIMESTAMPTZ,
+	created_at TIMESTAMPTZ NOT NULL DEFAULT now(),
+	payload BYTEA NOT NULL
+)`,
+		`CREATE INDEX IF NOT EXISTS ` + idx + ` ON ` + qt + ` (priority, locked_until, id)`,
+	}
+}
