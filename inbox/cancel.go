@@ -11,9 +11,6 @@ import (
 	"time"
 )
 
-// ErrNoJob is matched (errors.Is) by every *NoJobError.
-var ErrNoJob = errors.New("inbox: no such job")
-
 // NoJobError reports an id with no row in the table: never published, or done and
 // deleted (an ack on a table without a ProcessedAt column deletes the row).
 type NoJobError struct {
@@ -26,20 +23,6 @@ func (e *NoJobError) Error() string { return fmt.Sprintf("inbox: %s has no job %
 
 // Is makes errors.Is(err, ErrNoJob) true.
 func (e *NoJobError) Is(target error) bool { return target == ErrNoJob }
-
-// JobStateError reports a job in a state the call cannot act on: Cancel of a job
-// that is dead-lettered ("dead"), processed ("processed"), or that finished while
-// Cancel waited for it ("finished").
-type JobStateError struct {
-	Table string
-	ID    int64
-	State string
-}
-
-// Error describes the failure.
-func (e *JobStateError) Error() string {
-	return fmt.Sprintf("inbox: %s job %d is %s", e.Table, e.ID, e.State)
-}
 
 // ErrJobCancelled is the cause (context.Cause) of the context of a handler whose
 // job was cancelled by Queue.Cancel, in this process or another.
@@ -59,7 +42,8 @@ var ErrJobCancelled = errors.New("inbox: job cancelled")
 // connection died), bounded by ctx.
 //
 // Cancelling a cancelled job returns nil. Errors: a *NoJobError for an id with no
-// row, a *JobStateError for a dead-lettered or processed job, a *ConfigError on a
+// row (it matches ErrNoJob), a *JobStateError for a dead-lettered or processed
+// job, or one that finished while Cancel waited for it, a *ConfigError on a
 // table without a CancelledAt column. Safe for concurrent use.
 func (q *Queue[T]) Cancel(ctx context.Context, id int64) error {
 	if q.c.CancelledAt == "" {
@@ -144,9 +128,9 @@ func (q *Queue[T]) jobState(ctx context.Context, id int64) (string, error) {
 	case cancelled == 1:
 		return "cancelled", nil
 	case processed == 1:
-		return "", &JobStateError{Table: q.name, ID: id, State: "processed"}
+		return "", &JobStateError{Table: q.name, ID: id, Op: "cancel", State: StateProcessed}
 	case far == 1:
-		return "", &JobStateError{Table: q.name, ID: id, State: "dead"}
+		return "", &JobStateError{Table: q.name, ID: id, Op: "cancel", State: StateDead}
 	}
 	return "active", nil
 }
@@ -194,7 +178,7 @@ func (q *Queue[T]) cancelLocked(ctx context.Context, id int64) (done bool, err e
 	}
 	state, err := q.jobState(ctx, id)
 	if errors.Is(err, ErrNoJob) {
-		return true, &JobStateError{Table: q.name, ID: id, State: "finished"}
+		return true, &JobStateError{Table: q.name, ID: id, Op: "cancel", State: StateProcessed, Reason: "it finished, and was deleted, while Cancel waited for its row lock"}
 	}
 	if err != nil || state == "cancelled" {
 		return true, err

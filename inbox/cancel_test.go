@@ -72,7 +72,7 @@ func TestCancelUnknownDeadAndUnsupported(t *testing.T) {
 			t.Fatalf("outcome %v", r.Outcome)
 		}
 		var se *inbox.JobStateError
-		if err := q.Cancel(t.Context(), id); !errors.As(err, &se) || se.State != "dead" {
+		if err := q.Cancel(t.Context(), id); !errors.As(err, &se) || se.State != inbox.StateDead || se.Op != "cancel" {
 			t.Fatalf("dead job: err = %v", err)
 		}
 		// A mapped table without a CancelledAt column refuses Cancel.

@@ -23,20 +23,21 @@ const (
 	StateDead      JobState = "dead"      // dead-lettered
 	StateProcessed JobState = "processed" // acked on a table with Columns.ProcessedAt
 	StateInvalid   JobState = "invalid"   // no claim will take it as it stands (see Stats.Invalid)
+	StateCancelled JobState = "cancelled" // cancelled by Queue.Cancel (needs Columns.CancelledAt)
 )
 
 // jobStates lists the states by the bucket number bucketSQL gives them.
-var jobStates = [...]JobState{StateReady, StateInWork, StateDelayed, StateDead, StateProcessed, StateInvalid}
+var jobStates = [...]JobState{StateReady, StateInWork, StateDelayed, StateDead, StateProcessed, StateInvalid, StateCancelled}
 
 // ParseJobState returns the state named s ("ready", "in_work", "delayed", "dead",
-// "processed" or "invalid"), or a *ConfigError.
+// "processed", "invalid" or "cancelled"), or a *ConfigError.
 func ParseJobState(s string) (JobState, error) {
 	for _, st := range jobStates {
 		if string(st) == s {
 			return st, nil
 		}
 	}
-	return "", &ConfigError{Field: "State", Reason: fmt.Sprintf("%q is not a job state (ready, in_work, delayed, dead, processed, invalid)", s)}
+	return "", &ConfigError{Field: "State", Reason: fmt.Sprintf("%q is not a job state (ready, in_work, delayed, dead, processed, invalid, cancelled)", s)}
 }
 
 // bucket returns the number bucketSQL gives st, or -1.
@@ -112,7 +113,7 @@ type ListOptions struct {
 }
 
 // bucketSQL is the CASE expression giving each row its state's bucket (the index of
-// jobStates): 0 ready, 1 in work, 2 delayed, 3 dead, 4 processed, 5 invalid; now and
+// jobStates): 0 ready, 1 in work, 2 delayed, 3 dead, 4 processed, 5 invalid, 6 cancelled; now and
 // far are the placeholders of the current time and of farFuture.
 func (q *Queue[T]) bucketSQL(now, far string) string {
 	c := q.c
@@ -121,6 +122,9 @@ func (q *Queue[T]) bucketSQL(now, far string) string {
 	b.WriteString("CASE")
 	if c.ProcessedAt != "" {
 		b.WriteString(" WHEN " + col(c.ProcessedAt) + " IS NOT NULL THEN 4")
+	}
+	if c.CancelledAt != "" {
+		b.WriteString(" WHEN " + col(c.CancelledAt) + " IS NOT NULL THEN 6")
 	}
 	b.WriteString(" WHEN " + col(c.ID) + " IS NULL THEN 5")
 	if c.LockedUntilNullable {
@@ -330,7 +334,8 @@ func (q *Queue[T]) adminTx(ctx context.Context, id int64, op string, f func(db q
 }
 
 // RetryJob makes job id ready now: a delayed job (waiting for its run time or
-// backoff) keeps its attempts; a dead letter has them reset, as Requeue does. A
+// backoff) keeps its attempts; a dead letter or a cancelled job has them reset, as
+// Requeue does. A
 // ready job is left as it is. A job in work, processed or invalid is a
 // *JobStateError, as is a delayed job on a table without a ClaimedAt column (where a
 // job in work looks delayed); an unknown id matches ErrNoJob. It wakes this
@@ -350,12 +355,15 @@ func (q *Queue[T]) RetryJob(ctx context.Context, id int64) error {
 			if q.c.ClaimedAt == "" {
 				return refuse("without a ClaimedAt column a job in work looks delayed")
 			}
-		case StateDead:
+		case StateDead, StateCancelled:
 			if q.c.Attempts != "" {
 				set += ", " + col(q.c.Attempts) + " = 0"
 			}
 			if q.c.DeadAt != "" {
 				set += ", " + col(q.c.DeadAt) + " = NULL"
+			}
+			if q.c.CancelledAt != "" {
+				set += ", " + col(q.c.CancelledAt) + " = NULL"
 			}
 		default:
 			return refuse("")
