@@ -84,6 +84,9 @@ func (q *Queue[T]) cancelSQL(skipLocked bool) string {
 	if c.ClaimedAt != "" {
 		set += ", " + col(c.ClaimedAt) + " = NULL"
 	}
+	if q.hasUnique() {
+		set += ", " + q.keepKey(UniqueCancelled)
+	}
 	where := col(c.ID) + " = " + q.p(1) + " AND " + col(c.CancelledAt) + " IS NULL AND (" + col(c.LockedUntil) + " < " + q.p(2)
 	if c.LockedUntilNullable {
 		where += " OR " + col(c.LockedUntil) + " IS NULL"

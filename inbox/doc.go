@@ -61,6 +61,17 @@
 // [Cancelled] whatever it returns, never as a success. A handler returning
 // [Snooze] runs again after a delay without counting the attempt.
 //
+// # Unique jobs
+//
+// [PublishOpts.Unique] makes a publish a no-op, returning the existing job's id
+// ([Queue.PublishUnique] also says which happened), while a job with the same key
+// is ready, delayed or in work, and, as [Unique.States] asks, dead, cancelled or
+// processed; [Unique.Period] limits the key to a period. A unique index on the
+// UniqueKey column enforces it (INSERT ... ON CONFLICT DO NOTHING), so concurrent
+// publishes from any number of instances insert one job; a settlement that
+// finishes a job outside its States frees the key in the same statement. A queue
+// or table without the uniqueness columns or their index is a [*ColumnError].
+//
 // # Claims
 //
 // A [Subscription] has up to Workers jobs in work at once. Whatever the number of
@@ -183,6 +194,9 @@
 //   - A snooze gives its attempt back (the count goes down by one) instead of
 //     raising the job's maximum, as River and Oban do: MaxAttempts stays a
 //     property of the subscription, not of each row.
+//   - Uniqueness is one key per job, chosen by the publisher (River derives it from
+//     the job's kind, arguments, queue and period; Oban from fields and keys):
+//     put whatever makes two jobs the same into Key.
 //   - Schema versions are kept per table in gotp_schema, and version 0 is any
 //     table the first release made; River keeps one version for its whole schema
 //     (river_migration), Oban in a comment on its table.

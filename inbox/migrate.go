@@ -12,7 +12,7 @@ import (
 
 // SchemaVersion is the version of the default schema this release makes and
 // upgrades to: see Migrate.
-const SchemaVersion = 1
+const SchemaVersion = 2
 
 // Migration reports what Migrate did: the table's version before (0 for a table
 // made before versions were recorded, by CreateTable of an earlier release) and
@@ -36,6 +36,8 @@ type Migration struct {
 //	0  the schema of the first release (id, priority, locked_until, claimed_at,
 //	   attempts, last_error, dead_at, created_at, payload; the claim index)
 //	1  cancelled_at: set by Queue.Cancel
+//	2  unique_key, unique_states and a unique index on unique_key (where not
+//	   NULL): PublishOpts.Unique
 //
 // Tables mapped with Columns are the caller's own; Migrate manages only the
 // default schema. Run it (or `go run github.com/gotp/gotp/cmd/gotp inbox migrate`)
@@ -131,6 +133,11 @@ func migrations(d Dialect, table string) migrate.Set {
 		Base: ddl(baseSchema(d, table)...),
 		Steps: []migrate.Step{
 			{Desc: "cancelled_at", Up: ddl(`ALTER TABLE ` + qt + ` ADD COLUMN cancelled_at ` + timeType)},
+			{Desc: "unique jobs", Up: ddl(
+				`ALTER TABLE `+qt+` ADD COLUMN unique_key TEXT`,
+				`ALTER TABLE `+qt+` ADD COLUMN unique_states INTEGER NOT NULL DEFAULT 0`,
+				`CREATE UNIQUE INDEX `+quoteIdent(strings.ReplaceAll(table, ".", "_")+"_unique")+` ON `+qt+` (unique_key) WHERE unique_key IS NOT NULL`,
+			)},
 		},
 	}
 }

@@ -40,6 +40,12 @@ type Columns struct {
 	DeadAt      string // when a row was dead-lettered
 	ProcessedAt string // if set, ack marks the row processed instead of deleting it
 	CancelledAt string // set by Cancel (with the lock deadline far in the future); without it, Cancel is refused
+
+	// UniqueKey and UniqueStates (both or neither) hold a unique job's key (text,
+	// under a unique index WHERE UniqueKey IS NOT NULL) and the finished states
+	// that keep it (an integer); without them, PublishOpts.Unique is refused.
+	UniqueKey    string
+	UniqueStates string
 }
 
 // DefaultColumns are the columns of the schema CreateTable makes.
@@ -48,6 +54,7 @@ func DefaultColumns() Columns {
 		ID: "id", LockedUntil: "locked_until", Payload: "payload",
 		Priority: "priority", Attempts: "attempts", ClaimedAt: "claimed_at",
 		LastError: "last_error", DeadAt: "dead_at", CancelledAt: "cancelled_at",
+		UniqueKey: "unique_key", UniqueStates: "unique_states",
 	}
 }
 
@@ -182,10 +189,13 @@ func newQueue[T any](d Dialect, cfg Config[T]) (*Queue[T], error) {
 	if c.ID == "" || c.LockedUntil == "" || c.Payload == "" {
 		return nil, &ConfigError{Field: "Columns", Reason: "ID, LockedUntil and Payload are required"}
 	}
-	for _, col := range []string{c.ID, c.LockedUntil, c.Payload, c.Priority, c.Attempts, c.ClaimedAt, c.LastError, c.DeadAt, c.ProcessedAt, c.CancelledAt} {
+	for _, col := range []string{c.ID, c.LockedUntil, c.Payload, c.Priority, c.Attempts, c.ClaimedAt, c.LastError, c.DeadAt, c.ProcessedAt, c.CancelledAt, c.UniqueKey, c.UniqueStates} {
 		if col != "" && (!isIdent(col) || strings.Contains(col, ".")) {
 			return nil, &ConfigError{Field: "Columns", Reason: fmt.Sprintf("%q is not a plain column name", col)}
 		}
+	}
+	if (c.UniqueKey == "") != (c.UniqueStates == "") {
+		return nil, &ConfigError{Field: "Columns", Reason: "UniqueKey and UniqueStates go together"}
 	}
 	if cfg.ListenNotify && d != Postgres {
 		return nil, &ConfigError{Field: "ListenNotify", Reason: "needs Postgres"}
@@ -322,6 +332,10 @@ type PublishOpts struct {
 	RunAt time.Time
 	// Priority orders claims (lower first) on tables with a priority column.
 	Priority int
+	// Unique, if set, makes the publish a no-op returning the existing job's id
+	// while a job with the same key exists (see Unique). Publish and PublishTx
+	// only: a batch publish refuses it with a *ConfigError.
+	Unique *Unique
 }
 
 func (q *Queue[T]) insertSQL(rowsN int) string {
@@ -387,12 +401,32 @@ func (q *Queue[T]) publishSQL() string {
 // Publish inserts one job and returns its id. It wakes this process's subscriptions
 // of the table at once (and, with ListenNotify, every instance's). It blocks for one
 // statement; ctx bounds it. On error the job was not published.
+//
+// With PublishOpts.Unique, a job holding the same key makes the publish a no-op
+// that returns that job's id (PublishUnique tells which happened); a table
+// without the uniqueness columns or their unique index is refused with a
+// *ColumnError.
 func (q *Queue[T]) Publish(ctx context.Context, job T, opts *PublishOpts) (int64, error) {
-	id, err := q.publish(ctx, q.db(), job, opts)
-	if err == nil {
+	id, _, err := q.PublishUnique(ctx, job, opts)
+	return id, err
+}
+
+// PublishUnique is Publish, also reporting whether the job was inserted: false
+// when PublishOpts.Unique found a job holding its key, whose id it returns.
+func (q *Queue[T]) PublishUnique(ctx context.Context, job T, opts *PublishOpts) (id int64, inserted bool, err error) {
+	id, inserted, err = q.publishAny(ctx, q.db(), job, opts)
+	if err == nil && inserted {
 		q.Wake()
 	}
-	return id, err
+	return id, inserted, err
+}
+
+func (q *Queue[T]) publishAny(ctx context.Context, db querier, job T, opts *PublishOpts) (int64, bool, error) {
+	if opts != nil && opts.Unique != nil {
+		return q.publishUnique(ctx, db, job, opts)
+	}
+	id, err := q.publish(ctx, db, job, opts)
+	return id, err == nil, err
 }
 
 func (q *Queue[T]) publish(ctx context.Context, db querier, job T, opts *PublishOpts) (int64, error) {
@@ -436,12 +470,16 @@ func (q *Queue[T]) PublishTx(ctx context.Context, tx Tx, job T, opts *PublishOpt
 		}
 		return 0, &DialectError{Want: q.dialect, Got: got, Op: "PublishTx"}
 	}
-	return q.publish(ctx, tx.q(), job, opts)
+	id, _, err := q.publishAny(ctx, tx.q(), job, opts)
+	return id, err
 }
 
 // PublishBatch inserts jobs in one transaction: all of them or none. It wakes the
 // table's subscriptions like Publish. ctx bounds the whole batch.
 func (q *Queue[T]) PublishBatch(ctx context.Context, jobs []T, opts *PublishOpts) error {
+	if opts != nil && opts.Unique != nil {
+		return &ConfigError{Field: "PublishOpts.Unique", Reason: "a batch publish cannot be unique: publish unique jobs one by one"}
+	}
 	if len(jobs) == 0 {
 		return nil
 	}
@@ -468,6 +506,9 @@ func (q *Queue[T]) PublishBatchTx(ctx context.Context, tx Tx, jobs []T, opts *Pu
 			got = tx.dialect()
 		}
 		return &DialectError{Want: q.dialect, Got: got, Op: "PublishBatchTx"}
+	}
+	if opts != nil && opts.Unique != nil {
+		return &ConfigError{Field: "PublishOpts.Unique", Reason: "a batch publish cannot be unique: publish unique jobs one by one"}
 	}
 	return q.publishBatch(ctx, tx.q(), jobs, opts)
 }

@@ -114,6 +114,9 @@ func (q *Queue[T]) settleSQL(k settleKind, id int64, f fence, now time.Time, del
 		} else {
 			set = append(set, col(c.ProcessedAt)+" = "+s.now(now), lu+" = "+s.arg(q.ts(farFuture())))
 			clearClaim()
+			if q.hasUnique() {
+				set = append(set, q.keepKey(UniqueProcessed))
+			}
 		}
 	case skRetry:
 		set = append(set, lu+" = "+s.after(now, delay))
@@ -125,6 +128,9 @@ func (q *Queue[T]) settleSQL(k settleKind, id int64, f fence, now time.Time, del
 		setErr()
 		if c.DeadAt != "" {
 			set = append(set, col(c.DeadAt)+" = "+s.now(now))
+		}
+		if q.hasUnique() {
+			set = append(set, q.keepKey(UniqueDead))
 		}
 	case skRelease:
 		set = append(set, lu+" = "+s.now(now))
@@ -145,6 +151,9 @@ func (q *Queue[T]) settleSQL(k settleKind, id int64, f fence, now time.Time, del
 		clearClaim()
 		if c.CancelledAt != "" {
 			set = append(set, col(c.CancelledAt)+" = COALESCE("+col(c.CancelledAt)+", "+s.now(now)+")")
+		}
+		if q.hasUnique() {
+			set = append(set, q.keepKey(UniqueCancelled))
 		}
 	}
 	var b strings.Builder
@@ -246,6 +255,9 @@ func (q *Queue[T]) pgAckClaimSQL(ids []int64, fences []time.Time, deadline, now 
 		set := col(c.ProcessedAt) + " = " + s.arg(q.ts(now)) + ", " + col(c.LockedUntil) + " = " + s.arg(q.ts(farFuture()))
 		if c.ClaimedAt != "" {
 			set += ", " + col(c.ClaimedAt) + " = NULL"
+		}
+		if q.hasUnique() {
+			set += ", " + q.keepKey(UniqueProcessed)
 		}
 		ack = "UPDATE " + q.table + " AS t SET " + set + match
 	}
