@@ -123,6 +123,11 @@
 // [*JobStateError], told at once in every claim form). The observer package serves
 // them as pages.
 //
+// [Queue.Timings] has histograms of handler durations by outcome and of the delay
+// from publish to start ([Columns.CreatedAt]); [Config.Hooks] wrap every publish and
+// handler call, for tracing, and carry a trace context from one to the other through
+// a column the table opts into ([Columns.Trace]; see ExampleHooks).
+//
 // # Lifecycle
 //
 // [Subscription.Start] starts the subscription's goroutines; [Subscription.Stop]

@@ -86,7 +86,9 @@ type JobRecord struct {
 	LockedUntil time.Time
 	ClaimedAt   time.Time
 	DeadAt      time.Time
+	CreatedAt   time.Time
 	LastError   string
+	Trace       string // the Columns.Trace column
 	// Payload is the job as stored (it may be what failed to decode). Jobs cuts it to
 	// ListPayloadLimit bytes; PayloadSize is its full length.
 	Payload     []byte
@@ -142,7 +144,8 @@ func (q *Queue[T]) bucketSQL(now, far string) string {
 }
 
 // recordSelect is the select list of a JobRecord, read by scanRecord: id, bucket,
-// attempts, priority, lock deadline, claimed at, dead at, last error, payload.
+// attempts, priority, lock deadline, claimed at, dead at, created at, last error,
+// trace, payload.
 func (q *Queue[T]) recordSelect(now, far string) string {
 	c := q.c
 	intCol := func(name string) string {
@@ -164,12 +167,15 @@ func (q *Queue[T]) recordSelect(now, far string) string {
 		// pgx cannot read an infinite timestamp into a time.Time.
 		return "CASE WHEN isfinite(" + col(name) + ") THEN " + col(name) + " END"
 	}
-	lastErr := "''"
-	if c.LastError != "" {
-		lastErr = "COALESCE(CAST(" + col(c.LastError) + " AS TEXT), '')"
+	textCol := func(name string) string {
+		if name == "" {
+			return "''"
+		}
+		return "COALESCE(CAST(" + col(name) + " AS TEXT), '')"
 	}
 	return col(c.ID) + ", " + q.bucketSQL(now, far) + ", " + intCol(c.Attempts) + ", " + intCol(c.Priority) + ", " +
-		timeCol(c.LockedUntil) + ", " + timeCol(c.ClaimedAt) + ", " + timeCol(c.DeadAt) + ", " + lastErr + ", " + q.payloadCol()
+		timeCol(c.LockedUntil) + ", " + timeCol(c.ClaimedAt) + ", " + timeCol(c.DeadAt) + ", " + timeCol(c.CreatedAt) + ", " +
+		textCol(c.LastError) + ", " + textCol(c.Trace) + ", " + q.payloadCol()
 }
 
 // scanRecord reads one row of recordSelect.
@@ -178,23 +184,23 @@ func (q *Queue[T]) scanRecord(r rows) (JobRecord, error) {
 	var bucket, attempts, priority int64
 	var err error
 	if q.dialect == SQLite {
-		var lu, ca, da sql.NullInt64
-		err = r.Scan(&j.ID, &bucket, &attempts, &priority, &lu, &ca, &da, &j.LastError, &j.Payload)
+		var lu, ca, da, cr sql.NullInt64
+		err = r.Scan(&j.ID, &bucket, &attempts, &priority, &lu, &ca, &da, &cr, &j.LastError, &j.Trace, &j.Payload)
 		for _, p := range []struct {
 			v  sql.NullInt64
 			to *time.Time
-		}{{lu, &j.LockedUntil}, {ca, &j.ClaimedAt}, {da, &j.DeadAt}} {
+		}{{lu, &j.LockedUntil}, {ca, &j.ClaimedAt}, {da, &j.DeadAt}, {cr, &j.CreatedAt}} {
 			if p.v.Valid {
 				*p.to = time.UnixMicro(p.v.Int64).UTC()
 			}
 		}
 	} else {
-		var lu, ca, da *time.Time
-		err = r.Scan(&j.ID, &bucket, &attempts, &priority, &lu, &ca, &da, &j.LastError, &j.Payload)
+		var lu, ca, da, cr *time.Time
+		err = r.Scan(&j.ID, &bucket, &attempts, &priority, &lu, &ca, &da, &cr, &j.LastError, &j.Trace, &j.Payload)
 		for _, p := range []struct {
 			v  *time.Time
 			to *time.Time
-		}{{lu, &j.LockedUntil}, {ca, &j.ClaimedAt}, {da, &j.DeadAt}} {
+		}{{lu, &j.LockedUntil}, {ca, &j.ClaimedAt}, {da, &j.DeadAt}, {cr, &j.CreatedAt}} {
 			if p.v != nil {
 				*p.to = p.v.UTC()
 			}

@@ -17,6 +17,7 @@ type leased struct {
 	id       int64
 	attempt  int
 	payload  []byte
+	meta     jobMeta
 	fence    time.Time   // the lock deadline the claim (or last extension) wrote
 	unsure   []time.Time // deadlines extensions may have written: their outcome is unknown
 	extendAt time.Time
@@ -135,7 +136,7 @@ func (s *Subscription[T]) leaseWorker(l *lane) {
 			l.settleCh <- settlement{j: j, d: d}
 			continue
 		}
-		err := s.run(j.ctx, j.id, j.attempt, j.payload)
+		err := s.run(j.ctx, j.id, j.attempt, j.payload, j.meta)
 		j.finish()
 		if s.ctx.Err() != nil {
 			continue // as in a crash: nothing is written; the lease expires
@@ -513,7 +514,15 @@ func (s *Subscription[T]) scanClaim(ctx context.Context, db querier, sql string,
 	for r.Next() {
 		j := &leased{}
 		var a int64
-		if err := r.Scan(&j.id, &a, &j.payload); err != nil {
+		var err error
+		if s.q.hasMeta() {
+			var m metaScan
+			err = r.Scan(s.q.metaDest(&m, &j.id, &a, &j.payload)...)
+			j.meta = m.meta()
+		} else {
+			err = r.Scan(&j.id, &a, &j.payload)
+		}
+		if err != nil {
 			s.badRow(err)
 			continue
 		}
@@ -578,7 +587,15 @@ func (s *Subscription[T]) pgCycle(ctx context.Context, batch []settlement, want 
 			var isAck bool
 			j := &leased{}
 			var a int64
-			if err := r.Scan(&isAck, &j.id, &a, &j.payload); err != nil {
+			var err error
+			if q.hasMeta() {
+				var m metaScan
+				err = r.Scan(q.metaDest(&m, &isAck, &j.id, &a, &j.payload)...)
+				j.meta = m.meta()
+			} else {
+				err = r.Scan(&isAck, &j.id, &a, &j.payload)
+			}
+			if err != nil {
 				// pgx ends the result on a scan error; the statement has committed,
 				// so this is no failure of the cycle: the rows read go on, those
 				// not read stay leased until their lease expires, and unread acks

@@ -89,11 +89,11 @@ func (s *Subscription[T]) rowLockOnce() (found bool, err error) {
 		}
 		return false, err
 	}
-	attempt, payload, ok, err := s.take(s.claimCtx, pgQ{tx}, id, now)
+	attempt, payload, m, ok, err := s.take(s.claimCtx, pgQ{tx}, id, now)
 	if err != nil || !ok {
 		return ok, err
 	}
-	lost, cancelled, herr := s.runHeld(tx.Conn().PgConn(), id, attempt, payload)
+	lost, cancelled, herr := s.runHeld(tx.Conn().PgConn(), id, attempt, payload, m)
 	if s.ctx.Err() != nil {
 		s.unsettled(id)
 		return true, nil // the deferred rollback hands the row back, as a crash would
@@ -127,21 +127,22 @@ func (s *Subscription[T]) rowLockOnce() (found bool, err error) {
 }
 
 // take counts the attempt on a held row and reads it.
-func (s *Subscription[T]) take(ctx context.Context, db querier, id int64, now time.Time) (attempt int, payload []byte, ok bool, err error) {
+func (s *Subscription[T]) take(ctx context.Context, db querier, id int64, now time.Time) (attempt int, payload []byte, m jobMeta, ok bool, err error) {
 	sql, args := s.q.takeSQL(id, now)
 	r, err := db.query(ctx, sql, args...)
 	if err != nil {
-		return 0, nil, false, err
+		return 0, nil, m, false, err
 	}
 	defer r.Close()
 	if !r.Next() {
-		return 0, nil, false, r.Err()
+		return 0, nil, m, false, r.Err()
 	}
 	var a int64
-	if err := r.Scan(&a, &payload); err != nil {
-		return 0, nil, false, err
+	var ms metaScan
+	if err := r.Scan(s.q.metaDest(&ms, &a, &payload)...); err != nil {
+		return 0, nil, m, false, err
 	}
-	return int(a), payload, true, r.Err()
+	return int(a), payload, ms.meta(), true, r.Err()
 }
 
 // lockKey is the advisory lock's first key: the table's name, hashed.
@@ -189,11 +190,11 @@ func (s *Subscription[T]) advisoryOnce() (found bool, err error) {
 		if !got {
 			continue
 		}
-		attempt, payload, ok, err := s.take(s.claimCtx, pgQ{conn}, id, now)
+		attempt, payload, m, ok, err := s.take(s.claimCtx, pgQ{conn}, id, now)
 		if err != nil {
 			return false, err
 		}
-		if ok && !s.handleAdvisory(conn, id, attempt, payload) {
+		if ok && !s.handleAdvisory(conn, id, attempt, payload, m) {
 			return true, nil // the connection is lost, or the subscription ended: closed unsettled
 		}
 		var unlocked bool
@@ -211,9 +212,9 @@ func (s *Subscription[T]) advisoryOnce() (found bool, err error) {
 
 // handleAdvisory runs and settles a job whose advisory lock conn holds. It reports
 // whether conn is still fit to unlock and go back to the pool.
-func (s *Subscription[T]) handleAdvisory(conn *pgxpool.Conn, id int64, attempt int, payload []byte) bool {
+func (s *Subscription[T]) handleAdvisory(conn *pgxpool.Conn, id int64, attempt int, payload []byte, m jobMeta) bool {
 	q := s.q
-	lost, cancelled, herr := s.runHeld(conn.Conn().PgConn(), id, attempt, payload)
+	lost, cancelled, herr := s.runHeld(conn.Conn().PgConn(), id, attempt, payload, m)
 	if s.ctx.Err() != nil {
 		s.unsettled(id)
 		return false // the connection is closed unsettled, as in a crash
@@ -254,7 +255,7 @@ func (s *Subscription[T]) handleAdvisory(conn *pgxpool.Conn, id int64, attempt i
 // *LeaseLostError (Op "lock") as its cause, which runHeld also returns. cancelled
 // reports a handler cancelled by Queue.Cancel (here or, through the watcher's
 // heartbeat, in another instance).
-func (s *Subscription[T]) runHeld(pc *pgconn.PgConn, id int64, attempt int, payload []byte) (lost *LeaseLostError, cancelled bool, herr error) {
+func (s *Subscription[T]) runHeld(pc *pgconn.PgConn, id int64, attempt int, payload []byte, m jobMeta) (lost *LeaseLostError, cancelled bool, herr error) {
 	hctx, cancel := context.WithCancelCause(s.workCtx)
 	defer cancel(nil)
 	s.q.runs.add(id, cancel)
@@ -279,7 +280,7 @@ func (s *Subscription[T]) runHeld(pc *pgconn.PgConn, id int64, attempt int, payl
 			s.claimLost(id, le)
 		}
 	}, check, func() { cancel(ErrJobCancelled) })
-	herr = s.run(hctx, id, attempt, payload)
+	herr = s.run(hctx, id, attempt, payload, m)
 	w.stop()
 	return lost, wasCancelled(hctx), herr
 }

@@ -46,6 +46,15 @@ type Columns struct {
 	// that keep it (an integer); without them, PublishOpts.Unique is refused.
 	UniqueKey    string
 	UniqueStates string
+
+	// CreatedAt is when the row was inserted (the default schema's created_at,
+	// which the database fills in): with it, claims return it and Timings
+	// measures the delay from publish to the start of a job's first attempt.
+	CreatedAt string
+	// Trace (text) carries a trace context from a publish to the handler: the text
+	// Hooks.Publish hands to its next is stored there, and Hooks.Handle reads it in
+	// JobInfo.Trace. Not in the default schema: add the column to opt in.
+	Trace string
 }
 
 // DefaultColumns are the columns of the schema CreateTable makes.
@@ -53,7 +62,7 @@ func DefaultColumns() Columns {
 	return Columns{
 		ID: "id", LockedUntil: "locked_until", Payload: "payload",
 		Priority: "priority", Attempts: "attempts", ClaimedAt: "claimed_at",
-		LastError: "last_error", DeadAt: "dead_at", CancelledAt: "cancelled_at",
+		LastError: "last_error", DeadAt: "dead_at", CancelledAt: "cancelled_at", CreatedAt: "created_at",
 		UniqueKey: "unique_key", UniqueStates: "unique_states",
 	}
 }
@@ -91,6 +100,9 @@ type Config[T any] struct {
 	// Logger receives dropped jobs, dead letters, lost leases and database errors.
 	// Nil means slog.Default().
 	Logger *slog.Logger
+	// Hooks wrap every publish and every handler call of the queue (tracing, and
+	// the like). The zero value wraps nothing.
+	Hooks Hooks
 }
 
 // Queue is a typed job table on one database. Many Queues, in one process or in
@@ -114,6 +126,8 @@ type Queue[T any] struct {
 	// outcomes counts settled attempts by Outcome (index) and lost leases (index 0).
 	outcomes [lastOutcome + 1]atomic.Int64
 	health   health
+	timings  timings
+	hooks    Hooks
 
 	runs runRegistry // handlers in work in this process, for Cancel
 
@@ -189,7 +203,7 @@ func newQueue[T any](d Dialect, cfg Config[T]) (*Queue[T], error) {
 	if c.ID == "" || c.LockedUntil == "" || c.Payload == "" {
 		return nil, &ConfigError{Field: "Columns", Reason: "ID, LockedUntil and Payload are required"}
 	}
-	for _, col := range []string{c.ID, c.LockedUntil, c.Payload, c.Priority, c.Attempts, c.ClaimedAt, c.LastError, c.DeadAt, c.ProcessedAt, c.CancelledAt, c.UniqueKey, c.UniqueStates} {
+	for _, col := range []string{c.ID, c.LockedUntil, c.Payload, c.Priority, c.Attempts, c.ClaimedAt, c.LastError, c.DeadAt, c.ProcessedAt, c.CancelledAt, c.UniqueKey, c.UniqueStates, c.CreatedAt, c.Trace} {
 		if col != "" && (!isIdent(col) || strings.Contains(col, ".")) {
 			return nil, &ConfigError{Field: "Columns", Reason: fmt.Sprintf("%q is not a plain column name", col)}
 		}
@@ -212,6 +226,7 @@ func newQueue[T any](d Dialect, cfg Config[T]) (*Queue[T], error) {
 		clock:   cfg.Clock,
 		notify:  cfg.ListenNotify,
 		log:     cfg.Logger,
+		hooks:   cfg.Hooks,
 		wakers:  make(map[*waker]struct{}),
 	}
 	if q.codec == nil {
@@ -343,6 +358,9 @@ func (q *Queue[T]) insertSQL(rowsN int) string {
 	if q.c.Priority != "" {
 		cols = append(cols, col(q.c.Priority))
 	}
+	if q.c.Trace != "" {
+		cols = append(cols, col(q.c.Trace))
+	}
 	var b strings.Builder
 	b.WriteString("INSERT INTO " + q.table + " (" + strings.Join(cols, ", ") + ") VALUES ")
 	n := 1
@@ -364,7 +382,7 @@ func (q *Queue[T]) insertSQL(rowsN int) string {
 	return b.String()
 }
 
-func (q *Queue[T]) rowArgs(job T, opts *PublishOpts) ([]any, error) {
+func (q *Queue[T]) rowArgs(job T, opts *PublishOpts, trace string) ([]any, error) {
 	payload, err := q.codec.Encode(job)
 	if err != nil {
 		return nil, fmt.Errorf("inbox: encode job: %w", err)
@@ -381,6 +399,9 @@ func (q *Queue[T]) rowArgs(job T, opts *PublishOpts) ([]any, error) {
 	if q.c.Priority != "" {
 		args = append(args, o.Priority)
 	}
+	if q.c.Trace != "" {
+		args = append(args, traceArg(trace))
+	}
 	return args, nil
 }
 
@@ -393,7 +414,10 @@ func (q *Queue[T]) publishSQL() string {
 	}
 	n := 3
 	if q.c.Priority != "" {
-		n = 4
+		n++
+	}
+	if q.c.Trace != "" {
+		n++
 	}
 	return "WITH ins AS (" + ins + ") SELECT " + col(q.c.ID) + " FROM ins, pg_notify(" + q.p(n) + ", '')"
 }
@@ -414,23 +438,31 @@ func (q *Queue[T]) Publish(ctx context.Context, job T, opts *PublishOpts) (int64
 // PublishUnique is Publish, also reporting whether the job was inserted: false
 // when PublishOpts.Unique found a job holding its key, whose id it returns.
 func (q *Queue[T]) PublishUnique(ctx context.Context, job T, opts *PublishOpts) (id int64, inserted bool, err error) {
-	id, inserted, err = q.publishAny(ctx, q.db(), job, opts)
+	if q.hooks.Publish == nil {
+		id, inserted, err = q.publishAny(ctx, q.db(), job, opts, "")
+	} else {
+		id, err = q.hookPublish(ctx, PublishInfo{Table: q.name, Jobs: 1}, func(ctx context.Context, trace string) (int64, error) {
+			var err error
+			id, inserted, err = q.publishAny(ctx, q.db(), job, opts, trace)
+			return id, err
+		})
+	}
 	if err == nil && inserted {
 		q.Wake()
 	}
 	return id, inserted, err
 }
 
-func (q *Queue[T]) publishAny(ctx context.Context, db querier, job T, opts *PublishOpts) (int64, bool, error) {
+func (q *Queue[T]) publishAny(ctx context.Context, db querier, job T, opts *PublishOpts, trace string) (int64, bool, error) {
 	if opts != nil && opts.Unique != nil {
-		return q.publishUnique(ctx, db, job, opts)
+		return q.publishUnique(ctx, db, job, opts, trace)
 	}
-	id, err := q.publish(ctx, db, job, opts)
+	id, err := q.publish(ctx, db, job, opts, trace)
 	return id, err == nil, err
 }
 
-func (q *Queue[T]) publish(ctx context.Context, db querier, job T, opts *PublishOpts) (int64, error) {
-	args, err := q.rowArgs(job, opts)
+func (q *Queue[T]) publish(ctx context.Context, db querier, job T, opts *PublishOpts, trace string) (int64, error) {
+	args, err := q.rowArgs(job, opts, trace)
 	if err != nil {
 		return 0, err
 	}
@@ -470,8 +502,14 @@ func (q *Queue[T]) PublishTx(ctx context.Context, tx Tx, job T, opts *PublishOpt
 		}
 		return 0, &DialectError{Want: q.dialect, Got: got, Op: "PublishTx"}
 	}
-	id, _, err := q.publishAny(ctx, tx.q(), job, opts)
-	return id, err
+	if q.hooks.Publish == nil {
+		id, _, err := q.publishAny(ctx, tx.q(), job, opts, "")
+		return id, err
+	}
+	return q.hookPublish(ctx, PublishInfo{Table: q.name, Jobs: 1, Tx: true}, func(ctx context.Context, trace string) (int64, error) {
+		id, _, err := q.publishAny(ctx, tx.q(), job, opts, trace)
+		return id, err
+	})
 }
 
 // PublishBatch inserts jobs in one transaction: all of them or none. It wakes the
@@ -483,16 +521,20 @@ func (q *Queue[T]) PublishBatch(ctx context.Context, jobs []T, opts *PublishOpts
 	if len(jobs) == 0 {
 		return nil
 	}
-	if q.dialect == SQLite {
-		err := q.sqliteTx(ctx, func(db querier) error { return q.publishBatch(ctx, db, jobs, opts) })
-		if err != nil {
-			return err
+	insert := func(ctx context.Context, trace string) (int64, error) {
+		if q.dialect == SQLite {
+			return 0, q.sqliteTx(ctx, func(db querier) error { return q.publishBatch(ctx, db, jobs, opts, trace) })
 		}
+		return 0, pgx.BeginFunc(ctx, q.pool, func(tx pgx.Tx) error { return q.publishBatch(ctx, pgQ{tx}, jobs, opts, trace) })
+	}
+	var err error
+	if q.hooks.Publish == nil {
+		_, err = insert(ctx, "")
 	} else {
-		err := pgx.BeginFunc(ctx, q.pool, func(tx pgx.Tx) error { return q.publishBatch(ctx, pgQ{tx}, jobs, opts) })
-		if err != nil {
-			return err
-		}
+		_, err = q.hookPublish(ctx, PublishInfo{Table: q.name, Jobs: len(jobs)}, insert)
+	}
+	if err != nil {
+		return err
 	}
 	q.Wake()
 	return nil
@@ -510,15 +552,21 @@ func (q *Queue[T]) PublishBatchTx(ctx context.Context, tx Tx, jobs []T, opts *Pu
 	if opts != nil && opts.Unique != nil {
 		return &ConfigError{Field: "PublishOpts.Unique", Reason: "a batch publish cannot be unique: publish unique jobs one by one"}
 	}
-	return q.publishBatch(ctx, tx.q(), jobs, opts)
+	if q.hooks.Publish == nil {
+		return q.publishBatch(ctx, tx.q(), jobs, opts, "")
+	}
+	_, err := q.hookPublish(ctx, PublishInfo{Table: q.name, Jobs: len(jobs), Tx: true}, func(ctx context.Context, trace string) (int64, error) {
+		return 0, q.publishBatch(ctx, tx.q(), jobs, opts, trace)
+	})
+	return err
 }
 
-func (q *Queue[T]) publishBatch(ctx context.Context, db querier, jobs []T, opts *PublishOpts) error {
+func (q *Queue[T]) publishBatch(ctx context.Context, db querier, jobs []T, opts *PublishOpts, trace string) error {
 	if q.dialect == Postgres {
 		payloads := make([][]byte, len(jobs))
 		var args []any
 		for i, j := range jobs {
-			a, err := q.rowArgs(j, opts)
+			a, err := q.rowArgs(j, opts, trace)
 			if err != nil {
 				return err
 			}
@@ -530,8 +578,13 @@ func (q *Queue[T]) publishBatch(ctx context.Context, db querier, jobs []T, opts 
 		xargs := []any{payloads, args[1]}
 		if q.c.Priority != "" {
 			cols += ", " + col(q.c.Priority)
-			sel += ", " + q.p(3) + "::int"
+			sel += ", " + q.p(len(xargs)+1) + "::int"
 			xargs = append(xargs, args[2])
+		}
+		if q.c.Trace != "" {
+			cols += ", " + col(q.c.Trace)
+			sel += ", " + q.p(len(xargs)+1) + "::text"
+			xargs = append(xargs, args[len(args)-1])
 		}
 		stmt := "INSERT INTO " + q.table + " (" + cols + ") SELECT " + sel + " FROM unnest(" + q.p(1) + "::bytea[]) AS u(p)"
 		if q.notify {
@@ -550,7 +603,7 @@ func (q *Queue[T]) publishBatch(ctx context.Context, db querier, jobs []T, opts 
 		end := min(start+chunk, len(jobs))
 		var args []any
 		for _, j := range jobs[start:end] {
-			a, err := q.rowArgs(j, opts)
+			a, err := q.rowArgs(j, opts, trace)
 			if err != nil {
 				return err
 			}

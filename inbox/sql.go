@@ -234,7 +234,7 @@ func (q *Queue[T]) leaseClaimSQL(deadline, now time.Time, limit int) (string, []
 	sql := "UPDATE " + q.table + " SET " + strings.Join(set, ", ") +
 		" WHERE " + col(q.c.ID) + " IN (SELECT " + col(q.c.ID) + " FROM " + q.table +
 		" WHERE " + q.claimable(n) + " ORDER BY " + q.order() + " LIMIT " + s.arg(limit) + ")" +
-		" RETURNING " + col(q.c.ID) + ", " + q.attemptsCol() + ", " + q.payloadCol()
+		" RETURNING " + col(q.c.ID) + ", " + q.attemptsCol() + ", " + q.payloadCol() + q.metaCols()
 	return sql, s.args
 }
 
@@ -270,10 +270,10 @@ func (q *Queue[T]) pgAckClaimSQL(ids []int64, fences []time.Time, deadline, now 
 			" WHERE " + col(c.ID) + " IN (SELECT " + col(c.ID) + " FROM " + q.table +
 			" WHERE " + q.claimable(n) + " AND " + col(c.ID) + " <> ALL(" + idsA + "::bigint[])" +
 			" ORDER BY " + q.order() + " LIMIT " + s.arg(limit) + " FOR UPDATE SKIP LOCKED)" +
-			" RETURNING " + col(c.ID) + ", " + q.attemptsCol() + ", " + col(c.Payload) + ")" +
-			" SELECT true, id, 0, NULL FROM acked UNION ALL SELECT false, " + col(c.ID) + ", " + q.attemptsCol() + ", " + col(c.Payload) + " FROM claimed"
+			" RETURNING " + col(c.ID) + ", " + q.attemptsCol() + ", " + col(c.Payload) + q.metaCols() + ")" +
+			" SELECT true, id, 0, NULL" + q.metaNulls() + " FROM acked UNION ALL SELECT false, " + col(c.ID) + ", " + q.attemptsCol() + ", " + col(c.Payload) + q.metaRefs() + " FROM claimed"
 	} else {
-		sql += " SELECT true, id, 0, NULL::bytea FROM acked"
+		sql += " SELECT true, id, 0, NULL::bytea" + q.metaNulls() + " FROM acked"
 	}
 	return sql, s.args
 }
@@ -304,7 +304,7 @@ func (q *Queue[T]) takeSQL(id int64, now time.Time) (string, []any) {
 		set = []string{col(q.c.ID) + " = " + col(q.c.ID)}
 	}
 	return "UPDATE " + q.table + " SET " + strings.Join(set, ", ") + " WHERE " + col(q.c.ID) + " = " + s.arg(id) +
-		" AND " + q.claimable(n) + " RETURNING " + q.attemptsCol() + ", " + col(q.c.Payload), s.args
+		" AND " + q.claimable(n) + " RETURNING " + q.attemptsCol() + ", " + col(q.c.Payload) + q.metaCols(), s.args
 }
 
 // maxErrorLen bounds the error message a settlement stores in the LastError column.

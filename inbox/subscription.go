@@ -474,12 +474,16 @@ func (q *Queue[T]) prepare(ctx context.Context, sql string) error {
 // run decodes the payload and calls the handler. A decode error, or a panic of the
 // codec, is a *DecodeError (the job is dead-lettered); a panic of the handler is a
 // *PanicError (a failed attempt).
-func (s *Subscription[T]) run(ctx context.Context, id int64, attempt int, payload []byte) error {
+//
+// Every attempt is timed for Timings.
+func (s *Subscription[T]) run(ctx context.Context, id int64, attempt int, payload []byte, m jobMeta) error {
+	start := time.Now()
 	v, err := s.decode(id, payload)
-	if err != nil {
-		return err
+	if err == nil {
+		err = s.call(ctx, Job[T]{ID: id, Attempt: attempt, Payload: v}, m)
 	}
-	return s.call(ctx, Job[T]{ID: id, Attempt: attempt, Payload: v})
+	s.timed(ctx, start, attempt, m, err)
+	return err
 }
 
 func (s *Subscription[T]) decode(id int64, payload []byte) (v T, err error) {
@@ -495,12 +499,15 @@ func (s *Subscription[T]) decode(id int64, payload []byte) (v T, err error) {
 	return v, nil
 }
 
-func (s *Subscription[T]) call(ctx context.Context, j Job[T]) (err error) {
+func (s *Subscription[T]) call(ctx context.Context, j Job[T], m jobMeta) (err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			err = &PanicError{Value: r, Stack: debug.Stack()}
 		}
 	}()
+	if s.q.hooks.Handle != nil {
+		return s.hookHandle(ctx, j, m)
+	}
 	return s.h(ctx, j)
 }
 

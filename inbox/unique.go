@@ -76,6 +76,9 @@ func (q *Queue[T]) uniqueInsertSQL() string {
 	if q.c.Priority != "" {
 		cols = append(cols, col(q.c.Priority))
 	}
+	if q.c.Trace != "" {
+		cols = append(cols, col(q.c.Trace))
+	}
 	cols = append(cols, col(q.c.UniqueKey), col(q.c.UniqueStates))
 	ph := make([]string, len(cols))
 	for i := range cols {
@@ -90,12 +93,12 @@ func (q *Queue[T]) uniqueInsertSQL() string {
 }
 
 // publishUnique inserts a unique job on db, or finds the job holding its key.
-func (q *Queue[T]) publishUnique(ctx context.Context, db querier, job T, opts *PublishOpts) (int64, bool, error) {
+func (q *Queue[T]) publishUnique(ctx context.Context, db querier, job T, opts *PublishOpts, trace string) (int64, bool, error) {
 	u := opts.Unique
 	if err := q.checkUnique(u); err != nil {
 		return 0, false, err
 	}
-	args, err := q.rowArgs(job, opts)
+	args, err := q.rowArgs(job, opts, trace)
 	if err != nil {
 		return 0, false, err
 	}

@@ -73,9 +73,14 @@
 //   - gotp_registry_entries{registry}, gotp_registry_keys{registry}.
 //   - gotp_pg_groups{scope}, gotp_pg_members{scope}: groups with members,
 //     and memberships, on every node.
-//   - gotp_inbox_jobs{table,state}: ready, in_work, delayed, dead, invalid.
+//   - gotp_inbox_jobs{table,state}: ready, in_work, delayed, dead, invalid,
+//     cancelled.
 //   - gotp_inbox_outcomes_total{table,outcome}: jobs handled by this
 //     node's subscriptions.
+//   - gotp_inbox_handle_seconds{table,outcome}: histogram of how long this
+//     node's handlers ran, by outcome (inbox.Queue.Timings);
+//     gotp_inbox_start_delay_seconds{table}: histogram of the time from
+//     publish to the start of each job's first attempt.
 //   - gotp_inbox_errors_total{table,kind}: failures this node's
 //     subscriptions met (claim, permanent, lock_lost, bad_row);
 //     gotp_inbox_failing_claimers{table}: claimers backing off now.

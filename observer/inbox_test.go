@@ -173,7 +173,7 @@ func TestInboxJobPages(t *testing.T) {
 		}
 		code, page = get(t, o, "/observer/job?token=s3cret&table="+table+"&id="+strconv.FormatInt(dead[0], 10))
 		if code != 200 || !strings.Contains(page, `id="last-error"`) || !strings.Contains(page, "dear") || strings.Contains(page, "<b>dear") ||
-			!strings.Contains(page, `data-action="delete"`) || strings.Contains(page, `data-action="cancel"`) && !hasCancel(q) {
+			!strings.Contains(page, `data-action="delete"`) || !strings.Contains(page, `data-action="retry"`) || strings.Contains(page, `data-action="cancel"`) {
 			t.Fatalf("job page %d:\n%s", code, page)
 		}
 
@@ -203,19 +203,83 @@ func TestInboxJobPages(t *testing.T) {
 		if code, body := action("delete", dead[1]); code != http.StatusNotFound || !strings.Contains(body, "no such job") {
 			t.Fatalf("delete of a deleted job: %d %s", code, body)
 		}
-		if !hasCancel(q) {
-			if code, body := action("cancel", dead[2]); code != http.StatusNotImplemented {
-				t.Fatalf("cancel without inbox cancel: %d %s", code, body)
-			}
+		// Cancel: the delayed job left is cancelled (and then retried back);
+		// a dead letter cannot be.
+		if code, body := action("cancel", ready[1]); code != 200 {
+			t.Fatalf("cancel of a delayed job: %d %s", code, body)
+		}
+		if j, _ := q.Job(context.Background(), ready[1]); j.State != inbox.StateCancelled {
+			t.Fatalf("cancelled job %+v", j)
+		}
+		if p := jobsJSON(t, o, "table="+table+"&state=cancelled"); len(p.Jobs) != 1 || p.Jobs[0].ID != ready[1] || p.Counts["cancelled"] != 1 || !p.Cancel {
+			t.Fatalf("cancelled list %+v", p)
+		}
+		if code, body := action("cancel", dead[2]); code != http.StatusConflict || !strings.Contains(body, "dead") {
+			t.Fatalf("cancel of a dead letter: %d %s", code, body)
+		}
+		if code, body := action("cancel", 424242); code != http.StatusNotFound {
+			t.Fatalf("cancel of an unknown id: %d %s", code, body)
+		}
+		if code, body := action("retry", ready[1]); code != 200 {
+			t.Fatalf("retry of a cancelled job: %d %s", code, body)
+		}
+		if j, _ := q.Job(context.Background(), ready[1]); j.State != inbox.StateReady {
+			t.Fatalf("retried cancelled job %+v", j)
 		}
 	})
 }
 
-func hasCancel(q any) bool {
-	_, ok := q.(interface {
-		Cancel(context.Context, int64) error
+// Cancel from the observer cancels a job in work: its handler's context ends,
+// and the job is kept, cancelled.
+func TestInboxCancelJobInWork(t *testing.T) {
+	eachInboxDB(t, func(t *testing.T, dialect string) {
+		n := gotptest.NewNode(t, gotptest.Name("obs"))
+		q := jobTable(t, dialect)
+		id, err := q.Publish(context.Background(), invoice{Number: 7}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		started, ended := make(chan struct{}), make(chan error, 1)
+		sub, err := q.Subscribe(func(ctx context.Context, _ inbox.Job[invoice]) error {
+			close(started)
+			<-ctx.Done()
+			ended <- context.Cause(ctx)
+			return ctx.Err()
+		}, inbox.SubscribeOptions{PollInterval: 10 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := sub.Start(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			_ = sub.Stop(ctx)
+		})
+		<-started
+		o := observer.New(n, observer.Options{Token: "s3cret", AllowKill: true, Sources: []observer.Source{observer.InboxSource(q)}})
+		_, page := get(t, o, "/observer/job?token=s3cret&table="+q.Table()+"&id="+strconv.FormatInt(id, 10))
+		if !strings.Contains(page, `data-action="cancel"`) {
+			t.Fatalf("a job in work offers no cancel:\n%s", page)
+		}
+		rec := postJSON(o, "/observer/api/inbox/cancel?token=s3cret", fmt.Sprintf(`{"table":%q,"id":%d}`, q.Table(), id))
+		if rec.Code != 200 {
+			t.Fatalf("cancel: %d %s", rec.Code, rec.Body)
+		}
+		select {
+		case cause := <-ended:
+			if !errors.Is(cause, inbox.ErrJobCancelled) {
+				t.Fatalf("handler cancelled by %v", cause)
+			}
+		case <-time.After(20 * time.Second):
+			t.Fatal("the handler was not cancelled")
+		}
+		gotptest.Eventually(t, "the job kept, cancelled", func() bool {
+			j, err := q.Job(context.Background(), id)
+			return err == nil && j.State == inbox.StateCancelled
+		})
 	})
-	return ok
 }
 
 // A job in work cannot be retried or deleted: 409, and the job is untouched.
@@ -428,6 +492,43 @@ func FuzzInboxJobsQuery(f *testing.F) {
 			case 200, 400, 404:
 			default:
 				t.Fatalf("GET %s?%s: %d %s", path, query, rec.Code, rec.Body)
+			}
+		}
+	})
+}
+
+// The inbox's histograms are on the metrics: handler duration by table and
+// outcome, and the delay from publish to start by table; no other label.
+func TestInboxTimingMetrics(t *testing.T) {
+	eachInboxDB(t, func(t *testing.T, dialect string) {
+		n := gotptest.NewNode(t, gotptest.Name("obs"))
+		q := jobTable(t, dialect)
+		deadLetters(t, q, 2) // two attempts, both dead-lettered
+		o := observer.New(n, observer.Options{Sources: []observer.Source{observer.InboxSource(q)}})
+		_, body := get(t, o, "/observer/metrics")
+		tbl := q.Table()
+		for _, want := range []string{
+			`gotp_inbox_handle_seconds_count{outcome="dead",table="` + tbl + `"} 2`,
+			`gotp_inbox_handle_seconds_count{outcome="ack",table="` + tbl + `"} 0`,
+			`gotp_inbox_handle_seconds_bucket{outcome="dead",table="` + tbl + `",le="+Inf"} 2`,
+			`gotp_inbox_start_delay_seconds_count{table="` + tbl + `"} 2`,
+			`gotp_inbox_jobs{state="dead",table="` + tbl + `"} 2`,
+			`gotp_inbox_outcomes_total{outcome="dead",table="` + tbl + `"} 2`,
+			"# TYPE gotp_inbox_handle_seconds histogram",
+			"# TYPE gotp_inbox_start_delay_seconds histogram",
+		} {
+			if !strings.Contains(body, want) {
+				t.Errorf("metrics lack %s", want)
+			}
+		}
+		for _, line := range strings.Split(body, "\n") {
+			if strings.HasPrefix(line, "gotp_inbox_handle_seconds") || strings.HasPrefix(line, "gotp_inbox_start_delay_seconds") {
+				labels := line[strings.Index(line, "{")+1 : strings.Index(line, "}")]
+				for _, kv := range strings.Split(labels, ",") {
+					if k := kv[:strings.Index(kv, "=")]; k != "table" && k != "outcome" && k != "le" {
+						t.Errorf("label %s in %s", k, line)
+					}
+				}
 			}
 		}
 	})

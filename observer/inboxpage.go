@@ -84,7 +84,7 @@ func parseJobList(v url.Values) (jobListQuery, error) {
 	if s := v.Get("state"); s != "" && s != "all" {
 		st, err := inbox.ParseJobState(s)
 		if err != nil {
-			return q, badParam("state", s, "not a job state (ready, in_work, delayed, dead, processed, invalid, all)")
+			return q, badParam("state", s, "not a job state (ready, in_work, delayed, dead, processed, invalid, cancelled, all)")
 		}
 		q.State = st
 	}
@@ -171,7 +171,9 @@ type InboxJob struct {
 	LockedUntil time.Time `json:"locked_until,omitzero"`
 	ClaimedAt   time.Time `json:"claimed_at,omitzero"`
 	DeadAt      time.Time `json:"dead_at,omitzero"`
+	CreatedAt   time.Time `json:"created_at,omitzero"`
 	LastError   string    `json:"last_error,omitempty"`
+	Trace       string    `json:"trace,omitempty"`
 	// Payload is the stored payload: as text when it is valid UTF-8,
 	// otherwise base64 (PayloadEncoding "base64"). In a list it is cut to
 	// inbox.ListPayloadLimit bytes (PayloadCut); PayloadSize is its length.
@@ -184,7 +186,8 @@ type InboxJob struct {
 func inboxJob(j inbox.JobRecord) InboxJob {
 	v := InboxJob{
 		ID: j.ID, State: string(j.State), Attempts: j.Attempts, Priority: j.Priority,
-		LockedUntil: j.LockedUntil, ClaimedAt: j.ClaimedAt, DeadAt: j.DeadAt, LastError: j.LastError,
+		LockedUntil: j.LockedUntil, ClaimedAt: j.ClaimedAt, DeadAt: j.DeadAt, CreatedAt: j.CreatedAt,
+		LastError: j.LastError, Trace: j.Trace,
 		PayloadSize: j.PayloadSize, PayloadCut: len(j.Payload) < j.PayloadSize,
 	}
 	p := j.Payload
@@ -241,7 +244,8 @@ func (o *Observer) jobsPage(r *http.Request) (InboxJobs, error) {
 	if st, err := stats.Stats(r.Context()); err != nil {
 		p.Err = err.Error()
 	} else {
-		p.Counts = map[string]int64{"ready": st.Ready, "in_work": st.InWork, "delayed": st.Delayed, "dead": st.Dead, "processed": st.Processed, "invalid": st.Invalid}
+		p.Counts = map[string]int64{"ready": st.Ready, "in_work": st.InWork, "delayed": st.Delayed, "dead": st.Dead,
+			"processed": st.Processed, "invalid": st.Invalid, "cancelled": st.Cancelled}
 	}
 	return p, nil
 }
@@ -317,6 +321,11 @@ func (o *Observer) serveJobAction(w http.ResponseWriter, r *http.Request, action
 			return
 		}
 		err = c.Cancel(r.Context(), id)
+		var ce *inbox.ConfigError
+		if errors.As(err, &ce) { // the table cannot cancel (no CancelledAt column)
+			http.Error(w, err.Error(), http.StatusNotImplemented)
+			return
+		}
 	}
 	if err != nil {
 		http.Error(w, err.Error(), jobStatus(err))
@@ -336,7 +345,7 @@ type jobsPageData struct {
 
 // States are the tabs of the page, with their counts.
 func (d jobsPageData) States() []string {
-	return []string{"ready", "in_work", "delayed", "dead", "processed", "invalid", "all"}
+	return []string{"ready", "in_work", "delayed", "dead", "cancelled", "processed", "invalid", "all"}
 }
 
 // List links to the list of state st of the page's table, from its start.
@@ -401,7 +410,7 @@ func (o *Observer) serveJobPage(w http.ResponseWriter, r *http.Request) {
 // script posts them as JSON to api/inbox/<action>.
 const inboxPages = `
 {{define "job-buttons"}}{{if .Actions}}{{$s := .Job.State}}
- {{if or (eq $s "delayed") (eq $s "dead")}}<button class="job" data-action="retry" data-table="{{.Table}}" data-id="{{.Job.ID}}">retry</button>{{end}}
+ {{if or (eq $s "delayed") (eq $s "dead") (eq $s "cancelled")}}<button class="job" data-action="retry" data-table="{{.Table}}" data-id="{{.Job.ID}}">retry</button>{{end}}
  {{if and .Cancel (or (eq $s "ready") (eq $s "delayed") (eq $s "in_work"))}}<button class="job" data-action="cancel" data-table="{{.Table}}" data-id="{{.Job.ID}}">cancel</button>{{end}}
  {{if ne $s "in_work"}}<button class="job" data-action="delete" data-table="{{.Table}}" data-id="{{.Job.ID}}">delete</button>{{end}}
 {{end}}{{end}}
@@ -432,6 +441,8 @@ const inboxPages = `
  <dt>locked until</dt><dd>{{if not .LockedUntil.IsZero}}{{.LockedUntil.Format "2006-01-02 15:04:05.000000 MST"}}{{end}}</dd>
  <dt>claimed at</dt><dd>{{if not .ClaimedAt.IsZero}}{{.ClaimedAt.Format "2006-01-02 15:04:05.000000 MST"}}{{end}}</dd>
  <dt>dead at</dt><dd>{{if not .DeadAt.IsZero}}{{.DeadAt.Format "2006-01-02 15:04:05.000000 MST"}}{{end}}</dd>
+ <dt>created at</dt><dd>{{if not .CreatedAt.IsZero}}{{.CreatedAt.Format "2006-01-02 15:04:05.000000 MST"}}{{end}}</dd>
+ {{if .Trace}}<dt>trace</dt><dd><code id="trace">{{.Trace}}</code></dd>{{end}}
  <dt>payload</dt><dd>{{.PayloadSize}} bytes{{if .PayloadEncoding}}, not text: base64{{end}}</dd>
 </dl>
 <p>{{template "job-buttons" $}}</p>

@@ -42,11 +42,17 @@ var (
 		"Memberships (a process joined to a group, counted once per join) in each pg scope, on every node.",
 		[]string{"scope"}, nil)
 	descInbox = prometheus.NewDesc("gotp_inbox_jobs",
-		"Jobs of each inbox table by state (ready, in_work, delayed, dead, invalid).", []string{"table", "state"}, nil)
+		"Jobs of each inbox table by state (ready, in_work, delayed, dead, invalid, cancelled).", []string{"table", "state"}, nil)
 	descOutcomes = prometheus.NewDesc("gotp_inbox_outcomes_total",
 		"Jobs handled by this node's subscriptions, by outcome.", []string{"table", "outcome"}, nil)
 	descInboxErrors = prometheus.NewDesc("gotp_inbox_errors_total",
 		"Failures met by this node's subscriptions of each inbox table, by kind (claim, permanent, lock_lost, bad_row).", []string{"table", "kind"}, nil)
+	descInboxHandle = prometheus.NewDesc("gotp_inbox_handle_seconds",
+		"How long this node's handlers of each inbox table ran (payload decoding included), by the outcome they chose (ack, retry, drop, dead, release).",
+		[]string{"table", "outcome"}, nil)
+	descInboxStartDelay = prometheus.NewDesc("gotp_inbox_start_delay_seconds",
+		"Time from publish (the row's created_at, by the database's clock) to the start of each job's first attempt on this node, run-at delays included.",
+		[]string{"table"}, nil)
 	descInboxFailing = prometheus.NewDesc("gotp_inbox_failing_claimers",
 		"Claimers of each inbox table backing off after a failed claim.", []string{"table"}, nil)
 	descPeers = prometheus.NewDesc("gotp_cluster_peers",
@@ -68,7 +74,7 @@ var allDescs = []*prometheus.Desc{
 	descProcesses, descMailbox, descDropped, descKilled, descCrashes,
 	descRestarts, descStartFailures, descChildren,
 	descRegistry, descRegistryKeys, descGroups, descMembers,
-	descInbox, descOutcomes, descInboxErrors, descInboxFailing,
+	descInbox, descOutcomes, descInboxErrors, descInboxFailing, descInboxHandle, descInboxStartDelay,
 	descPeers, descClusterMsgs, descClusterBytes, descClusterDropped, descClusterCodec, descClusterAuth,
 }
 
@@ -191,7 +197,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		if !once("inbox " + t.Name) {
 			continue
 		}
-		for state, v := range map[string]int64{"ready": t.Ready, "in_work": t.InWork, "delayed": t.Delayed, "dead": t.Dead, "invalid": t.Invalid} {
+		for state, v := range map[string]int64{"ready": t.Ready, "in_work": t.InWork, "delayed": t.Delayed, "dead": t.Dead, "invalid": t.Invalid, "cancelled": t.Cancelled} {
 			gauge(descInbox, float64(v), t.Name, state)
 		}
 		for outcome, v := range t.Outcomes {
@@ -202,6 +208,12 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 				ch <- prometheus.MustNewConstMetric(descInboxErrors, prometheus.CounterValue, float64(v), t.Name, kind)
 			}
 			ch <- prometheus.MustNewConstMetric(descInboxFailing, prometheus.GaugeValue, float64(h.Failing), t.Name)
+		}
+		if tm := t.timings; tm != nil {
+			for outcome, h := range tm.Handle {
+				ch <- prometheus.MustNewConstHistogram(descInboxHandle, h.Count, h.Sum, h.Buckets, t.Name, outcome)
+			}
+			ch <- prometheus.MustNewConstHistogram(descInboxStartDelay, tm.StartDelay.Count, tm.StartDelay.Sum, tm.StartDelay.Buckets, t.Name)
 		}
 	}
 	if tot := s.ClusterTotals; tot != nil {

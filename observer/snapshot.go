@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/gotp/gotp"
+	"github.com/gotp/gotp/inbox"
 	"github.com/gotp/gotp/supervisor"
 )
 
@@ -112,13 +113,14 @@ type Group struct {
 
 // InboxTable describes one inbox table.
 type InboxTable struct {
-	Name     string           `json:"name"`
-	Ready    int64            `json:"ready"`
-	InWork   int64            `json:"in_work"`
-	Delayed  int64            `json:"delayed"`
-	Dead     int64            `json:"dead"`
-	Invalid  int64            `json:"invalid"`            // rows no claim will take (see inbox.Stats)
-	Outcomes map[string]int64 `json:"outcomes,omitempty"` // outcome → jobs since start
+	Name      string           `json:"name"`
+	Ready     int64            `json:"ready"`
+	InWork    int64            `json:"in_work"`
+	Delayed   int64            `json:"delayed"`
+	Dead      int64            `json:"dead"`
+	Invalid   int64            `json:"invalid"`            // rows no claim will take (see inbox.Stats)
+	Cancelled int64            `json:"cancelled"`          // cancelled by inbox.Queue.Cancel
+	Outcomes  map[string]int64 `json:"outcomes,omitempty"` // outcome → jobs since start
 	// Health is what the table's subscriptions in this process met (see
 	// inbox.Health), when the value reports it.
 	Health *InboxHealth `json:"health,omitempty"`
@@ -126,6 +128,8 @@ type InboxTable struct {
 	// Jobs is set when the table's jobs can be listed and acted on (the
 	// inbox page of the table).
 	Jobs bool `json:"jobs,omitempty"`
+
+	timings *inbox.Timings // for the metrics, when the value keeps them
 }
 
 // InboxHealth is what an inbox table's subscriptions in this process met

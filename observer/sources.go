@@ -114,6 +114,10 @@ type inboxStats interface {
 // ended (acked, retried, dropped, dead-lettered...).
 type outcomeCounter interface{ Outcomes() map[string]int64 }
 
+// timingReporter is implemented by inbox values that time their handlers
+// and the delay from publish to start.
+type timingReporter interface{ Timings() inbox.Timings }
+
 // healthReporter is implemented by inbox values that report the failures
 // their subscriptions met (failed claims, lost locks, unreadable rows).
 type healthReporter interface{ Health() inbox.Health }
@@ -148,7 +152,7 @@ func (src inboxSource) Observe(ctx context.Context, s *Snapshot) {
 		if err != nil {
 			row.Err = fmt.Sprint(err)
 		} else {
-			row.Ready, row.InWork, row.Delayed, row.Dead, row.Invalid = st.Ready, st.InWork, st.Delayed, st.Dead, st.Invalid
+			row.Ready, row.InWork, row.Delayed, row.Dead, row.Invalid, row.Cancelled = st.Ready, st.InWork, st.Delayed, st.Dead, st.Invalid, st.Cancelled
 		}
 		if oc, ok := q.(outcomeCounter); ok {
 			row.Outcomes = oc.Outcomes()
@@ -162,6 +166,10 @@ func (src inboxSource) Observe(ctx context.Context, s *Snapshot) {
 			}
 		}
 		_, row.Jobs = q.(inboxJobs)
+		if tr, ok := q.(timingReporter); ok {
+			t := tr.Timings()
+			row.timings = &t
+		}
 		s.Inboxes = append(s.Inboxes, row)
 	}
 }
