@@ -16,8 +16,10 @@ func TestChildKilledByMailboxLimitIsRestarted(t *testing.T) {
 	n := gotptest.NewNode(t, gotptest.Logger(rec.Logger()))
 	hold := make(chan struct{})
 	defer close(hold)
+	limited := make(chan struct{}, 2) // each incarnation says it has its limit
 	busy := func(p *gotp.Process) error {
 		p.SetMailboxLimit(2, gotp.OverflowKill)
+		limited <- struct{}{}
 		<-hold // never receives: every message waits
 		return nil
 	}
@@ -30,6 +32,7 @@ func TestChildKilledByMailboxLimitIsRestarted(t *testing.T) {
 	}
 	before := pids(mustWhich(t, n, sup))["busy"]
 	down := gotptest.Watch(t, n, before)
+	gotptest.Recv(t, limited) // messages sent before the limit is set would not count against it
 	for i := range 3 {
 		n.Send(before, i)
 	}
