@@ -293,7 +293,9 @@ func serverAndClients(ctx context.Context, c config, out io.Writer) error {
 		peak()
 		return err
 	}
+	cpuBefore := cpuTime()
 	result, err := next("RESULT ")
+	serverCPU := cpuTime() - cpuBefore
 	pprof.StopCPUProfile()
 	peakRSS := peak()
 	if err != nil {
@@ -305,6 +307,10 @@ func serverAndClients(ctx context.Context, c config, out io.Writer) error {
 	}
 	loaded := measure()
 	report(out, c, connected, result)
+	if clientCPU, msgs := cpuOfResult(result); msgs > 0 {
+		fmt.Fprintf(out, "CPU per message: server %.1f µs, clients %.1f µs (user+system, over the load)\n",
+			float64(serverCPU.Microseconds())/float64(msgs), float64(clientCPU.Microseconds())/float64(msgs))
+	}
 	per := func(a, b uint64) float64 { return (float64(b) - float64(a)) / float64(c.users+c.flood) }
 	fmt.Fprintf(out, "server bytes per connection: %.0f heap+stack (heap %.0f, stack %.0f), %.0f RSS; goroutines +%.2f per connection\n",
 		per(before.heap+before.stack, after.heap+after.stack), per(before.heap, after.heap), per(before.stack, after.stack),
@@ -394,11 +400,12 @@ func clientProcess(ctx context.Context, c config, in io.Reader, out io.Writer) e
 	if _, err := bufio.NewReader(in).ReadString('\n'); err != nil {
 		return fmt.Errorf("waiting for GO: %w", err)
 	}
+	before := cpuTime()
 	res, err := l.run(ctx)
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(out, "RESULT %s\n", res)
+	fmt.Fprintf(out, "RESULT %s %d\n", res, (cpuTime() - before).Nanoseconds())
 	return nil
 }
 
@@ -884,4 +891,25 @@ func (l *load) run(ctx context.Context) (string, error) {
 	q := func(p float64) int64 { return all[min(len(all)-1, int(p*float64(len(all))))] }
 	return fmt.Sprintf("%d %.3f %d %d %d %d %d %d", len(all), took.Seconds(), q(0.50), q(0.99), all[len(all)-1],
 		floodReplies, floodBytes, floodEnded), nil
+}
+
+// cpuTime is the CPU this process has used, user and system.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// cpuOfResult reads the client process's CPU during the load, the last
+// field of a RESULT line from a client process, and the messages.
+func cpuOfResult(result string) (time.Duration, int) {
+	f := strings.Fields(result)
+	if len(f) < 9 {
+		return 0, 0
+	}
+	ns, _ := strconv.ParseInt(f[len(f)-1], 10, 64)
+	msgs, _ := strconv.Atoi(f[0])
+	return time.Duration(ns), msgs
 }

@@ -71,6 +71,7 @@ type conn struct {
 	inst    *pg.Instance
 	rooms   []string
 	watch   gotp.Ref // the monitor of the online registry
+	held    int      // messages handled since the output was last flushed
 }
 
 // sending is a SEND in flight: its message is with the history owner,
@@ -130,7 +131,23 @@ func (c *conn) finish() {
 	c.out.end(nil, closeShutdown, false)
 }
 
+// maxHeld bounds how many messages a connection handles before it
+// flushes its output even though more wait in its mailbox.
+const maxHeld = 32
+
+// HandleInfo handles one message, then flushes the output it queued once
+// the mailbox is empty (or after maxHeld messages): what one burst of
+// messages brings a client goes out in one write.
 func (c *conn) HandleInfo(p *gotp.Process, msg any) error {
+	err := c.handleInfo(p, msg)
+	if c.held++; err != nil || c.held >= maxHeld || p.MailboxLen() == 0 {
+		c.held = 0
+		c.out.flush()
+	}
+	return err
+}
+
+func (c *conn) handleInfo(p *gotp.Process, msg any) error {
 	switch m := msg.(type) {
 	case inbound, readEnd:
 		if len(c.waiting) > 0 || c.sending != nil || !c.out.room() {

@@ -405,12 +405,13 @@ func (s *Store) Close() error {
 // quiet one commits each message at once, alone.
 type historyOwner struct {
 	server.Defaults
-	svc     *Service
-	path    string
-	store   *Store
-	writer  gotp.PID
-	pending []pendingAppend // arrived while a transaction was in flight
-	busy    bool            // a transaction is in flight
+	svc      *Service
+	path     string
+	store    *Store
+	writer   gotp.PID
+	pending  []pendingAppend // arrived while a transaction was in flight
+	busy     bool            // a transaction is in flight
+	deferred int             // messages handled since the pending appends could have gone
 }
 
 type appendMsg struct{ m Message }
@@ -515,16 +516,21 @@ func writeHistory(w *gotp.Process, s *Store, owner gotp.PID, svc *Service) error
 	}
 }
 
+// HandleCall handles a call, then hands the writer the next batch if it
+// is time (see commitNext).
 func (h *historyOwner) HandleCall(p *gotp.Process, from server.From, req any) (any, error) {
+	defer h.commitNext(p)
+	return h.handleCall(p, from, req)
+}
+
+func (h *historyOwner) handleCall(p *gotp.Process, from server.From, req any) (any, error) {
 	ctx := p.Context()
 	switch r := req.(type) {
 	case appendMsg:
 		h.pending = append(h.pending, pendingAppend{m: r.m, from: from})
-		h.commitNext(p)
 		return server.NoReply, nil
 	case appendRoomMsg:
 		h.pending = append(h.pending, pendingAppend{rm: r.m, room: true, from: from})
-		h.commitNext(p)
 		return server.NoReply, nil
 	case betweenReq:
 		ms, err := h.store.Between(ctx, r.a, r.b, HistoryLimit, HistoryMaxBytes)
@@ -545,11 +551,21 @@ func (h *historyOwner) HandleCall(p *gotp.Process, from server.From, req any) (a
 }
 
 // commitNext hands the writer the next batch of pending appends, unless a
-// transaction is in flight.
+// transaction is in flight, or more messages wait in the owner's mailbox
+// (appends, most likely, that will join the batch): it is called after
+// every message, so the batch goes once the mailbox is empty, and at the
+// latest after maxBatch messages or with maxBatch appends. Waiting for the
+// mailbox adds no delay (those messages are already there) and makes the
+// batches of a busy chat larger: fewer commits, each one's cost shared by
+// more messages.
 func (h *historyOwner) commitNext(p *gotp.Process) {
 	if h.busy || len(h.pending) == 0 {
 		return
 	}
+	if h.deferred++; len(h.pending) < maxBatch && h.deferred < maxBatch && p.MailboxLen() > 0 {
+		return
+	}
+	h.deferred = 0
 	n, size := 0, 0
 	for n < len(h.pending) && n < maxBatch && (n == 0 || size+h.pending[n].size() <= maxBatchBytes) {
 		size += h.pending[n].size()
@@ -563,11 +579,20 @@ func (h *historyOwner) commitNext(p *gotp.Process) {
 	p.Send(h.writer, commitBatch{batch: batch})
 }
 
+// HandleInfo handles a message, then hands the writer the next batch if
+// it is time (see commitNext).
 func (h *historyOwner) HandleInfo(p *gotp.Process, msg any) error {
+	err := h.handleInfo(p, msg)
+	if err == nil {
+		h.commitNext(p)
+	}
+	return err
+}
+
+func (h *historyOwner) handleInfo(p *gotp.Process, msg any) error {
 	switch m := msg.(type) {
 	case appendReq:
 		h.pending = append(h.pending, pendingAppend{m: m.m, pid: m.pid, ref: m.ref})
-		h.commitNext(p)
 		return nil
 	case committed:
 		h.busy = false
@@ -576,7 +601,6 @@ func (h *historyOwner) HandleInfo(p *gotp.Process, msg any) error {
 			// The appends still pending get an error from their calls.
 			return fmt.Errorf("history: commit: %w", m.err)
 		}
-		h.commitNext(p)
 		return nil
 	case gotp.Exit:
 		if m.From == h.writer {

@@ -22,6 +22,11 @@ const replyRoom = 32 << 10
 // was queued, and the room the client makes is seen as it goes.
 const maxWrite = 64 << 10
 
+// coalesceMax bounds the bytes an outbox holds back while its process has
+// more messages to handle (see outbox.flush): replies and events that
+// arrive together go to the client in one write.
+const coalesceMax = 4 << 10
+
 // outbox is the output side of one connection. The connection's process
 // queues encoded replies and events without ever waiting; a goroutine of
 // the outbox's own, started when there is something to write and gone
@@ -36,6 +41,11 @@ const maxWrite = 64 << 10
 //     limit) are queued, so a client that sends commands faster than it
 //     reads the replies waits (its commands queue, the reader stops
 //     reading, TCP pushes back) instead of growing the queue.
+//
+// Writes are coalesced: reply and event only queue (up to coalesceMax
+// bytes, or a quarter of the limit), and the process calls flush once it
+// has handled the messages in its mailbox, so that the SENT and the MSG
+// one batch of the history brings a client go out in one write.
 //
 // Its methods are safe for concurrent use.
 type outbox struct {
@@ -87,6 +97,29 @@ func (o *outbox) reply(b []byte) {
 	}
 	o.queue = append(o.queue, chunk{b: b})
 	o.replies += len(b)
+	o.startHeldLocked()
+}
+
+// startHeldLocked starts writing unless what is queued, none of it being
+// written yet, is little enough to wait for flush; it unlocks o.mu.
+func (o *outbox) startHeldLocked() {
+	if !o.writing && o.events+o.replies < o.coalesceLocked() {
+		o.mu.Unlock()
+		return
+	}
+	o.startLocked()
+}
+
+func (o *outbox) coalesceLocked() int { return min(coalesceMax, max(o.limit/4, 1)) }
+
+// flush starts writing what is queued, if the writer is not at it. The
+// process calls it once it has nothing more to handle for now.
+func (o *outbox) flush() {
+	o.mu.Lock()
+	if o.writing || o.finished || o.head == len(o.queue) {
+		o.mu.Unlock()
+		return
+	}
 	o.startLocked()
 }
 
@@ -106,7 +139,7 @@ func (o *outbox) event(b []byte) bool {
 	}
 	o.queue = append(o.queue, chunk{b: b, event: true})
 	o.events += len(b)
-	o.startLocked()
+	o.startHeldLocked()
 	return true
 }
 
@@ -115,11 +148,16 @@ func (o *outbox) event(b []byte) bool {
 // written. If not, ready is called once they are.
 func (o *outbox) room() bool {
 	o.mu.Lock()
-	defer o.mu.Unlock()
 	if o.replies < o.roomLocked() {
+		o.mu.Unlock()
 		return true
 	}
 	o.waiting = true
+	if o.writing || o.finished || o.head == len(o.queue) {
+		o.mu.Unlock()
+		return false
+	}
+	o.startLocked() // what waits must be on its way, or ready would never come
 	return false
 }
 
@@ -161,42 +199,64 @@ func (o *outbox) end(last []byte, why Reason, drop bool) {
 
 // startLocked starts the writer if it is not running, and unlocks o.mu.
 //
-// When the queue holds only the chunk just added and the wire can try a
-// write that does not wait (TCP), it tries that first, on the caller's
-// goroutine: a reply to a client that keeps up then costs one system call
-// and no goroutine. Whatever the socket does not take at once goes to the
-// writer.
+// When what is queued is small (coalesceMax at most) and the wire can try
+// a write that does not wait (TCP), it tries that first, on the caller's
+// goroutine, all the chunks in one buffer: replies and events to a client
+// that keeps up then cost one system call and no goroutine. Whatever the
+// socket does not take at once goes to the writer.
 func (o *outbox) startLocked() {
 	if o.writing || o.finished {
 		o.mu.Unlock()
 		return
 	}
 	o.writing = true
-	if tw, ok := o.w.(tryWriter); ok && o.ending == nil && len(o.queue)-o.head == 1 {
-		c := o.queue[o.head]
-		o.mu.Unlock()
-		n := tw.tryWrite(c.b)
-		o.mu.Lock()
-		if c.event {
-			o.events -= n
-		} else {
-			o.replies -= n
+	if tw, ok := o.w.(tryWriter); ok && o.ending == nil && o.head < len(o.queue) {
+		var b []byte
+		if pending := o.queue[o.head:]; len(pending) == 1 {
+			b = pending[0].b
+		} else if size := o.events + o.replies; size <= coalesceMax {
+			b = make([]byte, 0, size)
+			for _, c := range pending {
+				b = append(b, c.b...)
+			}
 		}
-		if n == len(c.b) {
-			o.queue[o.head] = chunk{}
-			o.head++
+		if b != nil {
+			// Only the process appends to the queue, and it is here; end
+			// (from another goroutine) does not touch the queue.
+			o.mu.Unlock()
+			n := tw.tryWrite(b)
+			o.mu.Lock()
+			o.consumedLocked(n)
 			if o.head == len(o.queue) && o.ending == nil {
 				o.queue, o.head = o.queue[:0], 0
 				o.writing = false
 				o.mu.Unlock()
 				return
 			}
-		} else {
-			o.queue[o.head].b = c.b[n:]
 		}
 	}
 	o.mu.Unlock()
 	go o.run()
+}
+
+// consumedLocked takes n bytes written from the front of the queue.
+func (o *outbox) consumedLocked(n int) {
+	for n > 0 && o.head < len(o.queue) {
+		c := &o.queue[o.head]
+		k := min(n, len(c.b))
+		if c.event {
+			o.events -= k
+		} else {
+			o.replies -= k
+		}
+		n -= k
+		if k < len(c.b) {
+			c.b = c.b[k:]
+			return
+		}
+		*c = chunk{}
+		o.head++
+	}
 }
 
 // A tryWriter is a wire that can write without waiting: tryWrite writes
