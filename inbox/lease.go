@@ -5,6 +5,7 @@ import (
 	"errors"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -23,36 +24,85 @@ type leased struct {
 	extendAt time.Time
 	ctx      context.Context
 	cancel   context.CancelCauseFunc
-	expiry   *time.Timer // cancels ctx when the lease is about to expire unextended
 	runs     *runRegistry
+	// exp is the expiry group that cancels ctx when the lease is about to expire
+	// unextended; nil once the job is finished.
+	exp atomic.Pointer[expiry]
 }
 
 // fenced is the fence of a settlement or extension of j.
 func (j *leased) fenced() fence { return fence{lease: &j.fence, unsure: j.unsure} }
 
-// finish ends the job's context and its expiry timer: its handler has returned, or
-// will not run.
+// finish ends the job's context and leaves its expiry group: its handler has
+// returned, or will not run.
 func (j *leased) finish() {
-	j.expiry.Stop()
 	j.cancel(nil)
 	j.runs.remove(j.id)
+	if g := j.exp.Swap(nil); g != nil {
+		g.leave()
+	}
 }
 
-// arm gives a claimed job its context and its expiry timer. The timer cancels the
-// handler (cause *LeaseLostError, Op "expired") expiryMargin before the lease written
-// in the table runs out, so that a lease that cannot be extended (the database is
-// unreachable or locked) stops its handler before another instance may claim the row.
+// expiry is one timer for the jobs whose leases end at the same deadline: the rows
+// one claim took, or the leases one pass of extendDue extended. When it fires
+// (a tenth of a lease before that deadline) it cancels the handler of every job still in
+// the group, with a *LeaseLostError (Op "expired") as the cause, so that a lease that
+// cannot be extended (the database is unreachable or locked) stops its handler
+// before another instance may claim the row. A job leaves its group when it finishes
+// or its lease is extended; the timer stops when the last one has left. One timer per
+// claim, not per job: a claim of many rows costs one.
+type expiry struct {
+	t    *time.Timer
+	jobs []*leased // fixed at creation; a job belongs while its exp points here
+	left atomic.Int32
+}
+
+func (g *expiry) leave() {
+	if g.left.Add(-1) == 0 {
+		g.t.Stop()
+	}
+}
+
+// expire starts an expiry group for jobs, whose leases end at fence. A job already
+// finished (exp nil, unless fresh) is not taken in. fresh jobs (just claimed) have no
+// group yet.
+func (s *Subscription[T]) expire(jobs []*leased, fence time.Time, fresh bool) {
+	if len(jobs) == 0 {
+		return
+	}
+	g := &expiry{jobs: jobs}
+	g.left.Store(int32(len(jobs)))
+	g.t = time.AfterFunc(s.untilExpiry(fence), func() {
+		for _, j := range g.jobs {
+			if j.exp.Load() != g {
+				continue
+			}
+			lost := &LeaseLostError{Table: s.q.name, ID: j.id, Op: "expired"}
+			j.cancel(lost)
+			if context.Cause(j.ctx) == lost {
+				s.claimLost(j.id, lost)
+			}
+		}
+	})
+	for _, j := range jobs {
+		if fresh {
+			j.exp.Store(g)
+			continue
+		}
+		old := j.exp.Load()
+		if old != nil && j.exp.CompareAndSwap(old, g) {
+			old.leave()
+			continue
+		}
+		g.leave() // finished meanwhile: not in this group
+	}
+}
+
+// arm gives a claimed job its context; expire gives it its expiry group.
 func (s *Subscription[T]) arm(j *leased) {
 	j.ctx, j.cancel = context.WithCancelCause(s.workCtx)
 	j.runs = &s.q.runs
 	j.runs.add(j.id, j.cancel)
-	j.expiry = time.AfterFunc(s.untilExpiry(j.fence), func() {
-		lost := &LeaseLostError{Table: s.q.name, ID: j.id, Op: "expired"}
-		j.cancel(lost)
-		if context.Cause(j.ctx) == lost {
-			s.claimLost(j.id, lost)
-		}
-	})
 }
 
 // untilExpiry is how long from now a handler may run on a lease that ends at fence.
@@ -327,6 +377,11 @@ func (s *Subscription[T]) leaseLoop(l *lane) {
 		settled(batch, lost)
 		for _, j := range got {
 			s.arm(j)
+		}
+		if len(got) > 0 {
+			s.expire(got, got[0].fence, true)
+		}
+		for _, j := range got {
 			inflight[j.id] = j
 			l.jobs <- j // never blocks: at most l.max in flight
 		}
@@ -361,11 +416,13 @@ func (s *Subscription[T]) resetExt(l *lane, t *time.Timer, inflight map[int64]*l
 // later; the job's expiry timer stops its handler if none succeeds in time.
 func (s *Subscription[T]) extendDue(inflight map[int64]*leased) {
 	now := time.Now()
+	deadline := trunc(now.Add(s.o.Lease))
+	var extended []*leased
+	defer func() { s.expire(extended, deadline, false) }()
 	for _, j := range inflight {
 		if j.extendAt.After(now) || j.ctx.Err() != nil {
 			continue
 		}
-		deadline := trunc(now.Add(s.o.Lease))
 		sql, args := s.q.settleSQL(skExtend, j.id, j.fenced(), now, 0, "", deadline)
 		n, err := s.q.db().exec(s.ctx, sql, args...)
 		if s.ctx.Err() != nil {
@@ -396,7 +453,7 @@ func (s *Subscription[T]) extendDue(inflight map[int64]*leased) {
 		}
 		j.fence, j.unsure = deadline, nil
 		j.extendAt = now.Add(s.o.Lease / 3)
-		j.expiry.Reset(s.untilExpiry(deadline))
+		extended = append(extended, j)
 	}
 }
 
@@ -475,7 +532,15 @@ func (s *Subscription[T]) cycle(batch []settlement, want int) (got []*leased, lo
 // transaction.
 func (s *Subscription[T]) sqliteCycle(ctx context.Context, batch []settlement, want int, now, deadline time.Time, lost map[int64]bool) (got []*leased, err error) {
 	q := s.q
-	err = q.sqliteTx(ctx, func(db querier) error {
+	// The statements inside the transaction run on a context that cannot be
+	// cancelled: the transaction holds the write lock, so none of them waits for
+	// another connection, and modernc's driver (and database/sql, for a query) starts
+	// a goroutine per statement to watch a context that can. BEGIN IMMEDIATE, which
+	// waits for the lock, and COMMIT still run on ctx, so that Stop's deadline
+	// interrupts them.
+	sctx := ctx
+	ctx = context.WithoutCancel(ctx)
+	err = q.sqliteTx(sctx, func(db querier) error {
 		clear(lost)
 		for i, st := range batch {
 			if st.failed != nil || st.d.out == Cancelled {
@@ -501,9 +566,11 @@ func (s *Subscription[T]) sqliteCycle(ctx context.Context, batch []settlement, w
 	return got, err
 }
 
-// scanClaim reads the rows a SQLite claim returns. A row that cannot be read is
-// skipped and reported (badRow); the others proceed. The claim's own statement casts
-// what it returns so that this does not happen on any value a table can hold.
+// scanClaim reads the rows a SQLite claim returns. SQLite lets a column hold any
+// type, so attempts and payload are read as whatever they hold and converted here
+// (sqliteInt, sqliteBytes), as CAST would, without making the statement longer to
+// parse. A row that still cannot be read is skipped and reported (badRow); the
+// others proceed.
 func (s *Subscription[T]) scanClaim(ctx context.Context, db querier, sql string, args []any) ([]*leased, error) {
 	r, err := db.query(ctx, sql, args...)
 	if err != nil {
@@ -513,20 +580,21 @@ func (s *Subscription[T]) scanClaim(ctx context.Context, db querier, sql string,
 	var out []*leased
 	for r.Next() {
 		j := &leased{}
-		var a int64
+		var a, p any
 		var err error
 		if s.q.hasMeta() {
 			var m metaScan
-			err = r.Scan(s.q.metaDest(&m, &j.id, &a, &j.payload)...)
+			err = r.Scan(s.q.metaDest(&m, &j.id, &a, &p)...)
 			j.meta = m.meta()
 		} else {
-			err = r.Scan(&j.id, &a, &j.payload)
+			err = r.Scan(&j.id, &a, &p)
 		}
 		if err != nil {
 			s.badRow(err)
 			continue
 		}
-		j.attempt = int(a)
+		j.attempt = sqliteInt(a)
+		j.payload = sqliteBytes(p)
 		out = append(out, j)
 	}
 	return out, r.Err()

@@ -74,8 +74,12 @@ func (s *Subscription[T]) rowLockOnce() (found bool, err error) {
 	if err != nil {
 		return false, err
 	}
+	committed := false
 	defer func() {
-		// A no-op after a commit; otherwise it hands the row back, as a crash would.
+		if committed {
+			return
+		}
+		// Hands the row back, as a crash would.
 		ctx, cancel := context.WithTimeout(context.Background(), closeTimeout)
 		_ = tx.Rollback(ctx)
 		cancel()
@@ -117,6 +121,7 @@ func (s *Subscription[T]) rowLockOnce() (found bool, err error) {
 		}
 		if err == nil {
 			err = tx.Commit(s.ctx)
+			committed = err == nil
 		}
 		if err != nil {
 			r.SettleErr = s.settleErr(tx.Conn().PgConn(), id, d.out, err)

@@ -123,6 +123,10 @@ type Queue[T any] struct {
 	notify  bool
 	log     *slog.Logger
 
+	// attemptsNotNull is set when a subscription's Start found the Attempts column
+	// NOT NULL: claims then count attempts without reading NULL as 0.
+	attemptsNotNull atomic.Bool
+
 	// outcomes counts settled attempts by Outcome (index) and lost leases (index 0).
 	outcomes [lastOutcome + 1]atomic.Int64
 	health   health

@@ -32,6 +32,9 @@ func (q *Queue[T]) checkColumns(ctx context.Context) error {
 	}
 	refuse := func(c, reason string) error { return &ColumnError{Table: q.name, Column: c, Reason: reason} }
 	c := q.c
+	if a, ok := cols[c.Attempts]; ok && c.Attempts != "" && a.notNull {
+		q.attemptsNotNull.Store(true)
+	}
 	if lu, ok := cols[c.LockedUntil]; ok && !lu.notNull && !c.LockedUntilNullable {
 		return refuse(c.LockedUntil, "allows NULL, and a row whose lock deadline is NULL is never claimed: declare it NOT NULL, or set Columns.LockedUntilNullable to claim such rows at once")
 	}

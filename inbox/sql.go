@@ -1,6 +1,7 @@
 package inbox
 
 import (
+	"fmt"
 	"strconv"
 	"strings"
 	"time"
@@ -189,21 +190,59 @@ func (q *Queue[T]) settleSQL(k settleKind, id int64, f fence, now time.Time, del
 const maxAttempts = 32766
 
 // claimSet is the SET list of a claim: attempts and claimed_at, when present. The
-// count of attempts reads a NULL (an outside row's) as 0, a value that is not an
-// integer (SQLite) as an integer, and saturates at maxAttempts + 1.
+// count of attempts reads a NULL (an outside row's) as 0, unless Start found the
+// column NOT NULL (attemptsNotNull); on Postgres it saturates at maxAttempts + 1, so
+// that a smallint column cannot overflow. SQLite's integers are 64-bit, and what a
+// SQLite claim reads back is converted in Go (sqliteInt).
 func (q *Queue[T]) claimSet(s *stmt[T], now string) []string {
 	var set []string
 	if a := q.c.Attempts; a != "" {
-		if q.dialect == SQLite {
-			set = append(set, col(a)+" = MIN(CAST(COALESCE("+col(a)+", 0) AS INTEGER), "+strconv.Itoa(maxAttempts)+") + 1")
-		} else {
-			set = append(set, col(a)+" = LEAST(COALESCE("+col(a)+", 0), "+strconv.Itoa(maxAttempts)+") + 1")
+		v := col(a)
+		if !q.attemptsNotNull.Load() {
+			v = "COALESCE(" + v + ", 0)"
 		}
+		if q.dialect == Postgres {
+			v = "LEAST(" + v + ", " + strconv.Itoa(maxAttempts) + ")"
+		}
+		set = append(set, col(a)+" = "+v+" + 1")
 	}
 	if q.c.ClaimedAt != "" {
 		set = append(set, col(q.c.ClaimedAt)+" = "+now)
 	}
 	return set
+}
+
+// sqliteInt converts an attempts value a SQLite claim read back to a count: it may
+// be an integer, a real (an outside writer's, or an integer that overflowed), text
+// or a blob (SQLite's arithmetic made them a number when the claim counted it; a
+// NULL only if the column changed since Start). It saturates at maxAttempts + 1.
+func sqliteInt(v any) int {
+	var n int64
+	switch x := v.(type) {
+	case int64:
+		n = x
+	case float64:
+		n = int64(min(max(x, 0), maxAttempts+1))
+	case []byte:
+		n, _ = strconv.ParseInt(string(x), 10, 64)
+	case string:
+		n, _ = strconv.ParseInt(x, 10, 64)
+	}
+	return int(min(max(n, 0), maxAttempts+1))
+}
+
+// sqliteBytes converts a payload a SQLite claim read back to bytes, as CAST(... AS
+// BLOB) would: an outside writer may have stored text or a number.
+func sqliteBytes(v any) []byte {
+	switch x := v.(type) {
+	case []byte:
+		return x
+	case string:
+		return []byte(x)
+	case nil:
+		return nil
+	}
+	return fmt.Append(nil, v)
 }
 
 // attemptsCol is what a claim returns for the attempt: the count it just wrote.
@@ -234,7 +273,7 @@ func (q *Queue[T]) leaseClaimSQL(deadline, now time.Time, limit int) (string, []
 	sql := "UPDATE " + q.table + " SET " + strings.Join(set, ", ") +
 		" WHERE " + col(q.c.ID) + " IN (SELECT " + col(q.c.ID) + " FROM " + q.table +
 		" WHERE " + q.claimable(n) + " ORDER BY " + q.order() + " LIMIT " + s.arg(limit) + ")" +
-		" RETURNING " + col(q.c.ID) + ", " + q.attemptsCol() + ", " + q.payloadCol() + q.metaCols()
+		" RETURNING " + col(q.c.ID) + ", " + q.attemptsCol() + ", " + col(q.c.Payload) + q.metaCols()
 	return sql, s.args
 }
 

@@ -17,6 +17,13 @@ const (
 	heartbeatTimeout = 5 * time.Second
 )
 
+// watchAfter is how long a lock form's handler runs before its connection is
+// watched. Most handlers of a busy queue return sooner, and a watch costs a
+// goroutine and three changes of the socket's read deadline; a loss during the first
+// watchAfter is seen when the watch starts, the moment its first read finds the
+// server's closing message or the socket's error already there.
+const watchAfter = 10 * time.Millisecond
+
 // connWatch watches the connection that holds a lock form's job while its handler
 // runs, so that the loss of the connection (and with it of the lock) cancels the
 // handler at once instead of when the settlement finds the connection dead.
@@ -38,17 +45,18 @@ type connWatch struct {
 	check     func(ctx context.Context) (bool, error)
 	cancelled func()
 	done      chan struct{}
+	t         *time.Timer // starts run after watchAfter
 
 	mu       sync.Mutex // guards stopping, pinging and the read deadline of nc
 	stopping bool
 	pinging  bool
 }
 
-// watchConn starts watching pc; lost is called on a loss. Call stop before using pc
-// again.
+// watchConn watches pc from watchAfter on; lost is called on a loss. Call stop
+// before using pc again.
 func watchConn(pc *pgconn.PgConn, lost func(error), check func(context.Context) (bool, error), cancelled func()) *connWatch {
 	w := &connWatch{pc: pc, nc: pc.Conn(), lost: lost, check: check, cancelled: cancelled, done: make(chan struct{})}
-	go w.run()
+	w.t = time.AfterFunc(watchAfter, w.run)
 	return w
 }
 
@@ -111,6 +119,9 @@ func (w *connWatch) run() {
 // stop ends the watch and waits for its goroutine; the connection is then free for
 // its owner (or closed, if the watch saw it lost).
 func (w *connWatch) stop() {
+	if w.t.Stop() {
+		return // the watch never started
+	}
 	w.mu.Lock()
 	w.stopping = true
 	if !w.pinging {

@@ -9,6 +9,15 @@
 #
 #   docs/bench/ab.sh ./server 'CallRoundTrip'              # against HEAD
 #   REV=HEAD~3 ROUNDS=9 BENCHTIME=1x docs/bench/ab.sh ./supervisor W8
+#
+# With REUSE=1 the binaries already in OUT (before.test, after.test) are run
+# as they are: build them first, outside a quiet sitting, with BUILD_ONLY=1.
+#
+# OVERLAY names files of the working tree (paths from the repository's root,
+# separated by spaces) copied over the revision's tree before it is built: a
+# benchmark file that the revision lacks, say.
+#
+#   REV=be72601^ OVERLAY=inbox/bench_test.go docs/bench/ab.sh ./inbox Drain
 set -e
 PKG=${1:?package, e.g. ./server}
 BENCH=${2:?benchmark regexp}
@@ -18,10 +27,14 @@ BENCHTIME=${BENCHTIME:-1s}
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 OUT=${OUT:-$(mktemp -d /tmp/ab.XXXXXX)}
 SRC=$OUT/before-src
-mkdir -p "$SRC"
-git -C "$ROOT" archive "$REV" | tar -x -C "$SRC"
-(cd "$SRC" && go test -c -o "$OUT/before.test" "$PKG")
-(cd "$ROOT" && go test -c -o "$OUT/after.test" "$PKG")
+if [ "${REUSE:-}" != 1 ]; then
+  mkdir -p "$SRC"
+  git -C "$ROOT" archive "$REV" | tar -x -C "$SRC"
+  for f in ${OVERLAY:-}; do cp "$ROOT/$f" "$SRC/$f"; done
+  (cd "$SRC" && go test -c -o "$OUT/before.test" "$PKG")
+  (cd "$ROOT" && go test -c -o "$OUT/after.test" "$PKG")
+fi
+[ "${BUILD_ONLY:-}" = 1 ] && exit 0
 for r in $(seq 1 "$ROUNDS"); do
   if [ $((r % 2)) = 1 ]; then order="before after"; else order="after before"; fi
   for v in $order; do
