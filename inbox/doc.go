@@ -72,6 +72,15 @@
 // finishes a job outside its States frees the key in the same statement. A queue
 // or table without the uniqueness columns or their index is a [*ColumnError].
 //
+// # Periodic jobs
+//
+// [Queue.Periodic] publishes jobs on five-field cron schedules ([ParseCron]; a
+// schedule that does not parse, or never fires, is a [*CronError]), one job per
+// tick across every instance: the instance whose compare-and-set advances the
+// kind's last tick in the ticks table (TABLE_periodic, schema version 3) inserts
+// the job in the same transaction. Missed ticks are coalesced into one job, for the
+// latest; a kind seen for the first time starts at its next tick.
+//
 // # Claims
 //
 // A [Subscription] has up to Workers jobs in work at once. Whatever the number of
@@ -204,6 +213,9 @@
 //   - Uniqueness is one key per job, chosen by the publisher (River derives it from
 //     the job's kind, arguments, queue and period; Oban from fields and keys):
 //     put whatever makes two jobs the same into Key.
+//   - Periodic jobs need no leader: every instance tries each tick and the database
+//     lets one win (River elects a leader; Oban's cron runs on its leader). Missed
+//     ticks are coalesced into one job rather than skipped (River) or replayed.
 //   - Schema versions are kept per table in gotp_schema, and version 0 is any
 //     table the first release made; River keeps one version for its whole schema
 //     (river_migration), Oban in a comment on its table.

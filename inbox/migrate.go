@@ -12,7 +12,7 @@ import (
 
 // SchemaVersion is the version of the default schema this release makes and
 // upgrades to: see Migrate.
-const SchemaVersion = 2
+const SchemaVersion = 3
 
 // Migration reports what Migrate did: the table's version before (0 for a table
 // made before versions were recorded, by CreateTable of an earlier release) and
@@ -38,6 +38,7 @@ type Migration struct {
 //	1  cancelled_at: set by Queue.Cancel
 //	2  unique_key, unique_states and a unique index on unique_key (where not
 //	   NULL): PublishOpts.Unique
+//	3  the ticks table TABLE_periodic (kind, last_tick): Queue.Periodic
 //
 // Tables mapped with Columns are the caller's own; Migrate manages only the
 // default schema. Run it (or `go run github.com/gotp/gotp/cmd/gotp inbox migrate`)
@@ -138,6 +139,7 @@ func migrations(d Dialect, table string) migrate.Set {
 				`ALTER TABLE `+qt+` ADD COLUMN unique_states INTEGER NOT NULL DEFAULT 0`,
 				`CREATE UNIQUE INDEX `+quoteIdent(strings.ReplaceAll(table, ".", "_")+"_unique")+` ON `+qt+` (unique_key) WHERE unique_key IS NOT NULL`,
 			)},
+			{Desc: "periodic jobs", Up: ddl(ticksDDL(d, table))},
 		},
 	}
 }

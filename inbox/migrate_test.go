@@ -54,6 +54,11 @@ func schemaAt(d inbox.Dialect, v int) []string {
 	}
 	stmts = append(stmts, `ALTER TABLE {T} ADD COLUMN cancelled_at `+ts)
 	if v >= 2 {
+		stmts = append(stmts, `ALTER TABLE {T} ADD COLUMN unique_key TEXT`,
+			`ALTER TABLE {T} ADD COLUMN unique_states INTEGER NOT NULL DEFAULT 0`,
+			`CREATE UNIQUE INDEX {T}_unique ON {T} (unique_key) WHERE unique_key IS NOT NULL`)
+	}
+	if v >= 3 {
 		panic("no fixture for this version")
 	}
 	return append(stmts,
