@@ -238,7 +238,7 @@ func (p *Periodic[T]) claimTick(ctx context.Context, j PeriodicJob[T], tick time
 		if err != nil || won == 0 {
 			return false, err
 		}
-		_, err = q.publish(ctx, db, j.Job(tick), &opts)
+		_, err = q.publish(ctx, db, j.Job(tick), &opts, "") // a tick has no caller to trace
 		return err == nil, err
 	}
 	var won bool
