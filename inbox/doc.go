@@ -81,6 +81,14 @@
 // the job in the same transaction. Missed ticks are coalesced into one job, for the
 // latest; a kind seen for the first time starts at its next tick.
 //
+// # Retention
+//
+// [Queue.Prune] deletes processed rows, dead letters and cancelled jobs older than
+// their [Retention], in statements of at most 1000 rows; run it from time to time
+// (a Periodic job will do). Rows in work whose holder vanished need no rescuer:
+// a lease expires, a row lock rolls back and an advisory lock ends with its
+// session, and the row is claimed again.
+//
 // # Claims
 //
 // A [Subscription] has up to Workers jobs in work at once. Whatever the number of
