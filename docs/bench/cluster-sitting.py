@@ -59,6 +59,9 @@ ROWS = [
 EXTRA = [
     ("C1 call allocations per call, caller's process", "BenchmarkC1ProcsCall", "allocs/op"),
     ("C1 call bytes per call, caller's process", "BenchmarkC1ProcsCall", "B/op"),
+    ("C1 bare TCP round trip between two processes (the floor), rt/s", "BenchmarkC1ProcsTCPBaseline", "rt/s"),
+    ("C1 bare TCP round trip p50, µs", "BenchmarkC1ProcsTCPBaseline", "p50-µs"),
+    ("C1 bare TCP round trip p99, µs", "BenchmarkC1ProcsTCPBaseline", "p99-µs"),
     ("in-process C1 sends, msgs/s (both nodes in one process)", "BenchmarkC1RemoteSend", "msgs/s"),
     ("in-process C1 call round trips/s", "BenchmarkC1CallRoundTrip", "calls/s"),
     ("in-process C1 call p99, µs", "BenchmarkC1CallRoundTrip", "p99-µs"),

@@ -32,7 +32,7 @@ for r in $(seq 1 "$ROUNDS"); do
   }
   : >"$OUT/go_$r.txt"
   bench '^BenchmarkC1ProcsSend$' 1000000x
-  bench '^BenchmarkC1Procs(Call|CallByName|CallBusyPoll|CallOverNATS|NATSBaseline)$' 20000x
+  bench '^BenchmarkC1Procs(Call|CallByName|CallBusyPoll|CallOverNATS|NATSBaseline|TCPBaseline)$' 20000x
   bench '^BenchmarkC2ProcsJoinVisible$' 200x
   bench '^BenchmarkC2ProcsKilledNode$' 5x
   bench '^BenchmarkC1RemoteSend$' 1000000x
