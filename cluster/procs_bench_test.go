@@ -189,6 +189,12 @@ func BenchmarkC1ProcsNATSBaseline(b *testing.B) {
 			b.Fatal("no echo")
 		}
 	}
+	timeRounds(b, round)
+}
+
+// timeRounds warms round up, then runs it b.N times and reports round
+// trips per second and the latency percentiles.
+func timeRounds(b *testing.B, round func()) {
 	for range 1000 {
 		round()
 	}

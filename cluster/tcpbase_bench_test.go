@@ -7,7 +7,6 @@ import (
 	"os"
 	"os/exec"
 	"testing"
-	"time"
 
 	"github.com/gotp/gotp/gotptest"
 )
@@ -69,18 +68,5 @@ func BenchmarkC1ProcsTCPBaseline(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
-	for range 1000 {
-		round()
-	}
-	lat := make([]time.Duration, 0, b.N)
-	b.ResetTimer()
-	start := time.Now()
-	for range b.N {
-		t0 := time.Now()
-		round()
-		lat = append(lat, time.Since(t0))
-	}
-	el := time.Since(start)
-	b.StopTimer()
-	reportLatency(b, el, lat, "rt/s")
+	timeRounds(b, round)
 }

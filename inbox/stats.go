@@ -3,7 +3,6 @@ package inbox
 import (
 	"context"
 	"fmt"
-	"strings"
 	"time"
 )
 
@@ -36,32 +35,9 @@ type Stats struct {
 
 // Stats returns the table's counts by state. It blocks for one statement.
 func (q *Queue[T]) Stats(ctx context.Context) (Stats, error) {
-	c := q.c
-	lu := col(c.LockedUntil)
-	now, far := q.p(1), q.p(2)
-	// One bucket per row, the first that fits: 0 ready, 1 in work, 2 delayed, 3 dead,
-	// 4 processed, 5 invalid, 6 cancelled.
-	var b strings.Builder
-	b.WriteString("CASE")
-	if c.ProcessedAt != "" {
-		b.WriteString(" WHEN " + col(c.ProcessedAt) + " IS NOT NULL THEN 4")
-	}
-	if c.CancelledAt != "" {
-		b.WriteString(" WHEN " + col(c.CancelledAt) + " IS NOT NULL THEN 6")
-	}
-	b.WriteString(" WHEN " + col(c.ID) + " IS NULL THEN 5")
-	if c.LockedUntilNullable {
-		b.WriteString(" WHEN " + lu + " IS NULL THEN 0")
-	} else {
-		b.WriteString(" WHEN " + lu + " IS NULL THEN 5")
-	}
-	b.WriteString(" WHEN " + lu + " >= " + far + " THEN 3")
-	b.WriteString(" WHEN " + lu + " <= " + now + " THEN 0")
-	if c.ClaimedAt != "" {
-		b.WriteString(" WHEN " + col(c.ClaimedAt) + " IS NOT NULL THEN 1")
-	}
-	b.WriteString(" ELSE 2 END")
-	stmt := "SELECT bucket, count(*) FROM (SELECT " + b.String() + " AS bucket FROM " + q.table + ") AS s GROUP BY bucket"
+	// One bucket per row, the first that fits (see bucketSQL).
+	caseSQL := q.bucketSQL(q.p(1), q.p(2))
+	stmt := "SELECT bucket, count(*) FROM (SELECT " + caseSQL + " AS bucket FROM " + q.table + ") AS s GROUP BY bucket"
 	r, err := q.db().query(ctx, stmt, q.ts(q.now()), q.ts(farFuture()))
 	if err != nil {
 		return Stats{}, fmt.Errorf("inbox: stats of %s: %w", q.name, err)
