@@ -95,6 +95,12 @@ func permanent(err error) bool {
 	}
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && len(pgErr.Code) == 5 {
+		if pgErr.Code == "23505" {
+			// A unique violation in a claim is two claims of one FIFO group
+			// whose snapshots missed each other's (the group's unique index
+			// refused the second): the next claim sees the first.
+			return false
+		}
 		switch pgErr.Code[:2] {
 		case "0A", // feature not supported
 			"22", // data exception

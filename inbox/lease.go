@@ -556,10 +556,13 @@ func (s *Subscription[T]) sqliteCycle(ctx context.Context, batch []settlement, w
 			}
 		}
 		if want > 0 {
-			sql, args := q.leaseClaimSQL(deadline, now, want)
+			sql, args := q.leaseClaimSQL(s.o.Limits, deadline, now, want)
 			var err error
 			got, err = s.scanClaim(ctx, db, sql, args)
-			return err
+			if err != nil {
+				return err
+			}
+			return q.sqliteRateBump(ctx, db, s.o.Limits, now, len(got))
 		}
 		return nil
 	})
@@ -646,7 +649,7 @@ func (s *Subscription[T]) pgCycle(ctx context.Context, batch []settlement, want 
 	if ids == nil {
 		ids, fences = []int64{}, []time.Time{}
 	}
-	sql, args := q.pgAckClaimSQL(ids, fences, deadline, now, want)
+	sql, args := q.pgAckClaimSQL(s.o.Limits, ids, fences, deadline, now, want)
 	var out []*leased
 	acked := make(map[int64]bool, len(ids))
 	read := func(r pgx.Rows) error {
@@ -680,7 +683,8 @@ func (s *Subscription[T]) pgCycle(ctx context.Context, batch []settlement, want 
 		}
 		return r.Err()
 	}
-	if !s.o.AsyncCommit {
+	serial := want > 0 && s.o.Limits.serial()
+	if !s.o.AsyncCommit && !serial {
 		r, err := q.pool.Query(ctx, sql, args...)
 		if err != nil {
 			return err
@@ -692,14 +696,24 @@ func (s *Subscription[T]) pgCycle(ctx context.Context, batch []settlement, want 
 		// One round trip: the cycle's transaction commits without waiting for its
 		// WAL flush. An aborted batch leaves the connection in a failed transaction,
 		// which the pool closes instead of reusing.
+		//
+		// A limited claim (Limits) runs in a transaction that first takes the
+		// table's advisory lock, so that no other claim runs between its counts
+		// of the rows in work (or starts) and its claim: its snapshot is taken
+		// after the previous claim committed.
 		b := &pgx.Batch{}
 		b.Queue("BEGIN")
-		b.Queue("SET LOCAL synchronous_commit = off")
+		if s.o.AsyncCommit {
+			b.Queue("SET LOCAL synchronous_commit = off")
+		}
+		if serial {
+			b.Queue("SELECT pg_advisory_xact_lock($1, $2)", q.lockKey(), int32(limitLockKey))
+		}
 		b.Queue(sql, args...)
 		b.Queue("COMMIT")
 		br := q.pool.SendBatch(ctx, b)
 		err := func() error {
-			for range 2 {
+			for range b.Len() - 2 {
 				if _, err := br.Exec(); err != nil {
 					return err
 				}

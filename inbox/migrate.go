@@ -12,7 +12,7 @@ import (
 
 // SchemaVersion is the version of the default schema this release makes and
 // upgrades to: see Migrate.
-const SchemaVersion = 3
+const SchemaVersion = 4
 
 // Migration reports what Migrate did: the table's version before (0 for a table
 // made before versions were recorded, by CreateTable of an earlier release) and
@@ -39,6 +39,10 @@ type Migration struct {
 //	2  unique_key, unique_states and a unique index on unique_key (where not
 //	   NULL): PublishOpts.Unique
 //	3  the ticks table TABLE_periodic (kind, last_tick): Queue.Periodic
+//	4  fifo_group and partition_key (Columns.Group, Columns.Partition) with
+//	   their indexes, on Postgres a unique index on fifo_group where a row is
+//	   claimed (at most one job of a group in work), and the table TABLE_limits
+//	   (name, window_start, starts) that counts starts for Limits.Rate
 //
 // Tables mapped with Columns are the caller's own; Migrate manages only the
 // default schema. Run it (or `go run github.com/gotp/gotp/cmd/gotp inbox migrate`)
@@ -140,6 +144,7 @@ func migrations(d Dialect, table string) migrate.Set {
 				`CREATE UNIQUE INDEX `+quoteIdent(strings.ReplaceAll(table, ".", "_")+"_unique")+` ON `+qt+` (unique_key) WHERE unique_key IS NOT NULL`,
 			)},
 			{Desc: "periodic jobs", Up: ddl(ticksDDL(d, table))},
+			{Desc: "fifo groups and limits", Up: ddl(groupsDDL(d, table)...)},
 		},
 	}
 }
@@ -179,4 +184,33 @@ func baseSchema(d Dialect, table string) []string {
 )`,
 		`CREATE INDEX IF NOT EXISTS ` + idx + ` ON ` + qt + ` (priority, locked_until, id)`,
 	}
+}
+
+// groupsDDL is version 4: the FIFO group and partition columns, their indexes,
+// and the starts table of Limits.Rate.
+func groupsDDL(d Dialect, table string) []string {
+	qt := quoteIdent(table)
+	base := strings.ReplaceAll(table, ".", "_")
+	stmts := []string{
+		`ALTER TABLE ` + qt + ` ADD COLUMN fifo_group TEXT`,
+		`ALTER TABLE ` + qt + ` ADD COLUMN partition_key TEXT`,
+		// The head of a group, and the rows that wait behind it.
+		`CREATE INDEX ` + quoteIdent(base+"_group") + ` ON ` + qt + ` (fifo_group, id) WHERE fifo_group IS NOT NULL`,
+		// A partition's ready rows in claim order, and its keys.
+		`CREATE INDEX ` + quoteIdent(base+"_partition") + ` ON ` + qt + ` (partition_key, priority, locked_until, id) WHERE partition_key IS NOT NULL`,
+		// The rows in work, for Limits (claimed_at is set while a row is).
+		`CREATE INDEX ` + quoteIdent(base+"_inwork") + ` ON ` + qt + ` (partition_key, locked_until) WHERE claimed_at IS NOT NULL`,
+		limitsDDL(d, table),
+	}
+	if d == Postgres {
+		// At most one row of a group claimed at once, whatever the snapshots of
+		// concurrent claims saw (SQLite serialises its writers).
+		stmts = append(stmts, `CREATE UNIQUE INDEX `+quoteIdent(base+"_group_work")+` ON `+qt+` (fifo_group) WHERE fifo_group IS NOT NULL AND claimed_at IS NOT NULL`)
+	}
+	return stmts
+}
+
+// limitsDDL is the table in which Limits.Rate counts the starts of the current window.
+func limitsDDL(d Dialect, table string) string {
+	return `CREATE TABLE IF NOT EXISTS ` + quoteIdent(table+"_limits") + ` (name TEXT PRIMARY KEY, window_start BIGINT NOT NULL, starts BIGINT NOT NULL)`
 }

@@ -59,6 +59,9 @@ func schemaAt(d inbox.Dialect, v int) []string {
 			`CREATE UNIQUE INDEX {T}_unique ON {T} (unique_key) WHERE unique_key IS NOT NULL`)
 	}
 	if v >= 3 {
+		stmts = append(stmts, `CREATE TABLE IF NOT EXISTS {T}_periodic (kind TEXT PRIMARY KEY, last_tick `+ts+` NOT NULL)`)
+	}
+	if v >= 4 {
 		panic("no fixture for this version")
 	}
 	return append(stmts,

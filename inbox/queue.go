@@ -55,6 +55,18 @@ type Columns struct {
 	// Hooks.Publish hands to its next is stored there, and Hooks.Handle reads it in
 	// JobInfo.Trace. Not in the default schema: add the column to opt in.
 	Trace string
+
+	// Group (text) makes FIFO groups (PublishOpts.Group): of the rows sharing a
+	// group, at most one is in work at a time across every instance, taken in id
+	// order, and a retried row stays at the head of its group (see the package
+	// doc, FIFO groups). It needs ClaimedAt; on Postgres also a unique index on
+	// Group WHERE Group IS NOT NULL AND ClaimedAt IS NOT NULL (Start refuses the
+	// table without it, a *ColumnError). Rows whose Group is NULL are in no group.
+	Group string
+	// Partition (text) is the key that SubscribeOptions.Limits.PerPartition
+	// limits and that fair claims take turns between (PublishOpts.Partition).
+	// It needs ClaimedAt.
+	Partition string
 }
 
 // DefaultColumns are the columns of the schema CreateTable makes.
@@ -64,6 +76,7 @@ func DefaultColumns() Columns {
 		Priority: "priority", Attempts: "attempts", ClaimedAt: "claimed_at",
 		LastError: "last_error", DeadAt: "dead_at", CancelledAt: "cancelled_at", CreatedAt: "created_at",
 		UniqueKey: "unique_key", UniqueStates: "unique_states",
+		Group: "fifo_group", Partition: "partition_key",
 	}
 }
 
@@ -207,13 +220,16 @@ func newQueue[T any](d Dialect, cfg Config[T]) (*Queue[T], error) {
 	if c.ID == "" || c.LockedUntil == "" || c.Payload == "" {
 		return nil, &ConfigError{Field: "Columns", Reason: "ID, LockedUntil and Payload are required"}
 	}
-	for _, col := range []string{c.ID, c.LockedUntil, c.Payload, c.Priority, c.Attempts, c.ClaimedAt, c.LastError, c.DeadAt, c.ProcessedAt, c.CancelledAt, c.UniqueKey, c.UniqueStates, c.CreatedAt, c.Trace} {
+	for _, col := range []string{c.ID, c.LockedUntil, c.Payload, c.Priority, c.Attempts, c.ClaimedAt, c.LastError, c.DeadAt, c.ProcessedAt, c.CancelledAt, c.UniqueKey, c.UniqueStates, c.CreatedAt, c.Trace, c.Group, c.Partition} {
 		if col != "" && (!isIdent(col) || strings.Contains(col, ".")) {
 			return nil, &ConfigError{Field: "Columns", Reason: fmt.Sprintf("%q is not a plain column name", col)}
 		}
 	}
 	if (c.UniqueKey == "") != (c.UniqueStates == "") {
 		return nil, &ConfigError{Field: "Columns", Reason: "UniqueKey and UniqueStates go together"}
+	}
+	if (c.Group != "" || c.Partition != "") && c.ClaimedAt == "" {
+		return nil, &ConfigError{Field: "Columns", Reason: "Group and Partition need ClaimedAt: it marks the rows in work"}
 	}
 	if cfg.ListenNotify && d != Postgres {
 		return nil, &ConfigError{Field: "ListenNotify", Reason: "needs Postgres"}
@@ -355,16 +371,58 @@ type PublishOpts struct {
 	// while a job with the same key exists (see Unique). Publish and PublishTx
 	// only: a batch publish refuses it with a *ConfigError.
 	Unique *Unique
+	// Group puts the job in a FIFO group (Columns.Group): the jobs of a group run
+	// one at a time, in publish (id) order. Empty means no group. A queue whose
+	// Columns have no Group refuses it with a *ConfigError.
+	Group string
+	// Partition is the job's partition key (Columns.Partition), such as a tenant:
+	// Limits.PerPartition bounds each key's jobs in work, and fair claims take
+	// turns between keys. Empty means none. A queue whose Columns have no
+	// Partition refuses it with a *ConfigError.
+	Partition string
+}
+
+// optCol is an optional column a publish writes after the payload and lock
+// deadline, with its Postgres type (for the batch insert's casts).
+type optCol struct{ name, pgType string }
+
+// insertCols are the optional columns a publish writes, in rowArgs's order.
+func (q *Queue[T]) insertCols() []optCol {
+	var cs []optCol
+	if q.c.Priority != "" {
+		cs = append(cs, optCol{q.c.Priority, "int"})
+	}
+	if q.c.Trace != "" {
+		cs = append(cs, optCol{q.c.Trace, "text"})
+	}
+	if q.c.Group != "" {
+		cs = append(cs, optCol{q.c.Group, "text"})
+	}
+	if q.c.Partition != "" {
+		cs = append(cs, optCol{q.c.Partition, "text"})
+	}
+	return cs
+}
+
+// insertNames are the columns of a publish's insert.
+func (q *Queue[T]) insertNames() []string {
+	cols := []string{col(q.c.Payload), col(q.c.LockedUntil)}
+	for _, c := range q.insertCols() {
+		cols = append(cols, col(c.name))
+	}
+	return cols
+}
+
+// optText is a text column's value: NULL for "".
+func optText(v string) any {
+	if v == "" {
+		return nil
+	}
+	return v
 }
 
 func (q *Queue[T]) insertSQL(rowsN int) string {
-	cols := []string{col(q.c.Payload), col(q.c.LockedUntil)}
-	if q.c.Priority != "" {
-		cols = append(cols, col(q.c.Priority))
-	}
-	if q.c.Trace != "" {
-		cols = append(cols, col(q.c.Trace))
-	}
+	cols := q.insertNames()
 	var b strings.Builder
 	b.WriteString("INSERT INTO " + q.table + " (" + strings.Join(cols, ", ") + ") VALUES ")
 	n := 1
@@ -395,6 +453,12 @@ func (q *Queue[T]) rowArgs(job T, opts *PublishOpts, trace string) ([]any, error
 	if opts != nil {
 		o = *opts
 	}
+	if o.Group != "" && q.c.Group == "" {
+		return nil, &ConfigError{Field: "PublishOpts.Group", Reason: "the queue's Columns name no Group column"}
+	}
+	if o.Partition != "" && q.c.Partition == "" {
+		return nil, &ConfigError{Field: "PublishOpts.Partition", Reason: "the queue's Columns name no Partition column"}
+	}
 	runAt := time.Unix(0, 0)
 	if !o.RunAt.IsZero() {
 		runAt = o.RunAt
@@ -406,6 +470,12 @@ func (q *Queue[T]) rowArgs(job T, opts *PublishOpts, trace string) ([]any, error
 	if q.c.Trace != "" {
 		args = append(args, traceArg(trace))
 	}
+	if q.c.Group != "" {
+		args = append(args, optText(o.Group))
+	}
+	if q.c.Partition != "" {
+		args = append(args, optText(o.Partition))
+	}
 	return args, nil
 }
 
@@ -416,13 +486,7 @@ func (q *Queue[T]) publishSQL() string {
 	if !q.notify {
 		return ins
 	}
-	n := 3
-	if q.c.Priority != "" {
-		n++
-	}
-	if q.c.Trace != "" {
-		n++
-	}
+	n := 3 + len(q.insertCols())
 	return "WITH ins AS (" + ins + ") SELECT " + col(q.c.ID) + " FROM ins, pg_notify(" + q.p(n) + ", '')"
 }
 
@@ -577,18 +641,12 @@ func (q *Queue[T]) publishBatch(ctx context.Context, db querier, jobs []T, opts 
 			payloads[i] = a[0].([]byte)
 			args = a
 		}
-		cols := col(q.c.Payload) + ", " + col(q.c.LockedUntil)
+		cols := strings.Join(q.insertNames(), ", ")
 		sel := "p, " + q.p(2) + "::timestamptz"
 		xargs := []any{payloads, args[1]}
-		if q.c.Priority != "" {
-			cols += ", " + col(q.c.Priority)
-			sel += ", " + q.p(len(xargs)+1) + "::int"
-			xargs = append(xargs, args[2])
-		}
-		if q.c.Trace != "" {
-			cols += ", " + col(q.c.Trace)
-			sel += ", " + q.p(len(xargs)+1) + "::text"
-			xargs = append(xargs, args[len(args)-1])
+		for i, c := range q.insertCols() {
+			sel += ", " + q.p(len(xargs)+1) + "::" + c.pgType
+			xargs = append(xargs, args[2+i])
 		}
 		stmt := "INSERT INTO " + q.table + " (" + cols + ") SELECT " + sel + " FROM unnest(" + q.p(1) + "::bytea[]) AS u(p)"
 		if q.notify {

@@ -265,14 +265,13 @@ func (q *Queue[T]) payloadCol() string {
 
 // leaseClaimSQL (SQLite) takes up to limit claimable rows, writes the lease deadline,
 // counts the attempt and returns id, attempts and payload, in one statement.
-func (q *Queue[T]) leaseClaimSQL(deadline, now time.Time, limit int) (string, []any) {
+func (q *Queue[T]) leaseClaimSQL(l Limits, deadline, now time.Time, limit int) (string, []any) {
 	s := &stmt[T]{q: q}
 	dl := s.arg(q.ts(deadline))
 	n := s.arg(q.ts(now))
 	set := append([]string{col(q.c.LockedUntil) + " = " + dl}, q.claimSet(s, n)...)
 	sql := "UPDATE " + q.table + " SET " + strings.Join(set, ", ") +
-		" WHERE " + col(q.c.ID) + " IN (SELECT " + col(q.c.ID) + " FROM " + q.table +
-		" WHERE " + q.claimable(n) + " ORDER BY " + q.order() + " LIMIT " + s.arg(limit) + ")" +
+		" WHERE " + col(q.c.ID) + " IN (" + q.pickSQL(s, l, now, n, "", s.arg(limit), false) + ")" +
 		" RETURNING " + col(q.c.ID) + ", " + q.attemptsCol() + ", " + col(q.c.Payload) + q.metaCols()
 	return sql, s.args
 }
@@ -281,7 +280,7 @@ func (q *Queue[T]) leaseClaimSQL(deadline, now time.Time, limit int) (string, []
 // in one statement: one round trip and one commit per cycle. ids and fences are
 // pairs: an id may come more than once, with each deadline its row may hold. Result
 // rows are (acked bool, id, attempts, payload).
-func (q *Queue[T]) pgAckClaimSQL(ids []int64, fences []time.Time, deadline, now time.Time, limit int) (string, []any) {
+func (q *Queue[T]) pgAckClaimSQL(l Limits, ids []int64, fences []time.Time, deadline, now time.Time, limit int) (string, []any) {
 	s := &stmt[T]{q: q}
 	c := q.c
 	idsA := s.arg(ids)
@@ -306,10 +305,8 @@ func (q *Queue[T]) pgAckClaimSQL(ids []int64, fences []time.Time, deadline, now 
 		n := s.arg(q.ts(now))
 		set := append([]string{col(c.LockedUntil) + " = " + dl}, q.claimSet(s, n)...)
 		sql += ", claimed AS (UPDATE " + q.table + " SET " + strings.Join(set, ", ") +
-			" WHERE " + col(c.ID) + " IN (SELECT " + col(c.ID) + " FROM " + q.table +
-			" WHERE " + q.claimable(n) + " AND " + col(c.ID) + " <> ALL(" + idsA + "::bigint[])" +
-			" ORDER BY " + q.order() + " LIMIT " + s.arg(limit) + " FOR UPDATE SKIP LOCKED)" +
-			" RETURNING " + col(c.ID) + ", " + q.attemptsCol() + ", " + col(c.Payload) + q.metaCols() + ")" +
+			" WHERE " + col(c.ID) + " IN (" + q.pickSQL(s, l, now, n, " AND "+col(c.ID)+" <> ALL("+idsA+"::bigint[])", s.arg(limit), true) + ")" +
+			" RETURNING " + col(c.ID) + ", " + q.attemptsCol() + ", " + col(c.Payload) + q.metaCols() + ")" + q.pgRateBump(s, l, now) +
 			" SELECT true, id, 0, NULL" + q.metaNulls() + " FROM acked UNION ALL SELECT false, " + col(c.ID) + ", " + q.attemptsCol() + ", " + col(c.Payload) + q.metaRefs() + " FROM claimed"
 	} else {
 		sql += " SELECT true, id, 0, NULL::bytea" + q.metaNulls() + " FROM acked"
@@ -321,16 +318,14 @@ func (q *Queue[T]) pgAckClaimSQL(ids []int64, fences []time.Time, deadline, now 
 func (q *Queue[T]) lockClaimSQL(now time.Time) (string, []any) {
 	s := &stmt[T]{q: q}
 	n := s.now(now)
-	return "SELECT " + col(q.c.ID) + " FROM " + q.table + " WHERE " + q.claimable(n) +
-		" ORDER BY " + q.order() + " LIMIT 1 FOR UPDATE SKIP LOCKED", s.args
+	return q.pickSQL(s, Limits{}, now, n, "", "1", true), s.args
 }
 
 // candidatesSQL (advisory form) lists up to limit claimable ids in claim order.
 func (q *Queue[T]) candidatesSQL(now time.Time, limit int) (string, []any) {
 	s := &stmt[T]{q: q}
 	n := s.now(now)
-	return "SELECT " + col(q.c.ID) + " FROM " + q.table + " WHERE " + q.claimable(n) +
-		" ORDER BY " + q.order() + " LIMIT " + s.arg(limit), s.args
+	return q.pickSQL(s, Limits{}, now, n, "", s.arg(limit), false), s.args
 }
 
 // takeSQL (row-lock and advisory forms) counts the attempt on a held row and reads
@@ -342,8 +337,8 @@ func (q *Queue[T]) takeSQL(id int64, now time.Time) (string, []any) {
 	if len(set) == 0 {
 		set = []string{col(q.c.ID) + " = " + col(q.c.ID)}
 	}
-	return "UPDATE " + q.table + " SET " + strings.Join(set, ", ") + " WHERE " + col(q.c.ID) + " = " + s.arg(id) +
-		" AND " + q.claimable(n) + " RETURNING " + q.attemptsCol() + ", " + col(q.c.Payload) + q.metaCols(), s.args
+	return "UPDATE " + q.table + " AS r SET " + strings.Join(set, ", ") + " WHERE " + col(q.c.ID) + " = " + s.arg(id) +
+		" AND " + q.claimable(n) + q.groupReady("r") + " RETURNING " + q.attemptsCol() + ", " + col(q.c.Payload) + q.metaCols(), s.args
 }
 
 // maxErrorLen bounds the error message a settlement stores in the LastError column.

@@ -88,6 +88,11 @@ type SubscribeOptions struct {
 	// job can be lost; but a crash of the database server may forget the last claims
 	// and acks, and those jobs run again. Off by default.
 	AsyncCommit bool
+	// Limits bound the table's jobs in work across every instance, per table and
+	// per partition key, and its starts per period; Limits.Fair takes turns
+	// between partition keys. Lease form only (a *ConfigError otherwise). See
+	// the package doc, Limits.
+	Limits Limits
 	// Observe, if set, is called once for every settled attempt, from the
 	// subscription's goroutines; it must not block for long.
 	Observe func(Result)
@@ -207,6 +212,9 @@ func (q *Queue[T]) Subscribe(h Handler[T], o SubscribeOptions) (*Subscription[T]
 		}
 	default:
 		return nil, &FormError{Form: o.Form, Dialect: q.dialect, Reason: "unknown form"}
+	}
+	if err := q.checkLimits(&o); err != nil {
+		return nil, err
 	}
 	s := &Subscription[T]{
 		q: q, h: h, o: o,
@@ -409,10 +417,13 @@ func (s *Subscription[T]) check(ctx context.Context) error {
 	switch s.o.Form {
 	case Lease:
 		if q.dialect == SQLite {
-			add(q.leaseClaimSQL(now, now, 1))
+			add(q.leaseClaimSQL(s.o.Limits, now, now, 1))
+			if s.o.Limits.Rate > 0 {
+				add(q.rateBumpSQL("?1", "?2"), nil)
+			}
 		} else {
-			add(q.pgAckClaimSQL(nil, nil, now, now, 1))
-			add(q.pgAckClaimSQL(nil, nil, now, now, 0))
+			add(q.pgAckClaimSQL(s.o.Limits, nil, nil, now, now, 1))
+			add(q.pgAckClaimSQL(s.o.Limits, nil, nil, now, now, 0))
 		}
 		add(q.settleSQL(skExtend, 0, fence{lease: &now}, now, 0, "", now))
 		for _, k := range []settleKind{skAck, skRetry, skDead, skRelease, skSnooze} {
@@ -444,6 +455,9 @@ func (s *Subscription[T]) check(ctx context.Context) error {
 		if ms == 0 {
 			return &ConfigError{Field: "db", Reason: "SQLite busy_timeout is 0: open the database with OpenSQLite or set _pragma=busy_timeout(ms)"}
 		}
+	}
+	if err := q.checkGroupColumns(ctx); err != nil {
+		return err
 	}
 	for _, st := range stmts {
 		if err := q.prepare(ctx, st); err != nil {

@@ -72,14 +72,7 @@ func (q *Queue[T]) checkUnique(u *Unique) error {
 // uniqueInsertSQL is the single-row insert of a unique job: nothing is inserted
 // (and nothing returned) if a row holds the key.
 func (q *Queue[T]) uniqueInsertSQL() string {
-	cols := []string{col(q.c.Payload), col(q.c.LockedUntil)}
-	if q.c.Priority != "" {
-		cols = append(cols, col(q.c.Priority))
-	}
-	if q.c.Trace != "" {
-		cols = append(cols, col(q.c.Trace))
-	}
-	cols = append(cols, col(q.c.UniqueKey), col(q.c.UniqueStates))
+	cols := append(q.insertNames(), col(q.c.UniqueKey), col(q.c.UniqueStates))
 	ph := make([]string, len(cols))
 	for i := range cols {
 		ph[i] = q.p(i + 1)

@@ -1,0 +1,263 @@
+package inbox
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Limits bound a table's jobs in work across every instance, and the starts per
+// period, through the database alone (see the package doc, Limits). Every
+// subscription of the table should give the same Limits: each claim enforces the
+// limits it was given. The zero value limits nothing.
+type Limits struct {
+	// Concurrency, if positive, is the most jobs of the table in work at once,
+	// across every instance.
+	Concurrency int
+	// PerPartition, if positive, is the most jobs of one partition key
+	// (Columns.Partition) in work at once, across every instance. Rows without a
+	// key are not limited by it. It makes claims fair (as Fair does).
+	PerPartition int
+	// Fair makes claims take turns between partition keys: a claim takes the
+	// first ready job of each key before the second of any, keys with fewer jobs
+	// in work first, so that one key's backlog cannot starve the others. Rows
+	// without a key take their turns as one more key.
+	Fair bool
+	// Rate, if positive, is the most claims (starts of an attempt) per Per,
+	// across every instance: counted in windows of Per from the Unix epoch, by
+	// the host clock, in the table TABLE_limits (schema version 4).
+	Rate int
+	// Per is Rate's period; required with Rate.
+	Per time.Duration
+}
+
+// on reports whether any limit is set.
+func (l Limits) on() bool { return l.Concurrency > 0 || l.PerPartition > 0 || l.Fair || l.Rate > 0 }
+
+// serial reports whether claims must be serialised to enforce the limits on
+// Postgres: counts of rows in work, or of starts, are read and then acted on.
+func (l Limits) serial() bool { return l.Concurrency > 0 || l.PerPartition > 0 || l.Rate > 0 }
+
+// fair reports whether claims take turns between partition keys.
+func (l Limits) fair() bool { return l.Fair || l.PerPartition > 0 }
+
+// checkLimits refuses Limits a subscription cannot enforce.
+func (q *Queue[T]) checkLimits(o *SubscribeOptions) error {
+	l := o.Limits
+	switch {
+	case l.Concurrency < 0 || l.PerPartition < 0 || l.Rate < 0:
+		return &ConfigError{Field: "Limits", Reason: "negative"}
+	case !l.on():
+		return nil
+	case o.Form != Lease:
+		return &ConfigError{Field: "Limits", Reason: "the lock forms keep their rows in work in uncommitted transactions or session locks that other instances cannot count: limits need the lease form"}
+	case q.c.ClaimedAt == "":
+		return &ConfigError{Field: "Limits", Reason: "needs a ClaimedAt column: it marks the rows in work"}
+	case l.fair() && q.c.Partition == "":
+		return &ConfigError{Field: "Limits", Reason: "PerPartition and Fair need a Partition column"}
+	case l.Rate > 0 && l.Per <= 0:
+		return &ConfigError{Field: "Limits.Per", Reason: "Rate needs a positive period"}
+	}
+	return nil
+}
+
+// farLit is farFuture as an SQL literal: the lock deadline of finished rows
+// (dead, processed, cancelled).
+func (q *Queue[T]) farLit() string {
+	if q.dialect == SQLite {
+		return strconv.FormatInt(farFuture().UnixMicro(), 10)
+	}
+	return "'9999-01-01 00:00:00+00'::timestamptz"
+}
+
+// live is the SQL of a row a of the table that is not finished: ready, delayed or
+// in work.
+func (q *Queue[T]) live(a string) string {
+	lu := a + "." + col(q.c.LockedUntil)
+	if q.c.LockedUntilNullable {
+		return "(" + lu + " IS NULL OR " + lu + " < " + q.farLit() + ")"
+	}
+	return lu + " < " + q.farLit()
+}
+
+// groupReady is the claim predicate of FIFO groups on the row r (an alias or the
+// quoted table): a row in a group may be claimed only if no other live row of its
+// group is claimed (in work, or a claim that crashed: it is taken again first) and,
+// unless r itself is that claimed row, none comes before it. "" on a queue without
+// groups.
+func (q *Queue[T]) groupReady(r string) string {
+	if q.c.Group == "" {
+		return ""
+	}
+	g, id, ca := col(q.c.Group), col(q.c.ID), col(q.c.ClaimedAt)
+	return " AND (" + r + "." + g + " IS NULL OR NOT EXISTS (SELECT 1 FROM " + q.table + " AS h WHERE h." + g + " = " + r + "." + g +
+		" AND h." + id + " <> " + r + "." + id + " AND " + q.live("h") +
+		" AND (h." + ca + " IS NOT NULL OR (h." + id + " < " + r + "." + id + " AND " + r + "." + ca + " IS NULL))))"
+}
+
+// inWork is the SQL of a row a that is in work under a live lease.
+func (q *Queue[T]) inWork(a, now string) string {
+	lu := a + "." + col(q.c.LockedUntil)
+	return a + "." + col(q.c.ClaimedAt) + " IS NOT NULL AND " + lu + " > " + now + " AND " + lu + " < " + q.farLit()
+}
+
+// pickSQL is the subquery that picks the ids a claim takes at now: up to limit
+// claimable rows (an SQL expression), that satisfy extra ("" or " AND ..." on
+// unqualified columns), in claim order, with the FIFO groups' and limits' rules,
+// locked FOR UPDATE SKIP LOCKED if skipLocked.
+func (q *Queue[T]) pickSQL(s *stmt[T], l Limits, at time.Time, now, extra, limit string, skipLocked bool) string {
+	lock := ""
+	if skipLocked {
+		lock = " FOR UPDATE SKIP LOCKED"
+	}
+	limit = q.limitedBy(s, l, at, now, limit)
+	where := q.claimable(now) + q.groupReady("r") + extra
+	if !l.fair() {
+		return "SELECT " + col(q.c.ID) + " FROM " + q.table + " AS r WHERE " + where +
+			" ORDER BY " + q.order() + " LIMIT " + limit + lock
+	}
+	// Fair: each key's first rows, ranked by turn (the row's place among its
+	// key's candidates plus the key's jobs in work), taken turn by turn.
+	id, pk := col(q.c.ID), col(q.c.Partition)
+	cols := "r." + id + ", r." + pk + ", r." + col(q.c.LockedUntil)
+	if q.c.Priority != "" {
+		cols += ", r." + col(q.c.Priority)
+	}
+	var cand string
+	if q.dialect == Postgres {
+		// One index probe per key (a loose scan of the partition index), then
+		// each key's first rows in claim order.
+		keys := "WITH RECURSIVE k(v) AS (SELECT min(" + pk + ") FROM " + q.table + " WHERE " + pk + " IS NOT NULL" +
+			" UNION ALL SELECT (SELECT min(" + pk + ") FROM " + q.table + " WHERE " + pk + " > k.v) FROM k WHERE k.v IS NOT NULL)"
+		cand = keys + " SELECT r.* FROM k CROSS JOIN LATERAL (SELECT " + cols + " FROM " + q.table + " AS r WHERE r." + pk + " = k.v AND " + where +
+			" ORDER BY " + q.order() + " LIMIT " + limit + ") r" +
+			" UNION ALL (SELECT " + cols + " FROM " + q.table + " AS r WHERE r." + pk + " IS NULL AND " + where + " ORDER BY " + q.order() + " LIMIT " + limit + ")"
+	} else {
+		// SQLite ranks every ready row: its partition index yields them in key
+		// and claim order.
+		cand = "SELECT " + cols + " FROM " + q.table + " AS r WHERE " + where
+	}
+	count := "(SELECT count(*) FROM " + q.table + " AS w WHERE w." + pk + " = c." + pk + " AND " + q.inWork("w", now) + ")"
+	turn := "row_number() OVER (PARTITION BY c." + pk + " ORDER BY " + q.orderOf("c") + ") + COALESCE(" + count + ", 0)"
+	ranked := "SELECT c.*, " + turn + " AS turn FROM (" + cand + ") c"
+	cap := ""
+	if l.PerPartition > 0 {
+		cap = " WHERE x.turn <= " + strconv.Itoa(l.PerPartition) + " OR x." + pk + " IS NULL"
+	}
+	sel := "SELECT x." + id + " FROM (" + ranked + ") x" + cap + " ORDER BY x.turn, " + q.orderOf("x") + " LIMIT " + limit
+	if !skipLocked {
+		return sel
+	}
+	return "SELECT " + id + " FROM " + q.table + " WHERE " + id + " IN (" + sel + ")" + lock
+}
+
+// orderOf is the claim order on the columns of alias a.
+func (q *Queue[T]) orderOf(a string) string {
+	o := strings.Split(q.order(), ", ")
+	for i := range o {
+		o[i] = a + "." + o[i]
+	}
+	return strings.Join(o, ", ")
+}
+
+// limitedBy is the SQL of how many rows a claim may take: limit, less what
+// Concurrency and Rate (in the window of at) leave.
+func (q *Queue[T]) limitedBy(s *stmt[T], l Limits, at time.Time, now, limit string) string {
+	var terms []string
+	if l.Concurrency > 0 {
+		terms = append(terms, strconv.Itoa(l.Concurrency)+" - (SELECT count(*) FROM "+q.table+" AS w WHERE "+q.inWork("w", now)+")")
+	}
+	if l.Rate > 0 {
+		w := s.arg(rateWindow(at, l.Per))
+		terms = append(terms, strconv.Itoa(l.Rate)+" - COALESCE((SELECT starts FROM "+q.limitsTable()+" WHERE name = 'starts' AND window_start = "+w+"), 0)")
+	}
+	if len(terms) == 0 {
+		return limit
+	}
+	least, greatest := "LEAST", "GREATEST"
+	if q.dialect == SQLite {
+		least, greatest = "min", "max"
+	}
+	return "(SELECT " + greatest + "(0, " + least + "(" + limit + ", " + strings.Join(terms, ", ") + ")))"
+}
+
+// rateWindow is the number of the Rate window that t falls in.
+func rateWindow(t time.Time, per time.Duration) int64 { return t.UnixNano() / int64(per) }
+
+// limitsTable is the quoted table that counts starts for Limits.Rate.
+func (q *Queue[T]) limitsTable() string { return quoteIdent(q.name + "_limits") }
+
+// rateBumpSQL counts n starts (an SQL expression) in window w of Limits.Rate.
+func (q *Queue[T]) rateBumpSQL(w, n string) string {
+	lt := q.limitsTable()
+	return "INSERT INTO " + lt + " AS l (name, window_start, starts) SELECT 'starts', " + w + ", " + n +
+		" ON CONFLICT (name) DO UPDATE SET starts = CASE WHEN l.window_start = excluded.window_start THEN l.starts + excluded.starts ELSE excluded.starts END, window_start = excluded.window_start"
+}
+
+// sqliteRateBump counts n starts of a SQLite claim, in the claim's transaction.
+func (q *Queue[T]) sqliteRateBump(ctx context.Context, db querier, l Limits, now time.Time, n int) error {
+	if l.Rate <= 0 || n == 0 {
+		return nil
+	}
+	_, err := db.exec(ctx, q.rateBumpSQL("?1", "?2"), rateWindow(now, l.Per), n)
+	return err
+}
+
+// limitLockKey is the second key of the transaction-scoped advisory lock that
+// serialises a limited table's claims on Postgres.
+const limitLockKey = -1
+
+// checkGroupColumns refuses, at Start, a Group or Partition column that the table
+// does not have (a *ConfigError; unless other mapped columns are missing too, which
+// the statements' check reports as a *StatementError) and, on Postgres, a Group column without the unique
+// index that keeps one job of a group in work (a *ColumnError).
+func (q *Queue[T]) checkGroupColumns(ctx context.Context) error {
+	if q.c.Group == "" && q.c.Partition == "" {
+		return nil
+	}
+	var cols map[string]column
+	var err error
+	if q.dialect == SQLite {
+		cols, err = q.sqliteColumns(ctx)
+	} else {
+		cols, err = q.pgColumns(ctx)
+	}
+	if err != nil || len(cols) == 0 {
+		return nil // no such table: the statements' check names it
+	}
+	c := q.c
+	for _, name := range []string{c.ID, c.LockedUntil, c.Payload, c.Priority, c.Attempts, c.ClaimedAt, c.LastError, c.DeadAt, c.ProcessedAt, c.CancelledAt, c.UniqueKey, c.UniqueStates, c.CreatedAt, c.Trace} {
+		if _, ok := cols[name]; name != "" && !ok {
+			return nil // a table of an older schema version: the statements' check names the column
+		}
+	}
+	for _, c := range []struct{ field, name string }{{"Columns.Group", q.c.Group}, {"Columns.Partition", q.c.Partition}} {
+		if _, ok := cols[c.name]; c.name != "" && !ok {
+			return &ConfigError{Field: c.field, Reason: "table " + q.name + " has no column " + c.name + " (the default schema has it from version 4: run Migrate)"}
+		}
+	}
+	if q.c.Group == "" || q.dialect != Postgres {
+		return nil
+	}
+	var n int
+	err = q.pool.QueryRow(ctx, `SELECT count(*) FROM pg_index i JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = i.indkey[0]
+WHERE i.indrelid = $1::regclass AND i.indisunique AND i.indnatts = 1 AND a.attname = $2
+AND position($3 in coalesce(pg_get_expr(i.indpred, i.indrelid), '')) > 0`, q.table, q.c.Group, q.c.ClaimedAt+" IS NOT NULL").Scan(&n)
+	if err != nil {
+		return err
+	}
+	if n == 0 {
+		return &ColumnError{Table: q.name, Column: q.c.Group, Reason: "has no unique index WHERE " + q.c.Group + " IS NOT NULL AND " + q.c.ClaimedAt + " IS NOT NULL: FIFO groups need one on Postgres (the default schema has it from version 4)"}
+	}
+	return nil
+}
+
+// pgRateBump is the CTE of a Postgres claim (named claimed) that counts its starts
+// for Limits.Rate: "" without a rate.
+func (q *Queue[T]) pgRateBump(s *stmt[T], l Limits, now time.Time) string {
+	if l.Rate <= 0 {
+		return ""
+	}
+	return ", bumped AS (" + q.rateBumpSQL(s.arg(rateWindow(now, l.Per)), "(SELECT count(*) FROM claimed)") + ")"
+}
