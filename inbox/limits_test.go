@@ -1,0 +1,217 @@
+package inbox_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/gotp/gotp/inbox"
+)
+
+// gauge tracks how many handlers are in work at once, overall and per key, across
+// every instance of a test, and the most seen.
+type gauge struct {
+	mu       sync.Mutex
+	now, max int
+	key      map[string]int
+	keyMax   map[string]int
+}
+
+func newGauge() *gauge { return &gauge{key: map[string]int{}, keyMax: map[string]int{}} }
+
+func (g *gauge) enter(k string) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.now++
+	g.max = max(g.max, g.now)
+	g.key[k]++
+	g.keyMax[k] = max(g.keyMax[k], g.key[k])
+}
+
+func (g *gauge) leave(k string) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.now--
+	g.key[k]--
+}
+
+// drainLimited publishes n jobs (job i with partition key keyOf(i)), drains them
+// with two instances of 6 workers each under l, and reports the gauge.
+func drainLimited(t *testing.T, b *backend, l inbox.Limits, n int, keyOf func(int) string) *gauge {
+	t.Helper()
+	defaultTable(t, b)
+	pub := newQueue(t, b, inbox.Config[msg]{})
+	for i := range n {
+		if _, err := pub.Publish(t.Context(), msg{N: i}, &inbox.PublishOpts{Partition: keyOf(i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	g := newGauge()
+	var done atomic.Int64
+	all := make(chan struct{})
+	for range 2 {
+		start(t, newQueue(t, b, inbox.Config[msg]{}), func(ctx context.Context, j inbox.Job[msg]) error {
+			k := keyOf(j.Payload.N)
+			g.enter(k)
+			time.Sleep(3 * time.Millisecond)
+			g.leave(k)
+			if done.Add(1) == int64(n) {
+				close(all)
+			}
+			return nil
+		}, inbox.SubscribeOptions{Workers: 6, Limits: l, PollInterval: 10 * time.Millisecond})
+	}
+	select {
+	case <-all:
+	case <-time.After(60 * time.Second):
+		t.Fatalf("%d of %d jobs done", done.Load(), n)
+	}
+	return g
+}
+
+// Limits.Concurrency holds the table's jobs in work across two instances of 6
+// workers each to 3.
+func TestLimitsConcurrency(t *testing.T) {
+	eachDB(t, func(t *testing.T, b *backend) {
+		g := drainLimited(t, b, inbox.Limits{Concurrency: 3}, 60, func(int) string { return "" })
+		if g.max > 3 {
+			t.Fatalf("%d jobs in work at once, limit 3", g.max)
+		}
+	})
+}
+
+// Limits.PerPartition holds each key's jobs in work to 2 across two instances,
+// while the table as a whole runs more.
+func TestLimitsPerPartition(t *testing.T) {
+	eachDB(t, func(t *testing.T, b *backend) {
+		g := drainLimited(t, b, inbox.Limits{PerPartition: 2}, 90, func(i int) string { return fmt.Sprint("k", i%3) })
+		for k, m := range g.keyMax {
+			if m > 2 {
+				t.Fatalf("key %s had %d jobs in work at once, limit 2", k, m)
+			}
+		}
+		if g.max < 3 {
+			t.Logf("at most %d jobs in work at once across keys", g.max)
+		}
+	})
+}
+
+// Limits.Rate allows at most Rate claims per window of Per across two instances:
+// 12 jobs at 4 per 400 ms take at least three windows, so the last starts more
+// than a window after the first.
+func TestLimitsRate(t *testing.T) {
+	eachDB(t, func(t *testing.T, b *backend) {
+		defaultTable(t, b)
+		pub := newQueue(t, b, inbox.Config[msg]{})
+		const n, per = 12, 400 * time.Millisecond
+		for i := range n {
+			if _, err := pub.Publish(t.Context(), msg{N: i}, nil); err != nil {
+				t.Fatal(err)
+			}
+		}
+		var mu sync.Mutex
+		var starts []time.Time
+		all := make(chan struct{})
+		for range 2 {
+			start(t, newQueue(t, b, inbox.Config[msg]{}), func(ctx context.Context, j inbox.Job[msg]) error {
+				mu.Lock()
+				defer mu.Unlock()
+				starts = append(starts, time.Now())
+				if len(starts) == n {
+					close(all)
+				}
+				return nil
+			}, inbox.SubscribeOptions{Workers: 4, Limits: inbox.Limits{Rate: 4, Per: per}, PollInterval: 20 * time.Millisecond})
+		}
+		select {
+		case <-all:
+		case <-time.After(30 * time.Second):
+			t.Fatal("jobs not done")
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if span := starts[n-1].Sub(starts[0]); span <= per {
+			t.Fatalf("12 starts at 4 per %v spanned %v", per, span)
+		}
+	})
+}
+
+// Fair claims: a key with 10,000 jobs published first cannot starve a key with 10
+// published after it: the 10 are done while most of the 10,000 still wait.
+func TestLimitsFairness(t *testing.T) {
+	eachDB(t, func(t *testing.T, b *backend) {
+		q := defaultTable(t, b)
+		big := make([]msg, 10000)
+		for i := range big {
+			big[i] = msg{N: i}
+		}
+		if err := q.PublishBatch(t.Context(), big, &inbox.PublishOpts{Partition: "big"}); err != nil {
+			t.Fatal(err)
+		}
+		small := make([]msg, 10)
+		for i := range small {
+			small[i] = msg{N: -1 - i}
+		}
+		if err := q.PublishBatch(t.Context(), small, &inbox.PublishOpts{Partition: "small"}); err != nil {
+			t.Fatal(err)
+		}
+		var bigDone, smallDone atomic.Int64
+		var bigWhenSmallDone atomic.Int64
+		finished := make(chan struct{})
+		start(t, q, func(ctx context.Context, j inbox.Job[msg]) error {
+			if j.Payload.N >= 0 {
+				bigDone.Add(1)
+				return nil
+			}
+			if smallDone.Add(1) == 10 {
+				bigWhenSmallDone.Store(bigDone.Load())
+				close(finished)
+			}
+			return nil
+		}, inbox.SubscribeOptions{Workers: 4, Limits: inbox.Limits{Fair: true}})
+		select {
+		case <-finished:
+		case <-time.After(60 * time.Second):
+			t.Fatalf("the small key's jobs not done: %d of 10 (big: %d)", smallDone.Load(), bigDone.Load())
+		}
+		if n := bigWhenSmallDone.Load(); n > 500 {
+			t.Fatalf("the big key had %d jobs done before the small key's 10", n)
+		}
+	})
+}
+
+// Limits the form or the table cannot enforce are refused at Subscribe.
+func TestLimitsRefused(t *testing.T) {
+	eachDB(t, func(t *testing.T, b *backend) {
+		q := defaultTable(t, b)
+		cols := inbox.DefaultColumns()
+		cols.Partition = ""
+		noPart := newQueue(t, b, inbox.Config[msg]{Columns: cols})
+		h := func(context.Context, inbox.Job[msg]) error { return nil }
+		cases := []struct {
+			q *inbox.Queue[msg]
+			o inbox.SubscribeOptions
+		}{
+			{q, inbox.SubscribeOptions{Limits: inbox.Limits{Concurrency: -1}}},
+			{q, inbox.SubscribeOptions{Limits: inbox.Limits{Rate: 3}}},
+			{noPart, inbox.SubscribeOptions{Limits: inbox.Limits{PerPartition: 3}}},
+			{noPart, inbox.SubscribeOptions{Limits: inbox.Limits{Fair: true}}},
+		}
+		if b.dialect == inbox.Postgres {
+			cases = append(cases, struct {
+				q *inbox.Queue[msg]
+				o inbox.SubscribeOptions
+			}{q, inbox.SubscribeOptions{Form: inbox.RowLock, Limits: inbox.Limits{Concurrency: 3}}})
+		}
+		for i, c := range cases {
+			_, err := c.q.Subscribe(h, c.o)
+			if _, ok := errors.AsType[*inbox.ConfigError](err); !ok {
+				t.Errorf("case %d: Subscribe = %v, want a *ConfigError", i, err)
+			}
+		}
+	})
+}
