@@ -73,6 +73,14 @@ func (l *groupLog) inOrder(t *testing.T, groups, perGroup int) {
 	}
 }
 
+// freshBackend is a backend of its own for a subtest, on dialect d.
+func freshBackend(t *testing.T, d inbox.Dialect) *backend {
+	if d == inbox.SQLite {
+		return sqliteBackend(t)
+	}
+	return pgBackend(t)
+}
+
 // groupForms are the claim forms FIFO groups work in on b's database.
 func groupForms(b *backend) []inbox.Form {
 	if b.dialect == inbox.SQLite {
@@ -89,9 +97,8 @@ func TestFIFOGroupsTwoInstances(t *testing.T) {
 	eachDB(t, func(t *testing.T, b *backend) {
 		for _, form := range groupForms(b) {
 			t.Run(form.String(), func(t *testing.T) {
-				b := *b
-				b.table = fmt.Sprintf("%s_%d", b.table, form)
-				defaultTable(t, &b)
+				b := freshBackend(t, b.dialect)
+				defaultTable(t, b)
 				const groups, perGroup = 6, 12
 				log := newGroupLog(t, groups*perGroup)
 				var mu sync.Mutex
@@ -110,14 +117,14 @@ func TestFIFOGroupsTwoInstances(t *testing.T) {
 					}
 					return nil
 				}
-				pub := newQueue(t, &b, inbox.Config[msg]{})
+				pub := newQueue(t, b, inbox.Config[msg]{})
 				for n := range groups * perGroup {
 					if _, err := pub.Publish(t.Context(), msg{N: n}, &inbox.PublishOpts{Group: groupOf(n, groups)}); err != nil {
 						t.Fatal(err)
 					}
 				}
 				for range 2 {
-					start(t, newQueue(t, &b, inbox.Config[msg]{}), h, inbox.SubscribeOptions{Workers: 4, Form: form, PollInterval: 20 * time.Millisecond})
+					start(t, newQueue(t, b, inbox.Config[msg]{}), h, inbox.SubscribeOptions{Workers: 4, Form: form, PollInterval: 20 * time.Millisecond})
 				}
 				select {
 				case <-log.all:
@@ -139,10 +146,9 @@ func TestFIFOGroupsCrash(t *testing.T) {
 	eachDB(t, func(t *testing.T, b *backend) {
 		for _, form := range groupForms(b) {
 			t.Run(form.String(), func(t *testing.T) {
-				b := *b
-				b.table = fmt.Sprintf("%s_%d", b.table, form)
-				defaultTable(t, &b)
-				pub := newQueue(t, &b, inbox.Config[msg]{})
+				b := freshBackend(t, b.dialect)
+				defaultTable(t, b)
+				pub := newQueue(t, b, inbox.Config[msg]{})
 				// Job 0 (group a) is the one the first instance dies with.
 				for n, g := range []string{"a", "a", "a", "b", "b"} {
 					if _, err := pub.Publish(t.Context(), msg{N: n}, &inbox.PublishOpts{Group: g}); err != nil {
@@ -151,7 +157,7 @@ func TestFIFOGroupsCrash(t *testing.T) {
 				}
 				inWork := make(chan struct{})
 				crashCtx, crash := context.WithCancel(context.Background())
-				dying, err := newQueue(t, &b, inbox.Config[msg]{}).Subscribe(func(ctx context.Context, j inbox.Job[msg]) error {
+				dying, err := newQueue(t, b, inbox.Config[msg]{}).Subscribe(func(ctx context.Context, j inbox.Job[msg]) error {
 					close(inWork)
 					<-ctx.Done()
 					return ctx.Err()
@@ -167,7 +173,7 @@ func TestFIFOGroupsCrash(t *testing.T) {
 				var order []int
 				var crashedAt time.Time
 				acked := make(chan struct{}, 5)
-				start(t, newQueue(t, &b, inbox.Config[msg]{}), func(ctx context.Context, j inbox.Job[msg]) error {
+				start(t, newQueue(t, b, inbox.Config[msg]{}), func(ctx context.Context, j inbox.Job[msg]) error {
 					mu.Lock()
 					order = append(order, j.Payload.N)
 					if j.Payload.N == 0 && crashedAt.IsZero() {

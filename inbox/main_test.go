@@ -167,6 +167,7 @@ func pgBackend(t *testing.T) *backend {
 	t.Cleanup(func() {
 		_, _ = admin.Exec(context.Background(), `DROP TABLE IF EXISTS "`+b.table+`" CASCADE`)
 		_, _ = admin.Exec(context.Background(), `DROP TABLE IF EXISTS "`+b.table+`_periodic"`)
+		_, _ = admin.Exec(context.Background(), `DROP TABLE IF EXISTS "`+b.table+`_limits"`)
 		_, _ = admin.Exec(context.Background(), forget)
 	})
 	return b
