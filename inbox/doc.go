@@ -85,9 +85,21 @@
 //
 // [Queue.Prune] deletes processed rows, dead letters and cancelled jobs older than
 // their [Retention], in statements of at most 1000 rows; run it from time to time
-// (a Periodic job will do). Rows in work whose holder vanished need no rescuer:
-// a lease expires, a row lock rolls back and an advisory lock ends with its
-// session, and the row is claimed again.
+// (a Periodic job will do).
+//
+// # Rescue
+//
+// A row in work whose holder vanished (its process killed, its connection lost)
+// is claimed again: a lease expires; a row-lock claim wrote a lock deadline Lease
+// from its claim, which then passes (at once, if the holder's process saw its
+// connection fail); an advisory lock ends with its session. Each of those claims
+// counts an attempt, and a failed attempt at MaxAttempts is dead-lettered, so a
+// row claimed more than MaxAttempts times never settled: its handler crashed its
+// process, or lost its claim, every time. In every form the claim that finds such
+// a row dead-letters it, with an [*ExhaustedError] as its last error, instead of
+// running it again. A job in work or prefetched beside a crashing one loses its
+// attempt too when the process dies; a MaxAttempts lowered between releases
+// dead-letters, at their next claim, rows already counted past it.
 //
 // # Claims
 //
@@ -103,8 +115,9 @@
 //     [*LeaseLostError] and cannot overwrite the newer claim's result. On SQLite one
 //     claim takes a row per free worker; on Postgres [SubscribeOptions.Claimers]
 //     claims run at once.
-//   - [RowLock] (Postgres): FOR UPDATE SKIP LOCKED in a transaction held with its
-//     connection while the handler runs; the settlement commits with it.
+//   - [RowLock] (Postgres): a claim commits the attempt and a lock deadline (the
+//     rescue limit, Lease), then FOR UPDATE holds the row in a transaction held
+//     with its connection while the handler runs; the settlement commits with it.
 //   - [AdvisoryLock] (Postgres): a session advisory lock per job in work, held with
 //     its connection; settlements are fenced by the attempt the claim wrote.
 //
@@ -182,16 +195,18 @@
 //     lease ends, so two runs of a job overlap only if a handler goes on for more than
 //     Lease/10 after its context is cancelled, or if the hosts' clocks differ by more
 //     than that.
-//   - [RowLock]: the lock lives in the claim's transaction. If its connection dies
-//     (the backend is terminated, the server restarts, the socket is reset), the
-//     transaction rolls back with the attempt it counted, and another worker may take
-//     the row at once. A watcher reading the held connection sees the loss as it
+//   - [RowLock]: the lock lives in a transaction held while the handler runs; the
+//     attempt and a lock deadline Lease ahead were committed before it. If its
+//     connection dies (the backend is terminated, the server restarts, the socket is
+//     reset), the transaction rolls back, the attempt stays counted, and once the
+//     handler has returned its process makes the row claimable at once; a process
+//     that died leaves the row to its deadline. A watcher reading the held connection sees the loss as it
 //     happens (the server's closing message or the socket's error) and cancels the
 //     handler (Op "lock"); its settlement is not written. The watch begins 10 ms into
 //     the handler (a shorter handler costs none), so the handler is cancelled within
 //     about 10 ms of the loss, 20 ms if the loss comes in its first 10 ms
-//     (BenchmarkLockLoss measures it). Two runs overlap from the loss until the first
-//     handler returns. A connection cut silently (a network partition) is noticed by a
+//     (BenchmarkLockLoss measures it). Two runs do not overlap: the row is freed
+//     after the first handler returns, or at its deadline. A connection cut silently (a network partition) is noticed by a
 //     heartbeat: after 1 s without a word the watcher pings, and a ping that fails or
 //     takes more than 5 s counts as a loss. Meanwhile the server keeps the session,
 //     and the lock, until its own dead-client detection ends it; with Postgres's

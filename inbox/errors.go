@@ -137,3 +137,21 @@ type ColumnError struct {
 func (e *ColumnError) Error() string {
 	return fmt.Sprintf("inbox: table %s, column %s: %s", e.Table, e.Column, e.Reason)
 }
+
+// ExhaustedError is the last error of a job dead-lettered by the claim that found it
+// exhausted: claimed more than MaxAttempts times, though no attempt settled it (its
+// handler's process crashed, or its claim was lost, every time). The job is not run
+// again; Queue.Requeue makes it ready. The claim that found it counted itself, so
+// Attempts is MaxAttempts + 1 or more.
+type ExhaustedError struct {
+	Table       string
+	ID          int64
+	Attempts    int
+	MaxAttempts int
+}
+
+// Error describes the failure.
+func (e *ExhaustedError) Error() string {
+	return fmt.Sprintf("inbox: %s job %d exhausted its attempts without settling (claimed %d times, MaxAttempts %d): its handler's process crashed or lost its claim every time",
+		e.Table, e.ID, e.Attempts, e.MaxAttempts)
+}

@@ -62,6 +62,10 @@ type childConfig struct {
 	StopIn   time.Duration // Stop's deadline when the process is told to stop (SIGTERM)
 	Fsync    bool          // fsync each record
 	LockFor  time.Duration // locker mode (SQLite): hold the write lock this long, then exit
+	// Crash, if set, is the Text of the jobs whose handler kills its own process
+	// (SIGKILL) once the instance is ready; MaxAttempts goes to the subscription.
+	Crash       string
+	MaxAttempts int
 }
 
 // runFaultChild is the body of an instance process; it returns the exit status.
@@ -134,8 +138,15 @@ func faultChild(cfg childConfig) error {
 			return err
 		}
 	}
+	printed := make(chan struct{})
 	sub, err := q.Subscribe(func(ctx context.Context, j inbox.Job[msg]) error {
 		rec.write("S %d %d %s %d", j.ID, j.Attempt, cfg.Instance, time.Now().UnixNano())
+		if cfg.Crash != "" && j.Payload.Text == cfg.Crash {
+			<-printed
+			time.Sleep(cfg.Work * 20) // its own work, longer than the others': they finish first
+			_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+			select {} // the process is going
+		}
 		d := cfg.Work/2 + rand.N(cfg.Work+1)
 		select {
 		case <-time.After(d):
@@ -144,7 +155,7 @@ func faultChild(cfg childConfig) error {
 			return context.Cause(ctx)
 		}
 	}, inbox.SubscribeOptions{
-		Workers: cfg.Workers, Form: cfg.Form, Lease: cfg.Lease, PollInterval: 50 * time.Millisecond,
+		Workers: cfg.Workers, Form: cfg.Form, Lease: cfg.Lease, PollInterval: 50 * time.Millisecond, MaxAttempts: cfg.MaxAttempts,
 		Observe: func(r inbox.Result) {
 			settle := "ok"
 			switch {
@@ -169,6 +180,7 @@ func faultChild(cfg childConfig) error {
 		return err
 	}
 	fmt.Println("ready")
+	close(printed)
 	<-term
 	sctx, cancel := context.WithTimeout(ctx, cfg.StopIn)
 	began := time.Now()

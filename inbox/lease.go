@@ -255,12 +255,16 @@ func (s *Subscription[T]) leaseLoop(l *lane) {
 			s.observe(r)
 		}
 	}
+	// exhausted holds the dead letters of rows the last claim found exhausted
+	// (Subscription.exhausted): written by the next cycle, never run.
+	var exhausted []settlement
 	for {
 		if stopping && len(inflight) == 0 {
 			return
 		}
-		batch = batch[:0]
-		if stopping || !canClaim || len(inflight) >= n {
+		batch = append(batch[:0], exhausted...)
+		exhausted = exhausted[:0]
+		if len(batch) == 0 && (stopping || !canClaim || len(inflight) >= n) {
 			select {
 			case st := <-l.settleCh:
 				batch = append(batch, st)
@@ -383,6 +387,11 @@ func (s *Subscription[T]) leaseLoop(l *lane) {
 		}
 		for _, j := range got {
 			inflight[j.id] = j
+			if err := s.exhausted(j.id, j.attempt); err != nil {
+				j.finish()
+				exhausted = append(exhausted, settlement{j: j, d: decision{out: DeadLettered, err: err}})
+				continue
+			}
 			l.jobs <- j // never blocks: at most l.max in flight
 		}
 		if want > 0 && len(got) < want {
@@ -391,6 +400,18 @@ func (s *Subscription[T]) leaseLoop(l *lane) {
 		}
 		s.resetExt(l, ext, inflight)
 	}
+}
+
+// exhausted reports, with an *ExhaustedError, a row claimed more than MaxAttempts
+// times: no attempt settled it (a failed attempt at MaxAttempts is dead-lettered),
+// so its handler's process crashed or lost the claim every time. Every form
+// dead-letters it instead of running it again, which could crash the process again
+// for ever.
+func (s *Subscription[T]) exhausted(id int64, attempt int) error {
+	if s.q.c.Attempts == "" || s.o.MaxAttempts <= 0 || attempt <= s.o.MaxAttempts {
+		return nil
+	}
+	return &ExhaustedError{Table: s.q.name, ID: id, Attempts: attempt, MaxAttempts: s.o.MaxAttempts}
 }
 
 // lingerFor is how long a cycle waits for more settlements before writing a partial

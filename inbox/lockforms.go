@@ -65,70 +65,183 @@ func (s *Subscription[T]) lockWorker() {
 	}
 }
 
-// rowLockOnce claims one row with FOR UPDATE SKIP LOCKED, handles it and settles it in
-// the same transaction. found is false when no row was claimable; err is a failure of
-// the claim (what happens after it is reported through observe).
+// rowLockOnce claims one row, handles it and settles it in a transaction that holds
+// the row's lock while the handler runs. The claim commits first, on its own: it
+// counts the attempt and writes a lock deadline Lease from now, so that a holder that
+// vanishes (its process killed, its connection lost) leaves a row in work that is
+// claimed again once the deadline passes, its attempt counted; a row claimed more
+// than MaxAttempts times is dead-lettered by that claim. found is false when no row
+// was claimable; err is a failure of the claim (what happens after it is reported
+// through observe).
 func (s *Subscription[T]) rowLockOnce() (found bool, err error) {
 	q := s.q
-	tx, err := q.pool.Begin(s.claimCtx)
+	conn, err := q.pool.Acquire(s.claimCtx)
 	if err != nil {
 		return false, err
+	}
+	healthy := false
+	defer func() {
+		if !healthy {
+			ctx, cancel := context.WithTimeout(context.Background(), closeTimeout)
+			_ = conn.Conn().Close(ctx)
+			cancel()
+		}
+		conn.Release()
+	}()
+	now := q.now()
+	sql, args := q.rowClaimSQL(now, s.o.Lease)
+	var (
+		id       int64
+		a        int64
+		payload  []byte
+		deadline time.Time
+		ms       metaScan
+	)
+	if err := conn.QueryRow(s.claimCtx, sql, args...).Scan(q.metaDest(&ms, &id, &a, &payload, &deadline)...); err != nil {
+		if errors.Is(err, pgx.ErrNoRows) {
+			healthy = true
+			return false, nil
+		}
+		return false, err
+	}
+	attempt, m := int(a), ms.meta()
+	if xerr := s.exhausted(id, attempt); xerr != nil {
+		healthy = s.settleExhausted(pgQ{conn}, id, attempt, xerr)
+		return true, nil
+	}
+	tx, err := conn.Begin(s.claimCtx)
+	if err == nil {
+		sql, args = q.rowHoldSQL(id, deadline)
+		var one int
+		err = tx.QueryRow(s.claimCtx, sql, args...).Scan(&one)
+		if errors.Is(err, pgx.ErrNoRows) {
+			// Written since the claim: only Cancel does that.
+			_ = tx.Rollback(s.ctx)
+			r := Result{ID: id, Attempt: attempt, Outcome: Cancelled, Err: ErrJobCancelled}
+			if !q.isCancelledRow(s.ctx, pgQ{conn}, id) {
+				r.SettleErr = s.lostSettle(id, Released, nil)
+			}
+			s.observe(r)
+			healthy = !conn.Conn().IsClosed()
+			return true, nil
+		}
+	}
+	if err != nil {
+		// Stopped, or the connection failed, between the claim and the lock: hand
+		// the row back, its attempt uncounted, or leave it to its deadline.
+		if tx != nil {
+			ctx, cancel := context.WithTimeout(context.Background(), closeTimeout)
+			_ = tx.Rollback(ctx)
+			cancel()
+		}
+		s.handBack(id, attempt, deadline)
+		return true, nil
 	}
 	committed := false
 	defer func() {
 		if committed {
 			return
 		}
-		// Hands the row back, as a crash would.
 		ctx, cancel := context.WithTimeout(context.Background(), closeTimeout)
 		_ = tx.Rollback(ctx)
 		cancel()
 	}()
-	now := q.now()
-	sql, args := q.lockClaimSQL(now)
-	var id int64
-	if err := tx.QueryRow(s.claimCtx, sql, args...).Scan(&id); err != nil {
-		if errors.Is(err, pgx.ErrNoRows) {
-			return false, nil
-		}
-		return false, err
-	}
-	attempt, payload, m, ok, err := s.take(s.claimCtx, pgQ{tx}, id, now)
-	if err != nil || !ok {
-		return ok, err
-	}
-	lost, cancelled, herr := s.runHeld(tx.Conn().PgConn(), id, attempt, payload, m)
+	lost, cancelled, herr := s.runHeld(conn.Conn().PgConn(), id, attempt, payload, m)
 	if s.ctx.Err() != nil {
 		s.unsettled(id)
-		return true, nil // the deferred rollback hands the row back, as a crash would
+		return true, nil // rolled back: the row stays in work until its deadline, as in a crash
 	}
 	d := decide(herr, attempt, s.o.MaxAttempts, q.c.Attempts != "", s.o.Backoff)
-	if cancelled {
+	switch {
+	case cancelled:
 		d = decision{out: Cancelled, err: ErrJobCancelled}
+	case herr != nil && context.Cause(s.workCtx) == errRelease:
+		d = decision{out: Released, err: herr} // ready at once, the attempt uncounted
 	}
 	r := Result{ID: id, Attempt: attempt, Outcome: d.out, Err: d.err}
-	switch {
-	case lost != nil:
+	if lost != nil {
 		r.SettleErr = s.lostSettle(id, d.out, lost.Err)
-	case herr != nil && !cancelled && context.Cause(s.workCtx) == errRelease:
-		r.Outcome = Released // rollback: the row is free at once, the attempt uncounted
-	default:
-		sql, args := q.settleSQL(kindOf(d.out), id, s.attemptFence(attempt), q.now(), d.delay, errText(d.err), time.Time{})
-		tag, err := tx.Exec(s.ctx, sql, args...)
-		if err == nil && tag.RowsAffected() == 0 {
-			r.SettleErr = s.lostSettle(id, d.out, nil)
-			break
-		}
+		s.observe(r)
+		s.freeLost(id, deadline)
+		return true, nil
+	}
+	sql, args = q.settleSQL(kindOf(d.out), id, s.attemptFence(attempt), q.now(), d.delay, errText(d.err), time.Time{})
+	tag, err := tx.Exec(s.ctx, sql, args...)
+	if err == nil && tag.RowsAffected() == 0 {
+		r.SettleErr = s.lostSettle(id, d.out, nil)
+	} else {
 		if err == nil {
 			err = tx.Commit(s.ctx)
 			committed = err == nil
 		}
 		if err != nil {
-			r.SettleErr = s.settleErr(tx.Conn().PgConn(), id, d.out, err)
+			r.SettleErr = s.settleErr(conn.Conn().PgConn(), id, d.out, err)
 		}
 	}
 	s.observe(r)
+	healthy = committed || !conn.Conn().IsClosed()
 	return true, nil
+}
+
+// settleExhausted dead-letters a row its claim found exhausted (an *ExhaustedError),
+// on db, fenced by the attempt the claim wrote, and reports it. It reports whether the
+// connection is still fit for the pool.
+func (s *Subscription[T]) settleExhausted(db querier, id int64, attempt int, xerr error) bool {
+	q := s.q
+	sql, args := q.settleSQL(skDead, id, s.attemptFence(attempt), q.now(), 0, xerr.Error(), time.Time{})
+	r := Result{ID: id, Attempt: attempt, Outcome: DeadLettered, Err: xerr}
+	n, err := db.exec(s.ctx, sql, args...)
+	switch {
+	case err != nil:
+		r.SettleErr = err
+		if isConnErr(err) || s.ctx.Err() != nil {
+			r.SettleErr = s.lostSettle(id, DeadLettered, err)
+		}
+	case n == 0:
+		r.SettleErr = s.lostSettle(id, DeadLettered, nil)
+	}
+	s.observe(r)
+	return err == nil
+}
+
+// handBack releases a row-lock claim that committed but could not take the row's
+// lock (Stop was called, or the connection failed, in between): ready at once, its
+// attempt uncounted, through another connection. If that fails too the row waits
+// for its deadline.
+func (s *Subscription[T]) handBack(id int64, attempt int, deadline time.Time) {
+	q := s.q
+	ctx, cancel := context.WithTimeout(s.ctx, closeTimeout)
+	defer cancel()
+	f := s.attemptFence(attempt)
+	sql, args := q.settleSQL(skRelease, id, f, q.now(), 0, "", time.Time{})
+	sql += " AND " + col(q.c.LockedUntil) + " = " + q.p(len(args)+1)
+	args = append(args, deadline)
+	if _, err := q.pool.Exec(ctx, sql, args...); err != nil {
+		q.log.Warn("inbox: a claimed row could not be handed back; it is claimed again when its lock deadline passes",
+			"table", q.name, "id", id, "deadline", deadline, "err", err)
+		return
+	}
+	s.observe(Result{ID: id, Attempt: attempt, Outcome: Released})
+}
+
+// freeLost makes a row whose lock was lost with its connection claimable at once,
+// through another connection, once its handler has returned; its attempt stays
+// counted. A session the server still keeps holds the lock (the write skips it), and
+// the row is then claimed again when its deadline passes.
+func (s *Subscription[T]) freeLost(id int64, deadline time.Time) {
+	q := s.q
+	ctx, cancel := context.WithTimeout(s.ctx, closeTimeout)
+	defer cancel()
+	sql, args := q.rowFreeSQL(id, deadline, q.now())
+	_, err := q.pool.Exec(ctx, sql, args...)
+	for try := 0; try < 3 && isConnErr(err) && ctx.Err() == nil; try++ {
+		// A loss that ended one connection often ended the pool's others.
+		_, err = q.pool.Exec(ctx, sql, args...)
+	}
+	if err != nil {
+		q.log.Warn("inbox: a row whose lock was lost could not be freed; it is claimed again when its lock deadline passes",
+			"table", q.name, "id", id, "deadline", deadline, "err", err)
+	}
 }
 
 // take counts the attempt on a held row and reads it.
@@ -199,7 +312,11 @@ func (s *Subscription[T]) advisoryOnce() (found bool, err error) {
 		if err != nil {
 			return false, err
 		}
-		if ok && !s.handleAdvisory(conn, id, attempt, payload, m) {
+		if xerr := s.exhausted(id, attempt); ok && xerr != nil {
+			if !s.settleExhausted(pgQ{conn}, id, attempt, xerr) {
+				return true, nil // the connection is lost: closed with its lock
+			}
+		} else if ok && !s.handleAdvisory(conn, id, attempt, payload, m) {
 			return true, nil // the connection is lost, or the subscription ended: closed unsettled
 		}
 		var unlocked bool

@@ -314,11 +314,37 @@ func (q *Queue[T]) pgAckClaimSQL(l Limits, ids []int64, fences []time.Time, dead
 	return sql, s.args
 }
 
-// lockClaimSQL (row-lock form) selects one claimable row FOR UPDATE SKIP LOCKED.
-func (q *Queue[T]) lockClaimSQL(now time.Time) (string, []any) {
+// rowClaimSQL (row-lock form) takes one claimable row in a statement that commits
+// on its own: it writes a lock deadline rescue from now (how long the row stays in
+// work if its holder vanishes), counts the attempt, and returns id, attempts,
+// payload and the deadline written. The row lock is taken next (rowHoldSQL).
+func (q *Queue[T]) rowClaimSQL(now time.Time, rescue time.Duration) (string, []any) {
 	s := &stmt[T]{q: q}
 	n := s.now(now)
-	return q.pickSQL(s, Limits{}, now, n, "", "1", true), s.args
+	set := append([]string{col(q.c.LockedUntil) + " = " + s.after(now, rescue)}, q.claimSet(s, n)...)
+	return "UPDATE " + q.table + " SET " + strings.Join(set, ", ") + " WHERE " + col(q.c.ID) + " = (" + q.pickSQL(s, Limits{}, now, n, "", "1", true) + ")" +
+		" RETURNING " + col(q.c.ID) + ", " + q.attemptsCol() + ", " + col(q.c.Payload) + ", " + col(q.c.LockedUntil) + q.metaCols(), s.args
+}
+
+// rowHoldSQL (row-lock form) locks, inside the transaction held while the handler
+// runs, the row a rowClaimSQL just took, provided it still carries the claim's
+// deadline (Cancel may have written it in between).
+func (q *Queue[T]) rowHoldSQL(id int64, deadline time.Time) (string, []any) {
+	s := &stmt[T]{q: q}
+	return "SELECT 1 FROM " + q.table + " WHERE " + col(q.c.ID) + " = " + s.arg(id) + " AND " + col(q.c.LockedUntil) + " = " + s.arg(deadline) + " FOR UPDATE", s.args
+}
+
+// rowFreeSQL (row-lock form) makes a row whose lock was lost with its connection
+// claimable now, its attempt counted, if it still carries the claim's deadline and
+// no transaction holds it (a session the server has not yet ended may).
+func (q *Queue[T]) rowFreeSQL(id int64, deadline, now time.Time) (string, []any) {
+	s := &stmt[T]{q: q}
+	set := []string{col(q.c.LockedUntil) + " = " + s.now(now)}
+	if q.c.ClaimedAt != "" {
+		set = append(set, col(q.c.ClaimedAt)+" = NULL")
+	}
+	return "UPDATE " + q.table + " SET " + strings.Join(set, ", ") + " WHERE " + col(q.c.ID) + " = (SELECT " + col(q.c.ID) + " FROM " + q.table +
+		" WHERE " + col(q.c.ID) + " = " + s.arg(id) + " AND " + col(q.c.LockedUntil) + " = " + s.arg(deadline) + " FOR UPDATE SKIP LOCKED)", s.args
 }
 
 // candidatesSQL (advisory form) lists up to limit claimable ids in claim order.

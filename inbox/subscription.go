@@ -18,12 +18,13 @@ const (
 	// lease is extended every third of a lease while the handler runs, and every
 	// settlement and extension is fenced by the deadline the claim wrote.
 	Lease Form = iota
-	// RowLock (Postgres): SELECT ... FOR UPDATE SKIP LOCKED in a transaction held,
-	// with its connection, while the handler runs; the settlement commits with it.
-	// In both lock forms a watcher on the held connection cancels the handler as
-	// soon as the connection (and with it the lock) is lost.
-	// A crash rolls the transaction back, and the attempt count with it: under
-	// RowLock a crashed attempt is not counted.
+	// RowLock (Postgres): a claim (FOR UPDATE SKIP LOCKED) commits the attempt and a
+	// lock deadline Lease ahead, then the row is locked FOR UPDATE in a transaction
+	// held, with its connection, while the handler runs; the settlement commits
+	// with it. In both lock forms a watcher on the held connection cancels the
+	// handler as soon as the connection (and with it the lock) is lost. A crash
+	// rolls the transaction back but not the attempt: the row is claimed again when
+	// its deadline passes, and dead-lettered past MaxAttempts (see ExhaustedError).
 	RowLock
 	// AdvisoryLock (Postgres): a session advisory lock on the row's id, held with its
 	// connection while the handler runs; the settlement is written on that
@@ -59,13 +60,17 @@ type SubscribeOptions struct {
 	// Form is the claim form. Defaults to Lease.
 	Form Form
 	// Lease is the lease length of the Lease form. Defaults to DefaultLease (30 s);
-	// it is extended every third of a lease while a handler runs.
+	// it is extended every third of a lease while a handler runs. In the RowLock
+	// form it is the rescue limit: how long a row whose holder's process died stays
+	// in work before another claim takes it (the row lock, not the deadline, keeps
+	// a live handler's row, however long it runs).
 	Lease time.Duration
 	// PollInterval is how long the subscription waits after a claim that came back
 	// short before claiming again, unless woken. Defaults to DefaultPollInterval (1 s).
 	PollInterval time.Duration
 	// MaxAttempts dead-letters a job whose attempt fails when it has been claimed this
-	// many times. Defaults to DefaultMaxAttempts; negative means never (on a table
+	// many times, and a job claimed more times than this without settling (its
+	// handler crashed its process each time: an *ExhaustedError), without running it. Defaults to DefaultMaxAttempts; negative means never (on a table
 	// without an Attempts column, never).
 	MaxAttempts int
 	// Backoff is the delay before retrying a failed attempt (1-based). Defaults to
@@ -434,11 +439,13 @@ func (s *Subscription[T]) check(ctx context.Context) error {
 		}
 	case RowLock, AdvisoryLock:
 		if s.o.Form == RowLock {
-			add(q.lockClaimSQL(now))
+			add(q.rowClaimSQL(now, s.o.Lease))
+			add(q.rowHoldSQL(0, now))
+			add(q.rowFreeSQL(0, now, now))
 		} else {
 			add(q.candidatesSQL(now, 1))
+			add(q.takeSQL(0, now))
 		}
-		add(q.takeSQL(0, now))
 		for _, k := range []settleKind{skAck, skRetry, skDead, skRelease, skSnooze, skCancel} {
 			add(q.settleSQL(k, 0, fence{attempt: 1, byAttempt: true, live: true}, now, time.Second, "", now))
 		}
