@@ -304,12 +304,23 @@ func (i *Instance) which(perm Permission, local bool) ([]string, error) {
 		return nil, err
 	}
 	s := i.s
+	cache := &s.whichAll
+	if local {
+		cache = &s.whichLocal
+	}
+	// The groups with members change far less often than they are asked
+	// for (a chat's WHO): while whichGen has not moved, the last answer
+	// is still right.
+	if c := cache.Load(); c != nil && c.gen == s.whichGen.Load() {
+		return slices.Clone(c.names), nil
+	}
 	s.mu.RLock()
 	if err := i.stateErr(); err != nil {
 		s.mu.RUnlock()
 		return nil, err
 	}
 	s.lockStripes()
+	gen := s.whichGen.Load()
 	out := make([]string, 0, len(s.groups))
 	for name, g := range s.groups {
 		if local && g.localJoins.Load() > 0 || !local && !g.empty() {
@@ -319,7 +330,10 @@ func (i *Instance) which(perm Permission, local bool) ([]string, error) {
 	s.unlockStripes()
 	s.mu.RUnlock()
 	slices.Sort(out)
-	return out, nil
+	// A change since gen makes this entry stale at once (its gen is old);
+	// storing it over a newer one only costs the next caller a rebuild.
+	cache.Store(&whichCache{gen: gen, names: out})
+	return slices.Clone(out), nil
 }
 
 // Message is what a broadcast delivers to each member: the payload under a
@@ -492,7 +506,9 @@ func (s *Scope) joinLocalLocked(e *proc, name string, g *group, k int) {
 	if m.add(e.pid, 1) {
 		g.bcast.Store(nil)
 	}
-	g.localJoins.Add(1)
+	if g.localJoins.Add(1) == 1 {
+		s.whichGen.Add(1)
+	}
 	if e.groups == nil {
 		e.groups = make(map[string]int)
 	}
@@ -515,7 +531,9 @@ func (s *Scope) leaveLocalLocked(e *proc, name string, g *group, k, times int) {
 	if gone {
 		g.bcast.Store(nil)
 	}
-	g.localJoins.Add(int64(-n))
+	if n > 0 && g.localJoins.Add(int64(-n)) == 0 {
+		s.whichGen.Add(1)
+	}
 	if e.groups[name] -= n; e.groups[name] <= 0 {
 		delete(e.groups, name)
 	}

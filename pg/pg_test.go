@@ -652,3 +652,33 @@ func TestThunderingHerd(t *testing.T) {
 	wantMembers(t, w, "herd")
 	wantGroups(t, w)
 }
+
+// TestWhichGroupsCopies checks the answers WhichGroups and
+// WhichLocalGroups reuse while the groups with members stay the same: a
+// caller that modifies its copy changes nobody else's, and a join, a leave
+// or an exit that changes the groups shows in the next answer.
+func TestWhichGroupsCopies(t *testing.T) {
+	n := gotptest.NewNode(t, gotptest.Name("a"))
+	s := newScope(t, n, "which", pg.Options{})
+	me := gotptest.NewSink(t, n)
+	g := open(t, me, s)
+	gotptest.Must(t, g.Join("x", "y"))
+	for _, which := range []func() ([]string, error){g.WhichGroups, g.WhichLocalGroups} {
+		got, err := which()
+		gotptest.Must(t, err)
+		got[0] = "changed"
+	}
+	wantGroups(t, g, "x", "y")
+	wantLocalGroups(t, g, "x", "y")
+	gotptest.Must(t, g.Join("x")) // no new group: the same answer
+	wantGroups(t, g, "x", "y")
+	other := gotptest.NewSink(t, n)
+	gotptest.Must(t, open(t, other, s).Join("z"))
+	wantGroups(t, g, "x", "y", "z")
+	wantLocalGroups(t, g, "x", "y", "z")
+	gotptest.Must(t, g.Leave("y"))
+	wantGroups(t, g, "x", "z")
+	other.Kill(t)
+	wantGroups(t, g, "x")
+	wantLocalGroups(t, g, "x")
+}

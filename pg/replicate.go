@@ -253,6 +253,9 @@ func (s *Scope) remoteJoinLocked(node, name string, pids []gotp.PID) {
 	for _, pid := range pids {
 		m.add(pid, 1)
 	}
+	if g.remoteJoins == 0 {
+		s.whichGen.Add(1)
+	}
 	g.remoteJoins += len(pids)
 	s.publishLocked(MemberJoined, name, pids)
 }
@@ -292,6 +295,9 @@ func (s *Scope) remoteDropLocked(node, name string) {
 
 func (s *Scope) afterRemoteLeaveLocked(node, name string, g *group, m *memberSet, left []gotp.PID) {
 	g.remoteJoins -= len(left)
+	if len(left) > 0 && g.remoteJoins == 0 {
+		s.whichGen.Add(1)
+	}
 	if m.joins == 0 {
 		delete(g.remote, node)
 		if gs := s.nodes[node]; gs != nil {

@@ -74,6 +74,23 @@ type Scope struct {
 	// process's entry, and its memberships in every group, are guarded by
 	// its stripe's lock. Open needs only that lock.
 	stripes [nStripes]stripe
+
+	// whichGen counts the changes of which groups have members (here, or
+	// anywhere): a group's local or remote joins going from zero or to
+	// zero. It is incremented with the lock that guards the change held
+	// (a stripe's with mu shared, or mu exclusively), so a reader holding
+	// mu shared and every stripe sees it agree with the groups. whichAll
+	// and whichLocal cache WhichGroups and WhichLocalGroups, each valid
+	// while its gen is whichGen.
+	whichGen   atomic.Uint64
+	whichAll   atomic.Pointer[whichCache]
+	whichLocal atomic.Pointer[whichCache]
+}
+
+// whichCache is a sorted list of groups with members, as of a whichGen.
+type whichCache struct {
+	gen   uint64
+	names []string // never modified: callers get a copy
 }
 
 type stripe struct {
@@ -363,6 +380,7 @@ func (s *Scope) close() {
 		return
 	}
 	s.closed.Store(true)
+	s.whichGen.Add(1)
 	var procs []*proc
 	for i := range s.stripes {
 		st := &s.stripes[i]

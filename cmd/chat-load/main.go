@@ -58,6 +58,7 @@ import (
 
 	"github.com/gotp/gotp"
 	"github.com/gotp/gotp/examples/chat"
+	"github.com/gotp/gotp/internal/fdlimit"
 )
 
 // childEnv marks the re-executed client process.
@@ -114,7 +115,7 @@ func run(args []string, out io.Writer) error {
 	if c.server != "gotp" && (c.ws > 0 || c.flood > 0) {
 		return errors.New("-ws and -flood need -server gotp")
 	}
-	if err := raiseOpenFiles(c.users + c.flood + 256); err != nil {
+	if _, err := fdlimit.Raise(uint64(c.users + c.flood + 256)); err != nil {
 		return err
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
@@ -126,30 +127,6 @@ func run(args []string, out io.Writer) error {
 		return clientsOnly(ctx, c, out)
 	}
 	return serverAndClients(ctx, c, out)
-}
-
-// raiseOpenFiles raises the limit of open files to at least n: the soft
-// limit up to the hard one, and the hard one where the OS lets this
-// process (root).
-func raiseOpenFiles(n int) error {
-	var l syscall.Rlimit
-	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &l); err != nil {
-		return err
-	}
-	if l.Cur >= uint64(n) {
-		return nil
-	}
-	want := l
-	want.Cur = uint64(n)
-	want.Max = max(l.Max, uint64(n))
-	if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &want); err == nil {
-		return nil
-	}
-	if l.Max < uint64(n) {
-		return fmt.Errorf("open files: need %d, the hard limit is %d and cannot be raised (ulimit -Hn)", n, l.Max)
-	}
-	l.Cur = uint64(n)
-	return syscall.Setrlimit(syscall.RLIMIT_NOFILE, &l)
 }
 
 // serverMem is the server's memory at one moment, after a GC.

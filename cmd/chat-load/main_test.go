@@ -10,6 +10,8 @@ import (
 	"testing"
 
 	"go.uber.org/goleak"
+
+	"github.com/gotp/gotp/internal/fdlimit"
 )
 
 func TestMain(m *testing.M) {
@@ -137,7 +139,7 @@ func BenchmarkH1Chat(b *testing.B) {
 	}
 	for _, server := range []string{"gotp", "bare-sqlite", "bare"} {
 		b.Run(server, func(b *testing.B) {
-			if err := raiseOpenFiles(2*users + 256); err != nil {
+			if _, err := fdlimit.Raise(uint64(2*users + 256)); err != nil {
 				b.Fatal(err)
 			}
 			var rate, p50, p99 []float64

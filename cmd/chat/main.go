@@ -53,6 +53,7 @@ import (
 	"github.com/gotp/gotp"
 	"github.com/gotp/gotp/cluster"
 	"github.com/gotp/gotp/examples/chat"
+	"github.com/gotp/gotp/internal/fdlimit"
 	"github.com/gotp/gotp/observer"
 )
 
@@ -115,8 +116,8 @@ func run(args []string) int {
 	}
 	// One file per connection, and a margin for the history, the
 	// listeners and the cluster.
-	if limit, err := raiseOpenFiles(uint64(max(*maxConns, 0)) + 256); err != nil {
-		log.Error("chat: open files", "err", err, "limit", limit)
+	if limit, err := fdlimit.Raise(uint64(max(*maxConns, 0)) + 256); err != nil {
+		log.Error("chat: open files", "err", fmt.Errorf("-max-conns %d: %w; connections beyond it are refused", *maxConns, err), "limit", limit)
 	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)

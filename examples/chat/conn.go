@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/gotp/gotp"
@@ -330,8 +329,26 @@ func (c *conn) run(p *gotp.Process, cmd Command) error {
 		c.reply(Error{Reason: NotConnected})
 		return nil
 	}
+	if _, ok := cmd.(Who); ok {
+		c.out.reply(c.who())
+		return nil
+	}
 	c.reply(c.exec(p, cmd))
 	return nil
+}
+
+// who returns the encoded reply to WHO: the users online on every node,
+// sorted (see Service.whoReply).
+func (c *conn) who() []byte {
+	if c.inst == nil {
+		return c.w.format(Error{Reason: Unavailable})
+	}
+	groups, err := c.inst.WhichGroups()
+	if err != nil {
+		return c.w.format(Error{Reason: Unavailable})
+	}
+	_, ws := c.w.(*webSocketWire)
+	return c.svc.whoReply(groups, ws, c.w.format)
 }
 
 func (c *conn) exec(p *gotp.Process, cmd Command) Reply {
@@ -394,22 +411,6 @@ func (c *conn) exec(p *gotp.Process, cmd Command) Reply {
 			return Error{Reason: Unavailable}
 		}
 		return OK{}
-	case Who:
-		if c.inst == nil {
-			return Error{Reason: Unavailable}
-		}
-		groups, err := c.inst.WhichGroups()
-		if err != nil {
-			return Error{Reason: Unavailable}
-		}
-		var names []string
-		for _, g := range groups {
-			if name, ok := strings.CutPrefix(g, "user:"); ok {
-				names = append(names, name)
-			}
-		}
-		slices.Sort(names)
-		return Online{Names: names}
 	}
 	return Error{Reason: BadCommand}
 }
