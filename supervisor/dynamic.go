@@ -255,7 +255,7 @@ func (s *sup) stopDynamic() {
 		case d := <-downs:
 			delete(refs, d.PID)
 			left--
-			s.checkShutdown("", d.PID, d.Reason, timeout == BrutalKill)
+			s.checkShutdown("", d.PID, d.Reason, timeout == BrutalKill, s.tmpl.Restart != Permanent)
 		case <-expired:
 			expired = nil
 			s.log.Warn("supervisor: children did not shut down in time, killing them",

@@ -231,3 +231,73 @@ func TestNodeStopDeadlineWithInfiniteShutdown(t *testing.T) {
 		t.Fatalf("%d processes left", c)
 	}
 }
+
+// endsNormally traps exits, says so on trapping, and, told to exit, ends
+// normally (reason nil): as a child that finished its work just as the
+// shutdown reached it.
+func endsNormally(trapping chan<- struct{}) func(p *gotp.Process) error {
+	return func(p *gotp.Process) error {
+		p.TrapExit(true)
+		trapping <- struct{}{}
+		return receiveUntilExit(p)
+	}
+}
+
+func receiveUntilExit(p *gotp.Process) error {
+	for {
+		msg, err := p.Receive(p.Context())
+		if err != nil {
+			return err
+		}
+		if _, ok := msg.(gotp.Exit); ok {
+			return nil
+		}
+	}
+}
+
+// TestShutdownNormalExit: a child that is not permanent may end normally
+// instead of with the shutdown, and stopping its supervisor logs no error
+// for it (OTP accepts normal from a temporary or transient child); a
+// permanent child that does so is reported.
+func TestShutdownNormalExit(t *testing.T) {
+	for _, tc := range []struct {
+		restart supervisor.Restart
+		logged  bool
+	}{{supervisor.Temporary, false}, {supervisor.Transient, false}, {supervisor.Permanent, true}} {
+		t.Run(tc.restart.String(), func(t *testing.T) {
+			for _, dynamic := range []bool{false, true} {
+				rec := gotptest.NewLogRecorder()
+				trapping := make(chan struct{}, 1)
+				n := gotp.NewNode(gotp.Options{Name: "t", Logger: rec.Logger()})
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				var sup gotp.PID
+				var err error
+				if dynamic {
+					spec := supervisor.DynamicSpec[int]{Restart: tc.restart, Start: func(_ context.Context, sup *gotp.Process, _ int) (gotp.PID, error) {
+						return sup.SpawnLink(endsNormally(trapping))
+					}}
+					sup, err = supervisor.StartDynamic(ctx, n, spec)
+					if err == nil {
+						_, err = supervisor.StartDynamicChild(ctx, n, sup, 0)
+					}
+				} else {
+					c := supervisor.Func("c", endsNormally(trapping))
+					c.Restart = tc.restart
+					sup, err = supervisor.Start(ctx, n, supervisor.Spec{Children: []supervisor.ChildSpec{c}})
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+				<-trapping
+				if err := server.Stop(ctx, n, sup, gotp.ErrShutdown); err != nil {
+					t.Fatal(err)
+				}
+				if got := len(rec.Find("supervisor: child shutdown error")); (got > 0) != tc.logged {
+					t.Errorf("dynamic %v: %d shutdown errors logged, want logged %v", dynamic, got, tc.logged)
+				}
+				cancel()
+				n.Stop(context.Background())
+			}
+		})
+	}
+}

@@ -415,7 +415,7 @@ func (s *sup) stop(c *child) {
 		s.byPID.del(pid)
 		c.pid = gotp.PID{}
 		s.mu.Unlock()
-		s.shutdown(c.spec.ID, pid, c.spec.shutdown())
+		s.shutdown(c.spec.ID, pid, c.spec.shutdown(), c.spec.Restart != Permanent)
 	}
 	s.mu.Lock()
 	c.restarting = false
@@ -443,7 +443,7 @@ func (s *sup) stopAll() {
 // shutdown stops one child as OTP does: monitor it, unlink it, send it
 // gotp.ErrShutdown (or gotp.ErrKill for BrutalKill), wait for it to end
 // until the timeout, then kill it. It returns the child's exit reason.
-func (s *sup) shutdown(id string, pid gotp.PID, timeout time.Duration) error {
+func (s *sup) shutdown(id string, pid gotp.PID, timeout time.Duration, notPermanent bool) error {
 	p, n := s.p, s.p.Node()
 	down := make(chan error, 1)
 	ref := n.MonitorFunc(pid, func(d gotp.Down) { down <- d.Reason })
@@ -462,7 +462,7 @@ func (s *sup) shutdown(id string, pid gotp.PID, timeout time.Duration) error {
 		select {
 		case reason = <-down:
 			t.Stop()
-			return s.checkShutdown(id, pid, reason, false)
+			return s.checkShutdown(id, pid, reason, false, notPermanent)
 		case <-t.C:
 			s.log.Warn("supervisor: child did not shut down in time, killing it",
 				"supervisor", s.label, "child", id, "pid", pid, "shutdown", timeout)
@@ -480,12 +480,17 @@ func (s *sup) shutdown(id string, pid gotp.PID, timeout time.Duration) error {
 		n.Exit(pid, gotp.ErrKill)
 		return gotp.ErrKilled
 	}
-	return s.checkShutdown(id, pid, reason, timeout == BrutalKill)
+	return s.checkShutdown(id, pid, reason, timeout == BrutalKill, notPermanent)
 }
 
-func (s *sup) checkShutdown(id string, pid gotp.PID, reason error, brutal bool) error {
+// checkShutdown logs a child's exit reason that a shutdown did not
+// expect. A child that is not Permanent may also have ended normally just
+// before the shutdown reached it (a connection whose client left as the
+// service stopped), as OTP's supervisor accepts.
+func (s *sup) checkShutdown(id string, pid gotp.PID, reason error, brutal, notPermanent bool) error {
 	switch {
 	case reason == gotp.ErrNoProc, errors.Is(reason, gotp.ErrShutdown) && !brutal, errors.Is(reason, gotp.ErrKilled):
+	case reason == nil && notPermanent:
 	default:
 		s.log.Error("supervisor: child shutdown error",
 			"supervisor", s.label, "child", id, "pid", pid, "reason", reason)
