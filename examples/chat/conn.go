@@ -115,7 +115,13 @@ func (c *conn) Init(ctx context.Context, p *gotp.Process) error {
 			case <-pctx.Done():
 				return false
 			}
-			n.Send(self, in)
+			// An idle connection runs the command here, on the reader's
+			// goroutine, whose stack has grown to fit it already: no
+			// goroutine to start, and no stack to grow again, for each
+			// command (a busy one gets it in its mailbox, in order).
+			if !n.RunInline(self, in) {
+				n.Send(self, in)
+			}
 			return true
 		})
 		n.Send(self, readEnd{why: why})

@@ -211,12 +211,15 @@ func (s *Service) children() []supervisor.ChildSpec {
 			// A connection traps exits: the exit that tells it another
 			// node's user kept its name (cluster.ErrNameConflict) becomes
 			// an ERROR name_taken to its client.
-			return server.StartLink(ctx, sup, c, server.TrapExit(true))
+			// InlineCalls lets its reader run its commands (see conn.Init).
+			return server.StartLink(ctx, sup, c, server.TrapExit(true), server.InlineCalls())
 		},
 	}
 	return []supervisor.ChildSpec{
 		supervisor.Server("online", func() server.Behaviour { return &online{svc: s} }, server.Named(onlineName)),
-		supervisor.Server("history", func() server.Behaviour { return &historyOwner{svc: s, path: path} }, server.Named(historyName)),
+		// The history owner handles a message for every SEND: a goroutine
+		// of its own keeps its grown stack (see server.Dedicated).
+		supervisor.Server("history", func() server.Behaviour { return &historyOwner{svc: s, path: path} }, server.Named(historyName), server.Dedicated()),
 		conns.ChildSpec("connections", server.Named(connectionsName)),
 	}
 }
