@@ -34,6 +34,7 @@ type callTable struct {
 }
 
 type pendingCall struct {
+	p    *peer // counts the call in p.calling until it is taken
 	node string
 	ch   chan callResult // one answer; whoever takes the entry from m sends it
 	t    *time.Timer
@@ -69,14 +70,23 @@ func (t *callTable) take(ref gotp.Ref) *pendingCall {
 	pc := t.m[ref]
 	if pc != nil {
 		delete(t.m, ref)
+		pc.taken()
 	}
 	t.mu.Unlock()
 	return pc
 }
 
+// taken uncounts a call taken from the table (t.mu held).
+func (pc *pendingCall) taken() {
+	if pc.p != nil {
+		pc.p.calling.Add(-1)
+		pc.p = nil
+	}
+}
+
 func (t *callTable) release(pc *pendingCall) {
 	pc.t.Stop()
-	pc.node = ""
+	pc.node, pc.p = "", nil
 	t.pool.Put(pc)
 }
 
@@ -105,6 +115,7 @@ func (t *callTable) nodeDown(node string) {
 	for ref, pc := range t.m {
 		if pc.node == node {
 			delete(t.m, ref)
+			pc.taken()
 			lost = append(lost, pc)
 		}
 	}
@@ -118,6 +129,9 @@ func (t *callTable) failAll() {
 	t.mu.Lock()
 	m := t.m
 	t.m = make(map[gotp.Ref]*pendingCall)
+	for _, pc := range m {
+		pc.taken()
+	}
 	t.mu.Unlock()
 	for _, pc := range m {
 		pc.ch <- callResult{down: true, reason: gotp.ErrNoConnection}
@@ -166,11 +180,23 @@ func (c *Cluster) callRemote(ctx context.Context, to gotp.Dest, req any, timeout
 	return c.await(ctx, p, ref, *b, timeout)
 }
 
-// await registers the call ref, sends frame to p and waits for the answer.
+// await registers the call ref, sends frame to p and waits for the answer:
+// reading it from p's direct link itself when the link's socket is free
+// (see rsReader), otherwise as the link's goroutine hands it over.
 func (c *Cluster) await(ctx context.Context, p *peer, ref gotp.Ref, frame []byte, timeout time.Duration) (any, bool, error) {
+	var deadline int64
+	if _, ok := ctx.Deadline(); !ok {
+		deadline = time.Now().Add(timeout).UnixNano()
+	}
 	pc := c.calls.get(p.name)
+	pc.p = p
+	p.calling.Add(1)
 	c.calls.put(ref, pc)
-	if err := c.enqueue(p, frame); err != nil {
+	self := p.link.takeSocket(deadline, ctx)
+	if err := c.enqueueNow(p, frame, true); err != nil {
+		if self {
+			p.link.releaseSocket(p, nil)
+		}
 		if c.calls.take(ref) == nil {
 			r := <-pc.ch // answered meanwhile (the node went down)
 			c.calls.release(pc)
@@ -182,9 +208,19 @@ func (c *Cluster) await(ctx context.Context, p *peer, ref gotp.Ref, frame []byte
 		}
 		return nil, false, err
 	}
+	if self {
+		c.stats.selfReads.Add(1)
+		p.link.readUntil(p, pc.ch)
+		select {
+		case r := <-pc.ch:
+			c.calls.release(pc)
+			return r.v, r.down, r.reason
+		default:
+		}
+	}
 	var expired <-chan time.Time
-	if _, ok := ctx.Deadline(); !ok {
-		pc.t.Reset(timeout)
+	if deadline != 0 {
+		pc.t.Reset(time.Duration(deadline - time.Now().UnixNano()))
 		expired = pc.t.C
 	}
 	var reason error

@@ -102,6 +102,7 @@ type counters struct {
 	encodeErrors          atomic.Uint64
 	decodeErrors          atomic.Uint64
 	linkFailures          atomic.Uint64
+	selfReads             atomic.Uint64
 }
 
 // Stats are a cluster's counters since Join. Messages count signals
@@ -126,6 +127,10 @@ type Stats struct {
 	// refused (unreachable address, failed authentication); the node then
 	// carries that connection over NATS.
 	LinkFailures uint64
+	// SelfReadCalls counts calls whose caller read the reply from the
+	// direct link itself (the link's socket was free when the call
+	// began), rather than being handed it by the link's goroutine.
+	SelfReadCalls uint64
 }
 
 // Stats returns the cluster's counters.
@@ -137,7 +142,7 @@ func (c *Cluster) Stats() Stats {
 		BytesOut: s.bytesOut.Load(), BytesIn: s.bytesIn.Load(),
 		Dropped: s.dropped.Load(), Stale: s.stale.Load(),
 		EncodeErrors: s.encodeErrors.Load(), DecodeErrors: s.decodeErrors.Load(),
-		LinkFailures: s.linkFailures.Load(),
+		LinkFailures: s.linkFailures.Load(), SelfReadCalls: s.selfReads.Load(),
 	}
 }
 

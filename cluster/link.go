@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"runtime"
 	"slices"
 	"strconv"
@@ -136,8 +137,19 @@ type link struct {
 	br   *bufio.Reader
 	p    *peer         // set by establish
 	wake chan struct{} // the writer has frames to write
-	quit chan struct{} // closed by close
-	once sync.Once
+
+	// Who reads the socket (see rsReader): rstate and the fields after
+	// it are guarded by rmu; br is used by the reader of the moment.
+	rmu    sync.Mutex
+	rstate uint8
+	intr   bool            // the reading caller's read was interrupted (a deadline in the past)
+	hdl    int64           // the reading caller's deadline (UnixNano), 0 for none
+	hctx   context.Context // the reading caller's context
+	rerr   error           // why a caller's read failed, for the link's goroutine
+	rback  chan struct{}   // the socket is handed back to the link's goroutine
+	rtimer *time.Timer     // the link's goroutine's, in lend
+	quit   chan struct{}   // closed by close
+	once   sync.Once
 
 	// A write on the sender's goroutine (see kick): raw is the TCP
 	// socket (nil for TLS), wf the write function handed to it, wdata, wn
@@ -252,7 +264,7 @@ func (r *busyReader) Read(b []byte) (int, error) {
 const inlineGap = 20 * time.Microsecond
 
 func (c *Cluster) newLink(conn net.Conn) (*link, bool) {
-	l := &link{c: c, conn: conn, wake: make(chan struct{}, 1), quit: make(chan struct{})}
+	l := &link{c: c, conn: conn, wake: make(chan struct{}, 1), quit: make(chan struct{}), rback: make(chan struct{}, 1)}
 	if tc, ok := conn.(*net.TCPConn); ok {
 		if raw, err := tc.SyscallConn(); err == nil {
 			l.raw = raw
@@ -564,69 +576,257 @@ func (l *link) run(p *peer) {
 }
 
 func (l *link) read(p *peer) error {
-	c := l.c
-	max := uint64(c.opts.MaxMessageSize) + 64
 	var scratch []byte
 	for {
-		n, err := binary.ReadUvarint(l.br)
-		if err != nil {
+		stop, kind, err := l.readFrame(p, &scratch, false)
+		if err != nil || stop {
 			return err
 		}
-		if n > max {
-			return fmt.Errorf("%w: frame of %d bytes", ErrDecode, n)
+		if l.br.Buffered() != 0 {
+			continue
 		}
-		var body []byte
-		big := n > uint64(l.br.Size())
-		if big {
-			if uint64(cap(scratch)) < n {
-				scratch = make([]byte, n)
-			}
-			body = scratch[:n]
-			if _, err := io.ReadFull(l.br, body); err != nil {
+		if kind == kReply && p.calling.Load() == 0 {
+			// A call was answered and no other waits: its caller may
+			// call again at once, and then reads its reply itself.
+			if err := l.lend(); err != nil {
 				return err
 			}
-		} else if body, err = l.br.Peek(int(n)); err != nil {
+			continue
+		}
+		// Let the processes these frames woke run before this
+		// goroutine reads again (which waits for the socket): a
+		// call's server, or the caller its reply wakes, starts at
+		// once.
+		runtime.Gosched()
+	}
+}
+
+// Callers read their own replies. A call's caller that finds its link's
+// socket free (rsFree) reads it itself after writing the request: the
+// reply wakes the caller's thread directly, where a hand-off from the
+// link's goroutine would wake two more threads (the goroutine's, and
+// another that Go's scheduler starts for the caller). While it waits it
+// handles every frame that comes, as the link's goroutine would, and when
+// it has its answer and nothing is buffered it frees the socket again, or
+// hands it back to the link's goroutine if other calls wait or reading
+// failed. The link's goroutine frees the socket (lend) after handling a
+// reply when no other call waits, and takes it back when it has been free
+// at a tick of linkLend; at those ticks it also interrupts a caller whose
+// deadline has passed or whose context is done. So a frame that comes
+// while no call is under way waits at most linkLend, and a call's timeout
+// and cancellation are seen within linkLend.
+const (
+	rsReader = iota // the link's goroutine reads the socket
+	rsFree          // nobody does: the first caller may
+	rsCaller        // a caller does
+)
+
+// linkLend is how long the socket of a link may stay free before its
+// goroutine takes it back, and how often that goroutine checks the
+// deadline and context of a caller reading it.
+const linkLend = time.Millisecond
+
+// errBigFrame tells a caller reading the socket that the next frame is
+// longer than the read buffer: the link's goroutine reads it.
+var errBigFrame = errors.New("cluster: frame longer than the read buffer")
+
+// lend frees the socket for callers and waits until one hands it back,
+// or it is free at a tick of linkLend; meanwhile it interrupts a caller
+// whose deadline has passed or whose context is done.
+func (l *link) lend() error {
+	l.rmu.Lock()
+	l.rstate = rsFree
+	l.rmu.Unlock()
+	if l.rtimer == nil {
+		l.rtimer = time.NewTimer(linkLend)
+	} else {
+		l.rtimer.Reset(linkLend)
+	}
+	for {
+		select {
+		case <-l.rback:
+			l.rtimer.Stop()
+			l.rmu.Lock()
+			err := l.rerr
+			l.rerr = nil
+			l.rmu.Unlock()
 			return err
+		case <-l.quit:
+			l.rtimer.Stop()
+			return net.ErrClosed
+		case <-l.rtimer.C:
 		}
-		p.lastSeen.Store(time.Now().UnixNano())
-		c.stats.bytesIn.Add(n)
-		p.rx.Lock()
-		if p.down.Load() {
-			p.rx.Unlock()
+		l.rmu.Lock()
+		switch l.rstate {
+		case rsFree:
+			l.rstate = rsReader
+			l.rmu.Unlock()
 			return nil
+		case rsCaller:
+			if !l.intr && (l.hdl != 0 && time.Now().UnixNano() > l.hdl || l.hctx != nil && l.hctx.Err() != nil) {
+				l.intr = true
+				_ = l.conn.SetReadDeadline(aLongTimeAgo)
+			}
 		}
-		if err := c.handleFrame(p, body); err != nil {
-			c.stats.decodeErrors.Add(1)
-			c.log.Warn("cluster: dropped a message", "peer", p.name, "err", err)
+		// rsReader: handed back, rback has the word.
+		l.rmu.Unlock()
+		l.rtimer.Reset(linkLend)
+	}
+}
+
+var aLongTimeAgo = time.Unix(1, 0)
+
+// takeSocket makes the calling goroutine the reader of the link's socket
+// if it is free, until releaseSocket; deadline (UnixNano, 0 for none) and
+// ctx are the caller's, checked by the link's goroutine.
+func (l *link) takeSocket(deadline int64, ctx context.Context) bool {
+	if l == nil {
+		return false
+	}
+	l.rmu.Lock()
+	ok := l.rstate == rsFree
+	if ok {
+		l.rstate = rsCaller
+		l.hdl, l.hctx = deadline, ctx
+	}
+	l.rmu.Unlock()
+	return ok
+}
+
+// readUntil reads and handles the link's frames as its reader until
+// answered holds the caller's answer and nothing is buffered, or reading
+// fails, then releases the socket.
+func (l *link) readUntil(p *peer, answered chan callResult) {
+	var scratch []byte
+	var err error
+	for {
+		var stop bool
+		if stop, _, err = l.readFrame(p, &scratch, true); err != nil || stop {
+			break
 		}
+		if len(answered) > 0 && l.br.Buffered() == 0 {
+			break
+		}
+	}
+	l.releaseSocket(p, err)
+}
+
+// releaseSocket ends a caller's turn as the socket's reader: the socket is
+// free again, or back with the link's goroutine if other calls wait, the
+// peer is down, or the read failed with err (the goroutine then ends the
+// link with it, unless it was this node's interrupt or a frame too big for
+// a caller).
+func (l *link) releaseSocket(p *peer, err error) {
+	l.rmu.Lock()
+	if l.intr {
+		l.intr = false
+		_ = l.conn.SetReadDeadline(time.Time{})
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			err = nil
+		}
+	}
+	l.hdl, l.hctx = 0, nil
+	back := err != nil || p.down.Load() || p.calling.Load() > 0
+	if err == errBigFrame {
+		err = nil
+	}
+	if !back {
+		l.rstate = rsFree
+		l.rmu.Unlock()
+		return
+	}
+	l.rerr, l.rstate = err, rsReader
+	l.rmu.Unlock()
+	select {
+	case l.rback <- struct{}{}:
+	default:
+	}
+}
+
+// readFrame reads one frame and handles it; stop reports that the peer is
+// down. A caller reading the socket (self) consumes nothing of a frame it
+// cannot read whole, so that an interrupted read leaves the stream as it
+// was; it leaves frames longer than the buffer to the link's goroutine
+// (errBigFrame).
+func (l *link) readFrame(p *peer, scratch *[]byte, self bool) (stop bool, kind byte, err error) {
+	c := l.c
+	n, hdr, err := l.peekLen(uint64(c.opts.MaxMessageSize) + 64)
+	if err != nil {
+		return false, 0, err
+	}
+	var body []byte
+	big := hdr+n > l.br.Size()
+	switch {
+	case big && self:
+		return false, 0, errBigFrame
+	case big:
+		if cap(*scratch) < n {
+			*scratch = make([]byte, n)
+		}
+		body = (*scratch)[:n]
+		_, _ = l.br.Discard(hdr)
+		if _, err := io.ReadFull(l.br, body); err != nil {
+			return false, 0, err
+		}
+	default:
+		b, err := l.br.Peek(hdr + n)
+		if err != nil {
+			return false, 0, err
+		}
+		body = b[hdr:]
+	}
+	p.lastSeen.Store(time.Now().UnixNano())
+	c.stats.bytesIn.Add(uint64(n))
+	if len(body) > 0 {
+		kind = body[0]
+	}
+	p.rx.Lock()
+	if p.down.Load() {
 		p.rx.Unlock()
-		if !big {
-			_, _ = l.br.Discard(int(n))
+		return true, kind, nil
+	}
+	if err := c.handleFrame(p, body); err != nil {
+		c.stats.decodeErrors.Add(1)
+		c.log.Warn("cluster: dropped a message", "peer", p.name, "err", err)
+	}
+	p.rx.Unlock()
+	if !big {
+		_, _ = l.br.Discard(hdr + n)
+	}
+	return p.down.Load(), kind, nil // down: a bye, or dropped by this node
+}
+
+// peekLen returns the length of the next frame and of its length prefix,
+// without consuming either.
+func (l *link) peekLen(max uint64) (n, hdr int, err error) {
+	for k := 1; ; k++ {
+		b, err := l.br.Peek(k)
+		if err != nil {
+			return 0, 0, err
 		}
-		if p.down.Load() {
-			return nil // a bye, or dropped by this node
-		}
-		if l.br.Buffered() == 0 {
-			// Let the processes these frames woke run before this
-			// goroutine reads again (which waits for the socket): a
-			// call's server, or the caller its reply wakes, starts at
-			// once.
-			runtime.Gosched()
+		v, m := binary.Uvarint(b)
+		switch {
+		case m > 0 && v > max:
+			return 0, 0, fmt.Errorf("%w: frame of %d bytes", ErrDecode, v)
+		case m > 0:
+			return int(v), m, nil
+		case m < 0 || k == binary.MaxVarintLen64:
+			return 0, 0, fmt.Errorf("%w: bad frame length", ErrDecode)
 		}
 	}
 }
 
 // kick gets p's queue written, with p.mu held (and released): on this
 // goroutine, with one non-blocking write, when nothing is being written
-// and the link has been idle for inlineGap; otherwise by the link's
-// writer. What a non-blocking write leaves (the socket's buffer is full)
+// and the link has been idle for inlineGap (or now: a caller, which waits
+// for the answer anyway); otherwise by the link's writer. What a non-blocking write leaves (the socket's buffer is full)
 // goes to the writer.
-func (l *link) kick(p *peer) {
+func (l *link) kick(p *peer, now bool) {
 	if p.writing || p.scheduled {
 		p.mu.Unlock()
 		return
 	}
-	if l.raw == nil || len(p.full) > 0 || time.Now().UnixNano()-p.lastWrite < int64(inlineGap) {
+	if l.raw == nil || len(p.full) > 0 || !now && time.Now().UnixNano()-p.lastWrite < int64(inlineGap) {
 		p.scheduled = true
 		p.mu.Unlock()
 		l.wakeWriter()

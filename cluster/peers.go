@@ -42,6 +42,7 @@ type peer struct {
 	lastSeen atomic.Int64
 	down     atomic.Bool
 	msgsIn   atomic.Uint64 // messages received on the connection
+	calling  atomic.Int32  // calls to the peer waiting for their answer
 
 	mu        sync.Mutex // guards the queue
 	buf       []byte     // frames not yet written (over NATS: after hdr)

@@ -13,7 +13,12 @@ var errQueueFull = errors.New("cluster: send queue full")
 // enqueue appends one frame to p's queue and wakes its writer (the link's,
 // or the NATS writer). The queue holds at most Options.MaxPending bytes;
 // beyond that the frame is dropped and counted.
-func (c *Cluster) enqueue(p *peer, frame []byte) error {
+func (c *Cluster) enqueue(p *peer, frame []byte) error { return c.enqueueNow(p, frame, false) }
+
+// enqueueNow is enqueue; with now, a direct link's frame is written on
+// this goroutine if nothing is being written, however recent the last
+// write (see kick).
+func (c *Cluster) enqueueNow(p *peer, frame []byte, now bool) error {
 	if len(frame) > c.opts.MaxMessageSize {
 		c.stats.encodeErrors.Add(1)
 		return fmt.Errorf("%w: %d bytes (limit %d)", ErrTooLarge, len(frame), c.opts.MaxMessageSize)
@@ -50,7 +55,7 @@ func (c *Cluster) enqueue(p *peer, frame []byte) error {
 	p.msgsOut++
 	c.stats.msgsOut.Add(1)
 	if l := p.link; l != nil {
-		l.kick(p) // releases p.mu
+		l.kick(p, now) // releases p.mu
 		return nil
 	}
 	sched := !p.scheduled
