@@ -19,10 +19,12 @@ type Limits struct {
 	// (Columns.Partition) in work at once, across every instance. Rows without a
 	// key are not limited by it. It makes claims fair (as Fair does).
 	PerPartition int
-	// Fair makes claims take turns between partition keys: a claim takes the
-	// first ready job of each key before the second of any, keys with fewer jobs
-	// in work first, so that one key's backlog cannot starve the others. Rows
-	// without a key take their turns as one more key.
+	// Fair makes claims take turns between partition keys, so that one key's
+	// backlog cannot starve the others: a job's turn is its place among its
+	// key's ready jobs plus the key's jobs in work, and a claim takes the lowest
+	// turns first, keys level in turn in a random order. Each key's jobs are
+	// still taken in claim order. Rows without a key take their turns as one
+	// more key.
 	Fair bool
 	// Rate, if positive, is the most claims (starts of an attempt) per Per,
 	// across every instance: counted in windows of Per from the Unix epoch, by
@@ -145,7 +147,14 @@ func (q *Queue[T]) pickSQL(s *stmt[T], l Limits, at time.Time, now, extra, limit
 	if l.PerPartition > 0 {
 		cap = " WHERE x.turn <= " + strconv.Itoa(l.PerPartition) + " OR x." + pk + " IS NULL"
 	}
-	sel := "SELECT x." + id + " FROM (" + ranked + ") x" + cap + " ORDER BY x.turn, " + q.orderOf("x") + " LIMIT " + limit
+	// Keys level in turn are taken in a random order (by priority first): in id
+	// order, a key whose backlog came first would win every tie, and with one
+	// free worker every claim is a tie.
+	tie := "random()"
+	if q.c.Priority != "" {
+		tie = "x." + col(q.c.Priority) + ", random()"
+	}
+	sel := "SELECT x." + id + " FROM (" + ranked + ") x" + cap + " ORDER BY x.turn, " + tie + " LIMIT " + limit
 	if !skipLocked {
 		return sel
 	}

@@ -307,6 +307,12 @@ func (s *Subscription[T]) leaseLoop(l *lane) {
 				break drain
 			}
 		}
+		if len(batch) > 0 && s.o.Limits.serial() {
+			// A limited claim comes back short while the limit is reached, with
+			// rows still ready: each settlement frees a place, so claim with it
+			// (in the same statement) rather than wait for the poll.
+			canClaim = true
+		}
 		if len(batch) > 0 && len(batch) < len(inflight) && !stopping {
 			// Let workers that are finishing join this cycle's batch: one statement
 			// then settles (and refills) many jobs. Bounded, so slow handlers cost at

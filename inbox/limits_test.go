@@ -172,13 +172,15 @@ func TestLimitsFairness(t *testing.T) {
 				close(finished)
 			}
 			return nil
-		}, inbox.SubscribeOptions{Workers: 4, Limits: inbox.Limits{Fair: true}})
+		}, inbox.SubscribeOptions{Workers: 1, Limits: inbox.Limits{Fair: true}})
 		select {
 		case <-finished:
 		case <-time.After(60 * time.Second):
 			t.Fatalf("the small key's jobs not done: %d of 10 (big: %d)", smallDone.Load(), bigDone.Load())
 		}
-		if n := bigWhenSmallDone.Load(); n > 500 {
+		// One worker: every claim is a tie between the keys, won by either at
+		// random, so the 10 are done after about 10 of the big key's jobs.
+		if n := bigWhenSmallDone.Load(); n > 200 {
 			t.Fatalf("the big key had %d jobs done before the small key's 10", n)
 		}
 	})

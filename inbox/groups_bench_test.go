@@ -1,0 +1,176 @@
+package inbox_test
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/gotp/gotp/inbox"
+)
+
+// BenchmarkDrainGroups times two instances (two Queues on pools of their own)
+// draining a table of the default schema, each subscription with Workers workers:
+//
+//   - plain and fifo100: 8 workers each; the jobs are in no group, or spread
+//     round-robin over 100 FIFO groups (published in that order, as interleaved
+//     producers would).
+//   - nolimit and limit40: 32 workers each (64 in all); no limit, or
+//     Limits{Concurrency: 40} across both instances.
+//
+// One op is one drain of the whole table; jobs/s is reported. Publishing and Start
+// are outside the timer.
+func BenchmarkDrainGroups(b *testing.B) {
+	cases := []struct {
+		name    string
+		groups  int
+		workers int
+		limits  inbox.Limits
+	}{
+		{"plain", 0, 8, inbox.Limits{}},
+		{"fifo100", 100, 8, inbox.Limits{}},
+		{"nolimit", 0, 32, inbox.Limits{}},
+		{"limit40", 0, 32, inbox.Limits{Concurrency: 40}},
+	}
+	for _, c := range cases {
+		b.Run("sqlite/"+c.name, func(b *testing.B) {
+			path := filepath.Join(b.TempDir(), "bench.db")
+			open := func() (*inbox.Queue[msg], any) {
+				db, err := inbox.OpenSQLite(context.Background(), path)
+				if err != nil {
+					b.Fatal(err)
+				}
+				b.Cleanup(func() { db.Close() })
+				q, err := inbox.NewSQLite(db, inbox.Config[msg]{Table: "drain", Logger: quiet()})
+				if err != nil {
+					b.Fatal(err)
+				}
+				return q, db
+			}
+			benchGroups(b, open, c.groups, c.workers, c.limits, benchJobs(4000))
+		})
+	}
+	for _, c := range cases {
+		b.Run("postgres/"+c.name, func(b *testing.B) {
+			url := pgURL(b)
+			table := fmt.Sprintf("bench_groups_%d_%d", os.Getpid(), benchSeq.Add(1))
+			open := func() (*inbox.Queue[msg], any) {
+				cfg, err := pgxpool.ParseConfig(url)
+				if err != nil {
+					b.Fatal(err)
+				}
+				cfg.MaxConns = 10
+				pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+				if err != nil {
+					b.Fatal(err)
+				}
+				b.Cleanup(pool.Close)
+				q, err := inbox.NewPostgres(pool, inbox.Config[msg]{Table: table, Logger: quiet()})
+				if err != nil {
+					b.Fatal(err)
+				}
+				return q, pool
+			}
+			b.Cleanup(func() {
+				pool, err := pgxpool.New(context.Background(), url)
+				if err == nil {
+					_, _ = pool.Exec(context.Background(), `DROP TABLE IF EXISTS "`+table+`"`)
+					_, _ = pool.Exec(context.Background(), `DROP TABLE IF EXISTS "`+table+`_periodic"`)
+					_, _ = pool.Exec(context.Background(), `DROP TABLE IF EXISTS "`+table+`_limits"`)
+					pool.Close()
+				}
+			})
+			benchGroups(b, open, c.groups, c.workers, c.limits, benchJobs(4000))
+		})
+	}
+}
+
+// fillGroups inserts jobs rows with plain SQL, job i in group i % groups (none if
+// groups is 0), in one statement.
+func fillGroups(b *testing.B, q *inbox.Queue[msg], db any, jobs, groups int) {
+	grp := "NULL"
+	if groups > 0 {
+		grp = fmt.Sprintf("'g' || (i %% %d)", groups)
+	}
+	ctx := context.Background()
+	var err error
+	switch db := db.(type) {
+	case *sql.DB:
+		_, err = db.ExecContext(ctx, `WITH RECURSIVE s(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM s WHERE i + 1 < ?1)
+INSERT INTO "`+q.Table()+`" (payload, fifo_group) SELECT CAST('{"n":' || i || '}' AS BLOB), `+grp+` FROM s`, jobs)
+	case *pgxpool.Pool:
+		_, err = db.Exec(ctx, `INSERT INTO "`+q.Table()+`" (payload, fifo_group)
+SELECT convert_to('{"n":' || i || '}', 'UTF8'), `+grp+` FROM generate_series(0, $1 - 1) AS i`, jobs)
+	}
+	if err != nil {
+		b.Fatal(err)
+	}
+}
+
+func benchGroups(b *testing.B, open func() (*inbox.Queue[msg], any), groups, workers int, limits inbox.Limits, jobs int) {
+	ctx := context.Background()
+	q0, db := open()
+	q1, _ := open()
+	qs := []*inbox.Queue[msg]{q0, q1}
+	if err := q0.CreateTable(ctx); err != nil {
+		b.Fatal(err)
+	}
+	var elapsed time.Duration
+	b.ResetTimer()
+	b.StopTimer()
+	for range b.N {
+		fillGroups(b, qs[0], db, jobs, groups)
+		var settled, bad atomic.Int64
+		all := make(chan struct{})
+		var subs []*inbox.Subscription[msg]
+		for _, q := range qs {
+			sub, err := q.Subscribe(func(context.Context, inbox.Job[msg]) error { return nil }, inbox.SubscribeOptions{
+				Workers: workers, Limits: limits,
+				Observe: func(r inbox.Result) {
+					if r.Outcome != inbox.Acked || r.SettleErr != nil {
+						bad.Add(1)
+					}
+					if settled.Add(1) == int64(jobs) {
+						close(all)
+					}
+				},
+			})
+			if err != nil {
+				b.Fatal(err)
+			}
+			subs = append(subs, sub)
+		}
+		for _, sub := range subs {
+			if err := sub.Start(ctx); err != nil {
+				b.Fatal(err)
+			}
+		}
+		t0 := time.Now()
+		b.StartTimer()
+		select {
+		case <-all:
+		case <-time.After(2 * time.Minute):
+			b.Fatalf("drain: %d of %d jobs settled after 2 min", settled.Load(), jobs)
+		}
+		b.StopTimer()
+		elapsed += time.Since(t0)
+		for _, sub := range subs {
+			sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			err := sub.Stop(sctx)
+			cancel()
+			if err != nil {
+				b.Fatal(err)
+			}
+		}
+		if n := bad.Load(); n > 0 {
+			b.Fatalf("%d settlements were not clean acks", n)
+		}
+	}
+	b.ReportMetric(float64(jobs)*float64(b.N)/elapsed.Seconds(), "jobs/s")
+}
