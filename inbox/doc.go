@@ -81,6 +81,57 @@
 // the job in the same transaction. Missed ticks are coalesced into one job, for the
 // latest; a kind seen for the first time starts at its next tick.
 //
+// # FIFO groups
+//
+// [PublishOpts.Group] puts a job in a FIFO group ([Columns.Group]; the default
+// schema's fifo_group, version 4), as RustStream's group with fifo does: of the
+// jobs of a group, at most one is in work at a time across every instance, and they
+// are taken in id order, which is publish order for publishes that do not overlap.
+// A job stays at the head of its group until it is finished (acked, dropped,
+// dead-lettered or cancelled): a retry, with or without a delay, keeps the later
+// jobs of its group waiting, while due jobs of other groups pass it; a delayed
+// publish holds its group back until it runs. A claim whose holder died (a crash,
+// an expired lease) is taken again before anything behind it. Dead letters do not
+// block their group; a dead letter made ready again by Requeue goes back to the
+// head.
+//
+// The database enforces it, in the claim statement: a row of a group is claimable
+// only while no other unfinished row of its group is claimed (ClaimedAt set) and
+// none comes before it, unless it is the claimed row itself, taken again. On
+// SQLite writers are serialised, so the claim sees every other claim. On Postgres
+// a unique index on the group WHERE ClaimedAt IS NOT NULL (the default schema has
+// it; Start refuses a Group column without one, a [*ColumnError]) refuses a second
+// claimed row of a group even to claims whose snapshots missed each other's (two
+// publishes of a group whose transactions overlap may commit out of id order): the
+// claim that loses is retried after a short pause. Groups work in every form: the lease form,
+// RowLock (the head's row lock keeps the rest of its group back; a second worker
+// that meets the index waits for the first's transaction) and AdvisoryLock (which
+// commits ClaimedAt when it takes a row, so the group waits for it to be settled
+// or for its session to end and the row to be taken again). A claim skips the
+// rows waiting behind a head one index probe each, so a group with a long backlog
+// ahead of the other groups' jobs, in claim order, makes each claim read it.
+//
+// # Limits
+//
+// [SubscribeOptions.Limits] bound the jobs in work across every instance:
+// [Limits.Concurrency] of the table, [Limits.PerPartition] of each partition key
+// ([PublishOpts.Partition], [Columns.Partition]; the default schema's
+// partition_key), and [Limits.Rate] claims per [Limits.Per], counted in the table
+// TABLE_limits. [Limits.Fair] (implied by PerPartition) makes claims take turns
+// between partition keys, so that a tenant's backlog cannot starve the others.
+// They are enforced by the database alone: each claim counts the rows in work
+// (ClaimedAt set under a live lease) and the window's starts, and claims no more
+// than the limits leave, in its write transaction on SQLite and, on Postgres, in a
+// transaction that first takes a transaction-scoped advisory lock of the table, so
+// that limited claims of every instance run one after another and each sees the
+// previous one's rows. A limited subscription claims again with each settlement
+// rather than wait for the poll, so that a limit that is reached costs no idle
+// time. Limits need the lease form (the lock forms hold their rows in work in
+// transactions and sessions that other instances cannot count: a [*ConfigError]),
+// and every instance should give the same. A fair claim ranks the first rows of
+// every key: on Postgres one index probe per key in the table, on SQLite every
+// ready row, so fairness suits up to some hundreds of keys.
+//
 // # Retention
 //
 // [Queue.Prune] deletes processed rows, dead letters and cancelled jobs older than
@@ -239,6 +290,11 @@
 //   - Periodic jobs need no leader: every instance tries each tick and the database
 //     lets one win (River elects a leader; Oban's cron runs on its leader). Missed
 //     ticks are coalesced into one job rather than skipped (River) or replayed.
+//   - FIFO groups, concurrency and rate limits are in the open package, not
+//     paid extensions (River Pro, Oban Pro), and need no extra table for groups:
+//     the claim itself keeps a group's order, with a unique index as the
+//     backstop on Postgres. Rate limits count fixed windows of Per (up to twice
+//     Rate in a span of Per that straddles two windows), not a sliding window.
 //   - Schema versions are kept per table in gotp_schema, and version 0 is any
 //     table the first release made; River keeps one version for its whole schema
 //     (river_migration), Oban in a comment on its table.
