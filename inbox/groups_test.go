@@ -2,11 +2,16 @@ package inbox_test
 
 import (
 	"context"
+	"database/sql"
 	"errors"
+	"flag"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
+
+	"pgregory.net/rapid"
 
 	"github.com/gotp/gotp/inbox"
 )
@@ -293,6 +298,104 @@ func TestGroupColumnMissing(t *testing.T) {
 		var ce *inbox.ConfigError
 		if _, err := plain.Publish(t.Context(), msg{}, &inbox.PublishOpts{Group: "a"}); !errors.As(err, &ce) {
 			t.Fatalf("Publish with a Group on a queue without the column = %v, want a *ConfigError", err)
+		}
+	})
+}
+
+// The model of FIFO groups: whatever the groups of a run of jobs and however many
+// times each fails before it succeeds, the jobs of each group are acked in publish
+// order and never two of a group are in work at once (three workers, SQLite).
+//
+// Each check drains a table of its own (about a second under -race), so the test
+// runs 20 checks unless -rapid.checks asks for a number.
+func TestFIFOGroupsOrderProperty(t *testing.T) {
+	set := false
+	flag.Visit(func(f *flag.Flag) { set = set || f.Name == "rapid.checks" })
+	if f := flag.Lookup("rapid.checks"); f != nil && !set {
+		old := f.Value.String()
+		_ = f.Value.Set("20")
+		defer func() { _ = f.Value.Set(old) }()
+	}
+	b := sqliteBackend(t)
+	db := b.newDB(t).(*sql.DB)
+	seq := 0
+	rapid.Check(t, func(rt *rapid.T) {
+		seq++
+		ctx := context.Background()
+		q, err := inbox.NewSQLite(db, inbox.Config[msg]{Table: fmt.Sprintf("prop_%d", seq), Logger: quiet()})
+		if err != nil {
+			rt.Fatal(err)
+		}
+		if err := q.CreateTable(ctx); err != nil {
+			rt.Fatal(err)
+		}
+		n := rapid.IntRange(1, 12).Draw(rt, "jobs")
+		groups := make([]string, n)
+		fails := make([]int, n)
+		for i := range n {
+			groups[i] = rapid.SampledFrom([]string{"a", "b", "c", ""}).Draw(rt, "group")
+			fails[i] = rapid.IntRange(0, 2).Draw(rt, "fails")
+			if _, err := q.Publish(ctx, msg{N: i}, &inbox.PublishOpts{Group: groups[i]}); err != nil {
+				rt.Fatal(err)
+			}
+		}
+		var mu sync.Mutex
+		var broken []string
+		running := map[string]int{}
+		tries := make([]int, n)
+		acked := map[string][]int{}
+		left := n
+		all := make(chan struct{})
+		sub, err := q.Subscribe(func(ctx context.Context, j inbox.Job[msg]) error {
+			i := j.Payload.N
+			g := groups[i]
+			mu.Lock()
+			if other, busy := running[g]; busy && g != "" {
+				broken = append(broken, fmt.Sprintf("job %d of group %s started while job %d is in work", i, g, other))
+			}
+			running[g] = i
+			mu.Unlock()
+			time.Sleep(100 * time.Microsecond)
+			mu.Lock()
+			defer mu.Unlock()
+			delete(running, g)
+			tries[i]++
+			if tries[i] <= fails[i] {
+				return inbox.Retry(0)
+			}
+			acked[g] = append(acked[g], i)
+			if left--; left == 0 {
+				close(all)
+			}
+			return nil
+		}, inbox.SubscribeOptions{Workers: 3, PollInterval: 5 * time.Millisecond})
+		if err != nil {
+			rt.Fatal(err)
+		}
+		if err := sub.Start(ctx); err != nil {
+			rt.Fatal(err)
+		}
+		defer func() {
+			sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			defer cancel()
+			if err := sub.Stop(sctx); err != nil {
+				rt.Error(err)
+			}
+		}()
+		select {
+		case <-all:
+		case <-time.After(20 * time.Second):
+			rt.Fatalf("%d of %d jobs not acked", left, n)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if len(broken) > 0 {
+			rt.Fatal(broken)
+		}
+		for g, ids := range acked {
+			if g != "" && !slices.IsSorted(ids) {
+				rt.Fatalf("group %s acked out of order: %v", g, ids)
+			}
 		}
 	})
 }
