@@ -119,7 +119,10 @@ func (c *conn) Init(ctx context.Context, p *gotp.Process) error {
 			// goroutine, whose stack has grown to fit it already: no
 			// goroutine to start, and no stack to grow again, for each
 			// command (a busy one gets it in its mailbox, in order).
-			if !n.RunInline(self, in) {
+			// CONNECT, which runs deep (registry, pg) and once, goes by
+			// the mailbox: run here it would leave an idle WebSocket's
+			// reader with a stack 4 KB larger.
+			if _, connect := in.cmd.(Connect); connect || !n.RunInline(self, in) {
 				n.Send(self, in)
 			}
 			return true
