@@ -97,7 +97,9 @@
 // rarely wait for each other. Monitor, Events, creating or removing a
 // group, and remote changes hold the scope-wide lock exclusively, which is
 // what makes their snapshots atomic. Broadcasts reuse a cached list of a
-// group's distinct local members until the membership changes. pg starts
+// group's distinct local members until the membership changes. WhichGroups
+// and WhichLocalGroups reuse their last answer (each caller gets a copy)
+// until a group gains its first member or loses its last. pg starts
 // no goroutines of its own. Policies are called without any lock held;
 // nothing else of the user's runs inside the package.
 //

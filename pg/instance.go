@@ -287,7 +287,7 @@ func (i *Instance) members(perm Permission, group string, local bool) ([]gotp.PI
 }
 
 // WhichGroups returns the groups that have at least one member on any
-// node, sorted.
+// node, sorted, in a new slice the caller may modify.
 func (i *Instance) WhichGroups() ([]string, error) { return i.which(PermWhichGroups, false) }
 
 // WhichLocalGroups returns the groups that have at least one member on this
