@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -125,5 +126,83 @@ func TestCallerReadsItsReply(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("a call to a lost node did not end")
+	}
+}
+
+// Many callers at once, some of whose calls end by their deadline or are
+// cancelled while they may be reading the socket: each caller that ends
+// hands the read on, so every other call gets its own answer and messages
+// sent meanwhile all arrive, in order.
+func TestSelfReadHandOffUnderCancellation(t *testing.T) {
+	ms := startCluster(t, "a", "b")
+	a, b := ms[0], ms[1]
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	srv, err := server.Start(ctx, b.n, &echo{casts: make(chan any, 64)})
+	gotptest.Must(t, err)
+	sink, got := sinkOf(t, a.n)
+	const msgs = 2000
+	sent := make(chan struct{})
+	go func() {
+		defer close(sent)
+		for i := range msgs {
+			b.n.Send(sink, i)
+		}
+	}()
+	var wg sync.WaitGroup
+	errs := make(chan error, 16)
+	for g := range 8 {
+		wg.Go(func() {
+			for i := range 150 {
+				switch i % 7 {
+				case 3: // a call that is never answered, ended by its deadline
+					short, c := context.WithTimeout(ctx, time.Duration(1+i%3)*time.Millisecond)
+					_, err := server.Call[string](short, a.n, srv, "hold")
+					c()
+					if !errors.Is(err, context.DeadlineExceeded) {
+						errs <- fmt.Errorf("held call past its deadline: %v", err)
+						return
+					}
+				case 5: // cancelled from another goroutine
+					cctx, c := context.WithCancel(ctx)
+					stop := time.AfterFunc(time.Duration(200+100*(i%4))*time.Microsecond, c)
+					_, err := server.Call[string](cctx, a.n, srv, "hold")
+					stop.Stop()
+					c()
+					if !errors.Is(err, context.Canceled) {
+						errs <- fmt.Errorf("cancelled held call: %v", err)
+						return
+					}
+				default:
+					n := g*1000 + i
+					if v, err := server.Call[int](ctx, a.n, srv, n); err != nil || v != 2*n {
+						errs <- fmt.Errorf("call %d: %v, %v", n, v, err)
+						return
+					}
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	<-sent
+	for i := range msgs {
+		if m := gotptest.RecvWithin(t, 10*time.Second, got); m != i {
+			t.Fatalf("message %d: got %v", i, m)
+		}
+	}
+	// The link still works, and sequential calls read their own replies
+	// again.
+	before := a.c.Stats().SelfReadCalls
+	for i := range 50 {
+		if v, err := server.Call[int](ctx, a.n, srv, i); err != nil || v != 2*i {
+			t.Fatalf("call %d after: %v, %v", i, v, err)
+		}
+	}
+	if a.c.Stats().SelfReadCalls == before {
+		t.Fatal("no call read its own reply after the storm")
 	}
 }
