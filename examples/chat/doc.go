@@ -64,7 +64,10 @@
 //     ERROR slow_consumer line (a WebSocket closes with reason
 //     slow_consumer), and the user goes offline as after QUIT. Its process
 //     never waits for the client: a writer goroutine of the connection's
-//     own does, and only while there is something to write.
+//     own does, and only while there is something to write. Beyond what
+//     the connection holds, the kernel holds at most Config.SendBuffer
+//     (64 KiB, doubled by Linux) in the socket's send buffer, instead of
+//     the megabytes its autotuning gives a client that reads slowly.
 //   - Time: a line or WebSocket message must arrive in full within
 //     Config.ReadTimeout (30 s) of its first byte (ERROR read_timeout); a
 //     client that reads nothing for Config.WriteTimeout (10 s) is

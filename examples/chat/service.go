@@ -92,6 +92,15 @@ type Config struct {
 	// nothing for that long is disconnected. Defaults to
 	// DefaultWriteTimeout.
 	WriteTimeout time.Duration
+	// SendBuffer sets each connection's socket send buffer, in bytes
+	// (SO_SNDBUF; Linux doubles it for its bookkeeping), so that the
+	// outbox's bound, not the kernel's autotuning of the buffer (to 4 MB
+	// on Linux), limits how far the replies to a client that pipelines
+	// commands and reads slowly run ahead of its reading: each reply the
+	// kernel accepts early is work done for nothing the other clients
+	// wait behind. Defaults to DefaultSendBuffer; negative leaves the
+	// kernel's default (autotuned).
+	SendBuffer int
 
 	onConn func(gotp.PID, *conn) // tests: told of every connection process as it starts
 	onSlow func(name string)     // tests: told of every slow consumer as it is cut off, before its last words are queued
@@ -103,6 +112,7 @@ const (
 	DefaultMaxOutput      = 256 << 10
 	DefaultReadTimeout    = 30 * time.Second
 	DefaultWriteTimeout   = 10 * time.Second
+	DefaultSendBuffer     = 64 << 10
 )
 
 // withDefaults returns c with the defaults of its zero fields.
@@ -121,6 +131,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.WriteTimeout <= 0 {
 		c.WriteTimeout = DefaultWriteTimeout
+	}
+	if c.SendBuffer == 0 {
+		c.SendBuffer = DefaultSendBuffer
 	}
 	return c
 }
@@ -305,7 +318,7 @@ func (s *Service) listen() error {
 			},
 		}
 		s.goroutines.Go(func() {
-			if err := s.http.Serve(deadlineListener{ln}); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			if err := s.http.Serve(deadlineListener{Listener: ln, sendBuffer: s.cfg.SendBuffer}); err != nil && !errors.Is(err, http.ErrServerClosed) {
 				s.log.Error("chat: http server", "err", err)
 			}
 		})
@@ -334,6 +347,7 @@ func (s *Service) acceptLoop(ln net.Listener) {
 			continue
 		}
 		backoff = 0
+		setSendBuffer(c, s.cfg.SendBuffer)
 		if !s.admit() {
 			c.SetWriteDeadline(time.Now().Add(time.Second))
 			c.Write(FormatReply(Error{Reason: Unavailable}))
@@ -341,6 +355,14 @@ func (s *Service) acceptLoop(ln net.Listener) {
 			continue
 		}
 		s.startSession(newLineWire(c, s.deadlines()))
+	}
+}
+
+// setSendBuffer sets c's socket send buffer to n bytes, if n is positive
+// and c is a TCP connection.
+func setSendBuffer(c net.Conn, n int) {
+	if tc, ok := c.(*net.TCPConn); ok && n > 0 {
+		tc.SetWriteBuffer(n)
 	}
 }
 

@@ -441,13 +441,18 @@ func (h hijackWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 	return c, brw, err
 }
 
-// deadlineListener wraps every connection it accepts in a deadlineConn.
-type deadlineListener struct{ net.Listener }
+// deadlineListener wraps every connection it accepts in a deadlineConn,
+// after setting its send buffer (see Config.SendBuffer).
+type deadlineListener struct {
+	net.Listener
+	sendBuffer int
+}
 
 func (l deadlineListener) Accept() (net.Conn, error) {
 	c, err := l.Listener.Accept()
 	if err != nil {
 		return nil, err
 	}
+	setSendBuffer(c, l.sendBuffer)
 	return newDeadlineConn(c), nil
 }
