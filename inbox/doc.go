@@ -84,7 +84,8 @@
 // # FIFO groups
 //
 // [PublishOpts.Group] puts a job in a FIFO group ([Columns.Group]; the default
-// schema's fifo_group, version 4), as RustStream's group with fifo does: of the
+// schema's fifo_group from version 4, mapped by [GroupColumns], which every
+// instance of the table must use), as RustStream's group with fifo does: of the
 // jobs of a group, at most one is in work at a time across every instance, and they
 // are taken in id order, which is publish order for publishes that do not overlap.
 // A job stays at the head of its group until it is finished (acked, dropped,

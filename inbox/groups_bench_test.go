@@ -18,9 +18,10 @@ import (
 // BenchmarkDrainGroups times two instances (two Queues on pools of their own)
 // draining a table of the default schema, each subscription with Workers workers:
 //
-//   - plain and fifo100: 8 workers each; the jobs are in no group, or spread
-//     round-robin over 100 FIFO groups (published in that order, as interleaved
-//     producers would).
+//   - plain and fifo100: 8 workers each; a queue with DefaultColumns and jobs in
+//     no group, or a queue with GroupColumns and the jobs spread round-robin
+//     over 100 FIFO groups (published in that order, as interleaved producers
+//     would).
 //   - nolimit and limit40: 32 workers each (64 in all); no limit, or
 //     Limits{Concurrency: 40} across both instances.
 //
@@ -29,7 +30,7 @@ import (
 func BenchmarkDrainGroups(b *testing.B) {
 	cases := []struct {
 		name    string
-		groups  int
+		groups  int // 0: a queue with DefaultColumns; else GroupColumns
 		workers int
 		limits  inbox.Limits
 	}{
@@ -41,13 +42,17 @@ func BenchmarkDrainGroups(b *testing.B) {
 	for _, c := range cases {
 		b.Run("sqlite/"+c.name, func(b *testing.B) {
 			path := filepath.Join(b.TempDir(), "bench.db")
+			cols := inbox.DefaultColumns()
+			if c.groups > 0 {
+				cols = inbox.GroupColumns()
+			}
 			open := func() (*inbox.Queue[msg], any) {
 				db, err := inbox.OpenSQLite(context.Background(), path)
 				if err != nil {
 					b.Fatal(err)
 				}
 				b.Cleanup(func() { db.Close() })
-				q, err := inbox.NewSQLite(db, inbox.Config[msg]{Table: "drain", Logger: quiet()})
+				q, err := inbox.NewSQLite(db, inbox.Config[msg]{Table: "drain", Columns: cols, Logger: quiet()})
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -60,6 +65,10 @@ func BenchmarkDrainGroups(b *testing.B) {
 		b.Run("postgres/"+c.name, func(b *testing.B) {
 			url := pgURL(b)
 			table := fmt.Sprintf("bench_groups_%d_%d", os.Getpid(), benchSeq.Add(1))
+			cols := inbox.DefaultColumns()
+			if c.groups > 0 {
+				cols = inbox.GroupColumns()
+			}
 			open := func() (*inbox.Queue[msg], any) {
 				cfg, err := pgxpool.ParseConfig(url)
 				if err != nil {
@@ -71,7 +80,7 @@ func BenchmarkDrainGroups(b *testing.B) {
 					b.Fatal(err)
 				}
 				b.Cleanup(pool.Close)
-				q, err := inbox.NewPostgres(pool, inbox.Config[msg]{Table: table, Logger: quiet()})
+				q, err := inbox.NewPostgres(pool, inbox.Config[msg]{Table: table, Columns: cols, Logger: quiet()})
 				if err != nil {
 					b.Fatal(err)
 				}

@@ -78,6 +78,17 @@ func (l *groupLog) inOrder(t *testing.T, groups, perGroup int) {
 	}
 }
 
+// groupTable makes the default schema for b's table and returns a queue on it
+// with GroupColumns.
+func groupTable(t *testing.T, b *backend) *inbox.Queue[msg] {
+	t.Helper()
+	q := newQueue(t, b, inbox.Config[msg]{Columns: inbox.GroupColumns()})
+	if err := q.CreateTable(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	return q
+}
+
 // freshBackend is a backend of its own for a subtest, on dialect d.
 func freshBackend(t *testing.T, d inbox.Dialect) *backend {
 	if d == inbox.SQLite {
@@ -103,7 +114,7 @@ func TestFIFOGroupsTwoInstances(t *testing.T) {
 		for _, form := range groupForms(b) {
 			t.Run(form.String(), func(t *testing.T) {
 				b := freshBackend(t, b.dialect)
-				defaultTable(t, b)
+				groupTable(t, b)
 				const groups, perGroup = 6, 12
 				log := newGroupLog(t, groups*perGroup)
 				var mu sync.Mutex
@@ -122,14 +133,14 @@ func TestFIFOGroupsTwoInstances(t *testing.T) {
 					}
 					return nil
 				}
-				pub := newQueue(t, b, inbox.Config[msg]{})
+				pub := newQueue(t, b, inbox.Config[msg]{Columns: inbox.GroupColumns()})
 				for n := range groups * perGroup {
 					if _, err := pub.Publish(t.Context(), msg{N: n}, &inbox.PublishOpts{Group: groupOf(n, groups)}); err != nil {
 						t.Fatal(err)
 					}
 				}
 				for range 2 {
-					start(t, newQueue(t, b, inbox.Config[msg]{}), h, inbox.SubscribeOptions{Workers: 4, Form: form, PollInterval: 20 * time.Millisecond})
+					start(t, newQueue(t, b, inbox.Config[msg]{Columns: inbox.GroupColumns()}), h, inbox.SubscribeOptions{Workers: 4, Form: form, PollInterval: 20 * time.Millisecond})
 				}
 				select {
 				case <-log.all:
@@ -152,8 +163,8 @@ func TestFIFOGroupsCrash(t *testing.T) {
 		for _, form := range groupForms(b) {
 			t.Run(form.String(), func(t *testing.T) {
 				b := freshBackend(t, b.dialect)
-				defaultTable(t, b)
-				pub := newQueue(t, b, inbox.Config[msg]{})
+				groupTable(t, b)
+				pub := newQueue(t, b, inbox.Config[msg]{Columns: inbox.GroupColumns()})
 				// Job 0 (group a) is the one the first instance dies with.
 				for n, g := range []string{"a", "a", "a", "b", "b"} {
 					if _, err := pub.Publish(t.Context(), msg{N: n}, &inbox.PublishOpts{Group: g}); err != nil {
@@ -162,7 +173,7 @@ func TestFIFOGroupsCrash(t *testing.T) {
 				}
 				inWork := make(chan struct{})
 				crashCtx, crash := context.WithCancel(context.Background())
-				dying, err := newQueue(t, b, inbox.Config[msg]{}).Subscribe(func(ctx context.Context, j inbox.Job[msg]) error {
+				dying, err := newQueue(t, b, inbox.Config[msg]{Columns: inbox.GroupColumns()}).Subscribe(func(ctx context.Context, j inbox.Job[msg]) error {
 					close(inWork)
 					<-ctx.Done()
 					return ctx.Err()
@@ -178,7 +189,7 @@ func TestFIFOGroupsCrash(t *testing.T) {
 				var order []int
 				var crashedAt time.Time
 				acked := make(chan struct{}, 5)
-				start(t, newQueue(t, b, inbox.Config[msg]{}), func(ctx context.Context, j inbox.Job[msg]) error {
+				start(t, newQueue(t, b, inbox.Config[msg]{Columns: inbox.GroupColumns()}), func(ctx context.Context, j inbox.Job[msg]) error {
 					mu.Lock()
 					order = append(order, j.Payload.N)
 					if j.Payload.N == 0 && crashedAt.IsZero() {
@@ -225,7 +236,7 @@ func TestFIFOGroupsCrash(t *testing.T) {
 // group waits for it) but lets due jobs of other groups pass.
 func TestFIFOGroupsDelayedRetry(t *testing.T) {
 	eachDB(t, func(t *testing.T, b *backend) {
-		q := defaultTable(t, b)
+		q := groupTable(t, b)
 		for n, g := range []string{"a", "a", "b"} {
 			if _, err := q.Publish(t.Context(), msg{N: n}, &inbox.PublishOpts{Group: g}); err != nil {
 				t.Fatal(err)
@@ -265,12 +276,12 @@ func TestFIFOGroupsDelayedRetry(t *testing.T) {
 // and the rows already published stay as they were.
 func TestGroupColumnMissing(t *testing.T) {
 	eachDB(t, func(t *testing.T, b *backend) {
-		q := defaultTable(t, b)
+		q := groupTable(t, b)
 		if _, err := q.Publish(t.Context(), msg{N: 1}, &inbox.PublishOpts{Group: "a", Partition: "p"}); err != nil {
 			t.Fatal(err)
 		}
 		for _, field := range []string{"Columns.Group", "Columns.Partition"} {
-			cols := inbox.DefaultColumns()
+			cols := inbox.GroupColumns()
 			if field == "Columns.Group" {
 				cols.Group = "no_such_group"
 			} else {
@@ -293,7 +304,6 @@ func TestGroupColumnMissing(t *testing.T) {
 		}
 		// A queue without the columns refuses the publish options.
 		cols := inbox.DefaultColumns()
-		cols.Group, cols.Partition = "", ""
 		plain := newQueue(t, b, inbox.Config[msg]{Columns: cols})
 		var ce *inbox.ConfigError
 		if _, err := plain.Publish(t.Context(), msg{}, &inbox.PublishOpts{Group: "a"}); !errors.As(err, &ce) {
@@ -322,7 +332,7 @@ func TestFIFOGroupsOrderProperty(t *testing.T) {
 	rapid.Check(t, func(rt *rapid.T) {
 		seq++
 		ctx := context.Background()
-		q, err := inbox.NewSQLite(db, inbox.Config[msg]{Table: fmt.Sprintf("prop_%d", seq), Logger: quiet()})
+		q, err := inbox.NewSQLite(db, inbox.Config[msg]{Table: fmt.Sprintf("prop_%d", seq), Columns: inbox.GroupColumns(), Logger: quiet()})
 		if err != nil {
 			rt.Fatal(err)
 		}

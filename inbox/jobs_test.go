@@ -304,7 +304,7 @@ func TestRetryDelayedNeedsClaimedAt(t *testing.T) {
 	b := sqliteBackend(t)
 	defaultTable(t, b)
 	cols := inbox.DefaultColumns()
-	cols.ClaimedAt, cols.Group, cols.Partition = "", "", "" // Group and Partition need ClaimedAt
+	cols.ClaimedAt = ""
 	q := newQueue(t, b, inbox.Config[msg]{Columns: cols})
 	id, err := q.Publish(t.Context(), msg{}, &inbox.PublishOpts{RunAt: time.Now().Add(time.Hour)})
 	if err != nil {

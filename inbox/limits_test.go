@@ -43,8 +43,8 @@ func (g *gauge) leave(k string) {
 // with two instances of 6 workers each under l, and reports the gauge.
 func drainLimited(t *testing.T, b *backend, l inbox.Limits, n int, keyOf func(int) string) *gauge {
 	t.Helper()
-	defaultTable(t, b)
-	pub := newQueue(t, b, inbox.Config[msg]{})
+	groupTable(t, b)
+	pub := newQueue(t, b, inbox.Config[msg]{Columns: inbox.GroupColumns()})
 	for i := range n {
 		if _, err := pub.Publish(t.Context(), msg{N: i}, &inbox.PublishOpts{Partition: keyOf(i)}); err != nil {
 			t.Fatal(err)
@@ -54,7 +54,7 @@ func drainLimited(t *testing.T, b *backend, l inbox.Limits, n int, keyOf func(in
 	var done atomic.Int64
 	all := make(chan struct{})
 	for range 2 {
-		start(t, newQueue(t, b, inbox.Config[msg]{}), func(ctx context.Context, j inbox.Job[msg]) error {
+		start(t, newQueue(t, b, inbox.Config[msg]{Columns: inbox.GroupColumns()}), func(ctx context.Context, j inbox.Job[msg]) error {
 			k := keyOf(j.Payload.N)
 			g.enter(k)
 			time.Sleep(3 * time.Millisecond)
@@ -105,8 +105,8 @@ func TestLimitsPerPartition(t *testing.T) {
 // than a window after the first.
 func TestLimitsRate(t *testing.T) {
 	eachDB(t, func(t *testing.T, b *backend) {
-		defaultTable(t, b)
-		pub := newQueue(t, b, inbox.Config[msg]{})
+		groupTable(t, b)
+		pub := newQueue(t, b, inbox.Config[msg]{Columns: inbox.GroupColumns()})
 		const n, per = 12, 400 * time.Millisecond
 		for i := range n {
 			if _, err := pub.Publish(t.Context(), msg{N: i}, nil); err != nil {
@@ -117,7 +117,7 @@ func TestLimitsRate(t *testing.T) {
 		var starts []time.Time
 		all := make(chan struct{})
 		for range 2 {
-			start(t, newQueue(t, b, inbox.Config[msg]{}), func(ctx context.Context, j inbox.Job[msg]) error {
+			start(t, newQueue(t, b, inbox.Config[msg]{Columns: inbox.GroupColumns()}), func(ctx context.Context, j inbox.Job[msg]) error {
 				mu.Lock()
 				defer mu.Unlock()
 				starts = append(starts, time.Now())
@@ -144,7 +144,7 @@ func TestLimitsRate(t *testing.T) {
 // published after it: the 10 are done while most of the 10,000 still wait.
 func TestLimitsFairness(t *testing.T) {
 	eachDB(t, func(t *testing.T, b *backend) {
-		q := defaultTable(t, b)
+		q := groupTable(t, b)
 		big := make([]msg, 10000)
 		for i := range big {
 			big[i] = msg{N: i}
@@ -189,9 +189,8 @@ func TestLimitsFairness(t *testing.T) {
 // Limits the form or the table cannot enforce are refused at Subscribe.
 func TestLimitsRefused(t *testing.T) {
 	eachDB(t, func(t *testing.T, b *backend) {
-		q := defaultTable(t, b)
+		q := groupTable(t, b)
 		cols := inbox.DefaultColumns()
-		cols.Partition = ""
 		noPart := newQueue(t, b, inbox.Config[msg]{Columns: cols})
 		h := func(context.Context, inbox.Job[msg]) error { return nil }
 		cases := []struct {

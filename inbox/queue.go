@@ -76,8 +76,20 @@ func DefaultColumns() Columns {
 		Priority: "priority", Attempts: "attempts", ClaimedAt: "claimed_at",
 		LastError: "last_error", DeadAt: "dead_at", CancelledAt: "cancelled_at", CreatedAt: "created_at",
 		UniqueKey: "unique_key", UniqueStates: "unique_states",
-		Group: "fifo_group", Partition: "partition_key",
 	}
+}
+
+// GroupColumns are DefaultColumns with the default schema's FIFO group and
+// partition columns (fifo_group, partition_key; version 4) mapped too: a queue
+// that publishes with PublishOpts.Group or Partition, or subscribes with fair or
+// per-partition Limits, uses them. They are opt-in because a claim on a table
+// with a Group column pays for the group's rule (about a quarter of a SQLite
+// drain's throughput, measured in BenchmarkDrainGroups). Every instance sharing a
+// table that has groups must map Group, or it ignores the groups' order.
+func GroupColumns() Columns {
+	c := DefaultColumns()
+	c.Group, c.Partition = "fifo_group", "partition_key"
+	return c
 }
 
 // Clock says where "now" comes from when claiming, delaying and leasing.
@@ -330,9 +342,9 @@ func (q *Queue[T]) order() string {
 // CreateTable creates the default schema for this queue's table at SchemaVersion, with
 // its claim index on (priority, locked_until, id), or upgrades a table made by an
 // earlier release in place: it is Migrate on the queue's database. It needs
-// DefaultColumns.
+// DefaultColumns or GroupColumns.
 func (q *Queue[T]) CreateTable(ctx context.Context) error {
-	if q.c != DefaultColumns() {
+	if q.c != DefaultColumns() && q.c != GroupColumns() {
 		return &ConfigError{Field: "Columns", Reason: "CreateTable makes the default schema only"}
 	}
 	var db any = q.pool

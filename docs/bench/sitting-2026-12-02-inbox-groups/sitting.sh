@@ -39,7 +39,7 @@ run)
   done
   uptime >> "$OUT/sitting.txt"
   date -u +"end %F %T UTC" >> "$OUT/sitting.txt"
-  python3 "$(dirname "$0")/summary.py" "$OUT" | tee "$OUT/summary.txt"
+  python3 "$ROOT/docs/bench/sitting-2026-12-02-inbox-groups/summary.py" "$OUT" | tee "$OUT/summary.txt"
   ;;
 *) echo "usage: $0 build|run" >&2; exit 2 ;;
 esac
