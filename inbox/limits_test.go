@@ -186,7 +186,10 @@ func TestLimitsFairness(t *testing.T) {
 	})
 }
 
-// Limits the form or the table cannot enforce are refused at Subscribe.
+// Limits the form or the table cannot enforce are refused at Subscribe: negative
+// limits, a Rate without Per, PerPartition or Fair without a Partition column, and
+// any limit in the lock forms (RowLock, AdvisoryLock), whose rows in work other
+// instances cannot count.
 func TestLimitsRefused(t *testing.T) {
 	eachDB(t, func(t *testing.T, b *backend) {
 		q := groupTable(t, b)
@@ -206,7 +209,10 @@ func TestLimitsRefused(t *testing.T) {
 			cases = append(cases, struct {
 				q *inbox.Queue[msg]
 				o inbox.SubscribeOptions
-			}{q, inbox.SubscribeOptions{Form: inbox.RowLock, Limits: inbox.Limits{Concurrency: 3}}})
+			}{q, inbox.SubscribeOptions{Form: inbox.RowLock, Limits: inbox.Limits{Concurrency: 3}}}, struct {
+				q *inbox.Queue[msg]
+				o inbox.SubscribeOptions
+			}{q, inbox.SubscribeOptions{Form: inbox.AdvisoryLock, Limits: inbox.Limits{PerPartition: 2}}})
 		}
 		for i, c := range cases {
 			_, err := c.q.Subscribe(h, c.o)
