@@ -14,7 +14,8 @@
 #   /work/bin/cpu-exclusive docs/bench/sitting-2026-12-02-inbox-groups/sitting.sh run
 # POSTGRES_TEST_URL names the database.
 set -e
-ROOT=$(cd "$(dirname "$0")/../../.." && pwd)
+HERE=$(cd "$(dirname "$0")" && pwd)
+ROOT=$(cd "$HERE/../../.." && pwd)
 OUT=${OUT:-/tmp/i23a/sitting}
 BEFORE=${BEFORE:-f2fb55d}
 export INBOX_BENCH_JOBS=${INBOX_BENCH_JOBS:-10000}
