@@ -140,9 +140,10 @@ func (q *Queue[T]) pickSQL(s *stmt[T], l Limits, at time.Time, now, extra, limit
 		// and claim order.
 		cand = "SELECT " + cols + " FROM " + q.table + " AS r WHERE " + where
 	}
-	count := "(SELECT count(*) FROM " + q.table + " AS w WHERE w." + pk + " = c." + pk + " AND " + q.inWork("w", now) + ")"
-	turn := "row_number() OVER (PARTITION BY c." + pk + " ORDER BY " + q.orderOf("c") + ") + COALESCE(" + count + ", 0)"
-	ranked := "SELECT c.*, " + turn + " AS turn FROM (" + cand + ") c"
+	// Each key's jobs in work are counted once, from the rows in work alone.
+	busy := "SELECT w." + pk + " AS k, count(*) AS n FROM " + q.table + " AS w WHERE " + q.inWork("w", now) + " GROUP BY w." + pk
+	turn := "row_number() OVER (PARTITION BY c." + pk + " ORDER BY " + q.orderOf("c") + ") + COALESCE(b.n, 0)"
+	ranked := "SELECT c.*, " + turn + " AS turn FROM (" + cand + ") c LEFT JOIN (" + busy + ") b ON b.k = c." + pk
 	cap := ""
 	if l.PerPartition > 0 {
 		cap = " WHERE x.turn <= " + strconv.Itoa(l.PerPartition) + " OR x." + pk + " IS NULL"
