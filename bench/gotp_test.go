@@ -42,6 +42,11 @@ func newGotpTuned(b *testing.B, db string) system {
 	return mkGotp(b, db, gotpOpts{prefetch: 16, async: db == "postgres"})
 }
 
+// newGotpPrefetch is the defaults plus Prefetch of 16 (synchronous commits).
+func newGotpPrefetch(b *testing.B, db string) system { return mkGotp(b, db, gotpOpts{prefetch: 16}) }
+
+func newGotpPrefetch8(b *testing.B, db string) system { return mkGotp(b, db, gotpOpts{prefetch: 8}) }
+
 // newGotpAsync is the defaults plus AsyncCommit (Postgres).
 func newGotpAsync(b *testing.B, db string) system { return mkGotp(b, db, gotpOpts{async: true}) }
 

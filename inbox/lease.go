@@ -119,8 +119,9 @@ type ackResult struct {
 
 // settlement is a worker's verdict on one attempt, for the loop to write.
 type settlement struct {
-	j *leased
-	d decision
+	j   *leased
+	d   decision
+	dur time.Duration // how long the handler ran (0: it did not)
 	// written and lost record a Postgres settlement already written by an earlier
 	// try of a cycle that then failed, so that a retry does not write it twice.
 	written, lost bool
@@ -158,6 +159,35 @@ type lane struct {
 	settleCh chan settlement
 
 	nextCancelCheck time.Time // when checkCancels next looks for cancelled jobs
+
+	// The loop's average of its handlers' durations (adaptive prefetch).
+	avg     time.Duration
+	samples int
+}
+
+// limit is how many rows the lane may have leased at once: workers plus prefetch,
+// or, with the default prefetch, workers alone until 8 handlers have run and while
+// their average duration is PrefetchBelow or more.
+func (s *Subscription[T]) limit(l *lane) int {
+	if !s.adaptive || (l.samples >= 8 && l.avg < PrefetchBelow) {
+		return l.max
+	}
+	return l.n
+}
+
+// note adds the durations of a batch's handlers to the lane's average.
+func (l *lane) note(batch []settlement) {
+	for _, st := range batch {
+		if st.dur <= 0 {
+			continue
+		}
+		if l.samples == 0 {
+			l.avg = st.dur
+		} else {
+			l.avg += (st.dur - l.avg) / 8
+		}
+		l.samples++
+	}
 }
 
 // leaseWorker handles jobs that its lane's loop dispatches until the loop closes l.jobs.
@@ -186,7 +216,9 @@ func (s *Subscription[T]) leaseWorker(l *lane) {
 			l.settleCh <- settlement{j: j, d: d}
 			continue
 		}
+		began := time.Now()
 		err := s.run(j.ctx, j.id, j.attempt, j.payload, j.meta)
+		dur := max(time.Since(began), 1)
 		j.finish()
 		if s.ctx.Err() != nil {
 			continue // as in a crash: nothing is written; the lease expires
@@ -200,7 +232,7 @@ func (s *Subscription[T]) leaseWorker(l *lane) {
 		case err != nil && context.Cause(s.workCtx) == errRelease:
 			d = decision{out: Released, err: err}
 		}
-		l.settleCh <- settlement{j: j, d: d} // never blocks: capacity l.max
+		l.settleCh <- settlement{j: j, d: d, dur: dur} // never blocks: capacity l.max
 	}
 }
 
@@ -210,7 +242,7 @@ func (s *Subscription[T]) leaseWorker(l *lane) {
 // when stopped with nothing in flight, or when s.ctx ends.
 func (s *Subscription[T]) leaseLoop(l *lane) {
 	ctx := s.ctx
-	n := l.max
+	n := s.limit(l)
 	inflight := make(map[int64]*leased, n)
 	defer func() {
 		if len(inflight) > 0 {
@@ -264,6 +296,7 @@ func (s *Subscription[T]) leaseLoop(l *lane) {
 		}
 		batch = append(batch[:0], exhausted...)
 		exhausted = exhausted[:0]
+		n = s.limit(l)
 		if len(batch) == 0 && (stopping || !canClaim || len(inflight) >= n) {
 			select {
 			case st := <-l.settleCh:
@@ -343,6 +376,8 @@ func (s *Subscription[T]) leaseLoop(l *lane) {
 				}
 			}
 		}
+		l.note(batch)
+		n = s.limit(l)
 		s.checkCancels(l, inflight)
 		s.extendDue(inflight)
 		want := 0

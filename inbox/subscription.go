@@ -51,6 +51,13 @@ const (
 	DefaultPollInterval = time.Second
 	DefaultMaxAttempts  = 25
 	DefaultClaimers     = 1
+	// DefaultPrefetch is the default Prefetch per worker of the lease form.
+	DefaultPrefetch = 2
+	// NoPrefetch, as SubscribeOptions.Prefetch, claims for free workers only.
+	NoPrefetch = -1
+	// PrefetchBelow is the average handler duration under which the default
+	// Prefetch is used.
+	PrefetchBelow = 10 * time.Millisecond
 )
 
 // SubscribeOptions configure a Subscription. The zero value is valid.
@@ -83,9 +90,18 @@ type SubscribeOptions struct {
 	// most Workers and pool size - 1. SQLite has one writer: always one claimer.
 	Claimers int
 	// Prefetch (lease form) lets the subscription lease up to this many rows beyond
-	// its free workers, so that a claim statement takes more rows at once; they wait
-	// leased, not in work, and are released at once (attempt uncounted) by Stop.
-	// Defaults to 0: only free workers are claimed for, as RustStream's inbox does.
+	// its free workers, so that a claim statement takes more rows at once and
+	// workers find the next job waiting when they finish; prefetched rows wait
+	// leased (their lease extended, their attempt counted), not in work, and are
+	// released at once (attempt uncounted) by Stop. Every ack is still committed
+	// before it is reported. 0 means the default: 2 × Workers (DefaultPrefetch)
+	// while handlers are fast (the average of the last settled attempts, once 8
+	// have run, under PrefetchBelow), so that slow or stuck handlers do not hold
+	// rows other instances could run; none with Limits (a prefetched row would
+	// hold a slot of the limit without running). NoPrefetch claims for free workers
+	// only, as RustStream's inbox does; other negative values are refused. A value
+	// set applies whatever the handlers' speed. Within one claim, rows start in
+	// the order the database returns them, not by priority.
 	Prefetch int
 	// AsyncCommit (Postgres, lease form) commits each claim-and-ack statement without
 	// waiting for its WAL flush (SET LOCAL synchronous_commit = off): a cycle costs no
@@ -142,6 +158,9 @@ type Subscription[T any] struct {
 	q *Queue[T]
 	h Handler[T]
 	o SubscribeOptions
+	// adaptive: Prefetch is the default, used only while handlers are fast (see
+	// Subscription.limit).
+	adaptive bool
 
 	w         *waker
 	conns     chan struct{} // one token per connection the subscription may hold
@@ -179,6 +198,7 @@ func (q *Queue[T]) Subscribe(h Handler[T], o SubscribeOptions) (*Subscription[T]
 	if o.Workers < 0 {
 		return nil, &ConfigError{Field: "Workers", Reason: "negative"}
 	}
+	adaptive := false
 	if o.Lease == 0 {
 		o.Lease = DefaultLease
 	}
@@ -197,8 +217,14 @@ func (q *Queue[T]) Subscribe(h Handler[T], o SubscribeOptions) (*Subscription[T]
 	if o.Claimers == 0 {
 		o.Claimers = DefaultClaimers
 	}
-	if o.Prefetch < 0 {
-		return nil, &ConfigError{Field: "Prefetch", Reason: "negative"}
+	switch {
+	case o.Prefetch == NoPrefetch:
+		o.Prefetch = 0
+	case o.Prefetch < 0:
+		return nil, &ConfigError{Field: "Prefetch", Reason: "negative (NoPrefetch is -1)"}
+	case o.Prefetch == 0 && o.Form == Lease && o.Limits == (Limits{}):
+		o.Prefetch = DefaultPrefetch * o.Workers
+		adaptive = true
 	}
 	if o.Claimers < 0 {
 		return nil, &ConfigError{Field: "Claimers", Reason: "negative"}
@@ -222,7 +248,7 @@ func (q *Queue[T]) Subscribe(h Handler[T], o SubscribeOptions) (*Subscription[T]
 		return nil, err
 	}
 	s := &Subscription[T]{
-		q: q, h: h, o: o,
+		q: q, h: h, o: o, adaptive: adaptive,
 		w:         &waker{},
 		stopClaim: make(chan struct{}),
 		done:      make(chan struct{}),
