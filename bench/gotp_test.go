@@ -28,8 +28,8 @@ type gotpSys struct {
 	closes  []func()
 }
 
-// newGotp is gotp's inbox with its defaults (lease form, no prefetch, synchronous
-// commits) and the workload's workers.
+// newGotp is gotp's inbox with its defaults (lease form, prefetch of 2 x Workers
+// while handlers are fast, synchronous commits) and the workload's workers.
 func newGotp(b *testing.B, db string) system { return mkGotp(b, db, gotpOpts{}) }
 
 // newGotpNotify adds Config.ListenNotify: publisher and subscriber are separate Queues
@@ -42,10 +42,10 @@ func newGotpTuned(b *testing.B, db string) system {
 	return mkGotp(b, db, gotpOpts{prefetch: 16, async: db == "postgres"})
 }
 
-// newGotpPrefetch is the defaults plus Prefetch of 16 (synchronous commits).
-func newGotpPrefetch(b *testing.B, db string) system { return mkGotp(b, db, gotpOpts{prefetch: 16}) }
-
-func newGotpPrefetch8(b *testing.B, db string) system { return mkGotp(b, db, gotpOpts{prefetch: 8}) }
+// newGotpNoPrefetch is the defaults before sitting K: no prefetch (inbox.NoPrefetch).
+func newGotpNoPrefetch(b *testing.B, db string) system {
+	return mkGotp(b, db, gotpOpts{prefetch: inbox.NoPrefetch})
+}
 
 // newGotpAsync is the defaults plus AsyncCommit (Postgres).
 func newGotpAsync(b *testing.B, db string) system { return mkGotp(b, db, gotpOpts{async: true}) }
