@@ -2,8 +2,11 @@
 // each with many workers, share with the database as their only coordinator: SQLite
 // (modernc.org/sqlite) as the embedded default, Postgres (pgx) to scale out. It
 // follows RustStream's SQL broker (ruststream-sqlx): its claim forms, wake-up and
-// clocks; SubscribeOptions.Prefetch and AsyncCommit, both off by default, go beyond
-// its claim of one row per free worker and its flush-durable claims.
+// clocks. Two things go beyond its claim of one row per free worker: the lease
+// form prefetches up to 2 × Workers more rows while its handlers are fast
+// (SubscribeOptions.Prefetch; NoPrefetch turns it off), every ack still committed
+// before it is reported; and SubscribeOptions.AsyncCommit, off by default, gives
+// up its flush-durable claims and acks for speed.
 //
 //	db, _ := inbox.OpenSQLite(ctx, "jobs.db")
 //	q, _ := inbox.NewSQLite(db, inbox.Config[Invoice]{Table: "invoice_jobs"})
