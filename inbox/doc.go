@@ -3,7 +3,7 @@
 // (modernc.org/sqlite) as the embedded default, Postgres (pgx) to scale out. It
 // follows RustStream's SQL broker (ruststream-sqlx): its claim forms, wake-up and
 // clocks. Two things go beyond its claim of one row per free worker: the lease
-// form prefetches up to 2 × Workers more rows while its handlers are fast
+// form prefetches up to 4 × Workers more rows while its handlers are fast
 // (SubscribeOptions.Prefetch; NoPrefetch turns it off), every ack still committed
 // before it is reported; and SubscribeOptions.AsyncCommit, off by default, gives
 // up its flush-durable claims and acks for speed.
@@ -141,6 +141,16 @@
 // [Queue.Prune] deletes processed rows, dead letters and cancelled jobs older than
 // their [Retention], in statements of at most 1000 rows; run it from time to time
 // (a Periodic job will do).
+//
+// # Batches
+//
+// [Queue.SubscribeBatch] hands a [BatchHandler] up to n jobs at once (RustStream's
+// batch(n)); it returns nil to ack them all, [BatchErrors] to settle each on its
+// own, or a failure (or panics) to fail every job's attempt. In the lease form each
+// job settles on its own, fenced by its own lease; in the RowLock form the batch's
+// settlements commit together in the transaction holding its rows, and a failure
+// of one job rolls them back: every job counts a failed attempt with a
+// [*BatchFailedError]. The AdvisoryLock form takes no batches.
 //
 // # Rescue
 //

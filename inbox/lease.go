@@ -154,8 +154,10 @@ func pending(batch []settlement) bool {
 // lane (one writer); Postgres has Claimers lanes, whose claims run concurrently.
 type lane struct {
 	n        int // workers
-	max      int // rows leased at once: workers plus prefetch
+	work     int // rows in work at once: workers, times the batch size of a batch subscription
+	max      int // rows leased at once: work plus prefetch
 	jobs     chan *leased
+	chunks   chan []*leased // a batch subscription's batches, instead of jobs
 	settleCh chan settlement
 
 	nextCancelCheck time.Time // when checkCancels next looks for cancelled jobs
@@ -172,7 +174,7 @@ func (s *Subscription[T]) limit(l *lane) int {
 	if !s.adaptive || (l.samples >= 8 && l.avg < PrefetchBelow) {
 		return l.max
 	}
-	return l.n
+	return l.work
 }
 
 // note adds the durations of a batch's handlers to the lane's average.
@@ -371,6 +373,11 @@ func (s *Subscription[T]) leaseLoop(l *lane) {
 				case j := <-l.jobs:
 					j.finish()
 					batch = append(batch, settlement{j: j, d: decision{out: Released}})
+				case js := <-l.chunks:
+					for _, j := range js {
+						j.finish()
+						batch = append(batch, settlement{j: j, d: decision{out: Released}})
+					}
 				default:
 					break undispatch
 				}
@@ -426,6 +433,7 @@ func (s *Subscription[T]) leaseLoop(l *lane) {
 		if len(got) > 0 {
 			s.expire(got, got[0].fence, true)
 		}
+		var chunk []*leased
 		for _, j := range got {
 			inflight[j.id] = j
 			if err := s.exhausted(j.id, j.attempt); err != nil {
@@ -433,7 +441,17 @@ func (s *Subscription[T]) leaseLoop(l *lane) {
 				exhausted = append(exhausted, settlement{j: j, d: decision{out: DeadLettered, err: err}})
 				continue
 			}
-			l.jobs <- j // never blocks: at most l.max in flight
+			if s.bh == nil {
+				l.jobs <- j // never blocks: at most l.max in flight
+				continue
+			}
+			if chunk = append(chunk, j); len(chunk) == s.batch {
+				l.chunks <- chunk // never blocks either
+				chunk = nil
+			}
+		}
+		if len(chunk) > 0 {
+			l.chunks <- chunk
 		}
 		if want > 0 && len(got) < want {
 			canClaim = false

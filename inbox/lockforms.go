@@ -34,9 +34,12 @@ func (s *Subscription[T]) lockWorker() {
 		woken := s.w.wait()
 		var found bool
 		var err error
-		if s.o.Form == RowLock {
+		switch {
+		case s.bh != nil:
+			found, err = s.rowBatchOnce()
+		case s.o.Form == RowLock:
 			found, err = s.rowLockOnce()
-		} else {
+		default:
 			found, err = s.advisoryOnce()
 		}
 		<-s.conns
@@ -89,7 +92,7 @@ func (s *Subscription[T]) rowLockOnce() (found bool, err error) {
 		conn.Release()
 	}()
 	now := q.now()
-	sql, args := q.rowClaimSQL(now, s.o.Lease)
+	sql, args := q.rowClaimSQL(now, s.o.Lease, 1)
 	var (
 		id       int64
 		a        int64

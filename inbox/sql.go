@@ -314,15 +314,20 @@ func (q *Queue[T]) pgAckClaimSQL(l Limits, ids []int64, fences []time.Time, dead
 	return sql, s.args
 }
 
-// rowClaimSQL (row-lock form) takes one claimable row in a statement that commits
+// rowClaimSQL (row-lock form) takes one claimable row (up to limit, for a batch
+// subscription) in a statement that commits
 // on its own: it writes a lock deadline rescue from now (how long the row stays in
 // work if its holder vanishes), counts the attempt, and returns id, attempts,
 // payload and the deadline written. The row lock is taken next (rowHoldSQL).
-func (q *Queue[T]) rowClaimSQL(now time.Time, rescue time.Duration) (string, []any) {
+func (q *Queue[T]) rowClaimSQL(now time.Time, rescue time.Duration, limit int) (string, []any) {
 	s := &stmt[T]{q: q}
 	n := s.now(now)
 	set := append([]string{col(q.c.LockedUntil) + " = " + s.after(now, rescue)}, q.claimSet(s, n)...)
-	return "UPDATE " + q.table + " SET " + strings.Join(set, ", ") + " WHERE " + col(q.c.ID) + " = (" + q.pickSQL(s, Limits{}, now, n, "", "1", true) + ")" +
+	where := " = ("
+	if limit > 1 {
+		where = " IN (" // a batch (SubscribeBatch): up to limit rows
+	}
+	return "UPDATE " + q.table + " SET " + strings.Join(set, ", ") + " WHERE " + col(q.c.ID) + where + q.pickSQL(s, Limits{}, now, n, "", strconv.Itoa(max(limit, 1)), true) + ")" +
 		" RETURNING " + col(q.c.ID) + ", " + q.attemptsCol() + ", " + col(q.c.Payload) + ", " + col(q.c.LockedUntil) + q.metaCols(), s.args
 }
 

@@ -52,7 +52,7 @@ const (
 	DefaultMaxAttempts  = 25
 	DefaultClaimers     = 1
 	// DefaultPrefetch is the default Prefetch per worker of the lease form.
-	DefaultPrefetch = 2
+	DefaultPrefetch = 4
 	// NoPrefetch, as SubscribeOptions.Prefetch, claims for free workers only.
 	NoPrefetch = -1
 	// PrefetchBelow is the average handler duration under which the default
@@ -94,7 +94,7 @@ type SubscribeOptions struct {
 	// workers find the next job waiting when they finish; prefetched rows wait
 	// leased (their lease extended, their attempt counted), not in work, and are
 	// released at once (attempt uncounted) by Stop. Every ack is still committed
-	// before it is reported. 0 means the default: 2 × Workers (DefaultPrefetch)
+	// before it is reported. 0 means the default: 4 × Workers (DefaultPrefetch)
 	// while handlers are fast (the average of the last settled attempts, once 8
 	// have run, under PrefetchBelow), so that slow or stuck handlers do not hold
 	// rows other instances could run; none with Limits (a prefetched row would
@@ -158,6 +158,10 @@ type Subscription[T any] struct {
 	q *Queue[T]
 	h Handler[T]
 	o SubscribeOptions
+	// bh is the handler of a SubscribeBatch subscription (h is nil then), which
+	// claims up to batch rows per call; batch is 1 otherwise.
+	bh    BatchHandler[T]
+	batch int
 	// adaptive: Prefetch is the default, used only while handlers are fast (see
 	// Subscription.limit).
 	adaptive bool
@@ -192,6 +196,10 @@ func (q *Queue[T]) Subscribe(h Handler[T], o SubscribeOptions) (*Subscription[T]
 	if h == nil {
 		return nil, &ConfigError{Field: "handler", Reason: "nil"}
 	}
+	return q.subscribe(h, nil, 1, o)
+}
+
+func (q *Queue[T]) subscribe(h Handler[T], bh BatchHandler[T], batch int, o SubscribeOptions) (*Subscription[T], error) {
 	if o.Workers == 0 {
 		o.Workers = 1
 	}
@@ -248,7 +256,7 @@ func (q *Queue[T]) Subscribe(h Handler[T], o SubscribeOptions) (*Subscription[T]
 		return nil, err
 	}
 	s := &Subscription[T]{
-		q: q, h: h, o: o, adaptive: adaptive,
+		q: q, h: h, o: o, adaptive: adaptive, bh: bh, batch: batch,
 		w:         &waker{},
 		stopClaim: make(chan struct{}),
 		done:      make(chan struct{}),
@@ -346,15 +354,22 @@ func (s *Subscription[T]) launch(ctx context.Context) bool {
 			if i < s.o.Workers%lanes {
 				l.n++
 			}
-			l.max = l.n + s.o.Prefetch/lanes
+			l.work = l.n * max(s.batch, 1)
+			l.max = l.work + s.o.Prefetch/lanes
 			l.jobs = make(chan *leased, l.max)
+			l.chunks = make(chan []*leased, l.max)
 			l.settleCh = make(chan settlement, l.max)
 			for range l.n {
-				wg.Go(func() { s.leaseWorker(l) })
+				if s.bh != nil {
+					wg.Go(func() { s.leaseBatchWorker(l) })
+				} else {
+					wg.Go(func() { s.leaseWorker(l) })
+				}
 			}
 			wg.Go(func() {
 				s.leaseLoop(l)
 				close(l.jobs)
+				close(l.chunks)
 			})
 		}
 	} else {
@@ -465,7 +480,7 @@ func (s *Subscription[T]) check(ctx context.Context) error {
 		}
 	case RowLock, AdvisoryLock:
 		if s.o.Form == RowLock {
-			add(q.rowClaimSQL(now, s.o.Lease))
+			add(q.rowClaimSQL(now, s.o.Lease, s.batch))
 			add(q.rowHoldSQL(0, now))
 			add(q.rowFreeSQL(0, now, now))
 		} else {

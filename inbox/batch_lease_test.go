@@ -1,0 +1,146 @@
+package inbox_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/gotp/gotp/gotptest"
+	"github.com/gotp/gotp/inbox"
+)
+
+// startBatch starts a batch subscription and stops it at cleanup.
+func startBatch(t *testing.T, q *inbox.Queue[msg], h inbox.BatchHandler[msg], n int, o inbox.SubscribeOptions) *inbox.Subscription[msg] {
+	t.Helper()
+	s, err := q.SubscribeBatch(h, n, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := s.Stop(ctx); err != nil {
+			t.Errorf("Stop: %v", err)
+		}
+	})
+	return s
+}
+
+// TestBatchLeaseSettlesEachJob: in the lease form a batch handler gets up to n
+// jobs at once, and each job settles on its own as its BatchErrors entry says:
+// acks are acked once, dead letters dead, nothing lost.
+func TestBatchLeaseSettlesEachJob(t *testing.T) {
+	eachDB(t, func(t *testing.T, b *backend) {
+		q := defaultTable(t, b)
+		const jobs = 200
+		batch := make([]msg, jobs)
+		for i := range batch {
+			batch[i] = msg{N: i}
+		}
+		if err := q.PublishBatch(t.Context(), batch, nil); err != nil {
+			t.Fatal(err)
+		}
+		var mu sync.Mutex
+		handled := map[int]int{}
+		largest := 0
+		done := newTally(jobs)
+		startBatch(t, q, func(ctx context.Context, js []inbox.Job[msg]) error {
+			errs := make(inbox.BatchErrors, len(js))
+			mu.Lock()
+			largest = max(largest, len(js))
+			for i, j := range js {
+				handled[j.Payload.N]++
+				if j.Payload.N%10 == 3 {
+					errs[i] = inbox.DeadLetter(errors.New("bad job"))
+				}
+			}
+			mu.Unlock()
+			for _, j := range js {
+				done.add(j.Payload.N)
+			}
+			return errs
+		}, 16, inbox.SubscribeOptions{Workers: 2, PollInterval: 20 * time.Millisecond})
+		done.wait(t, 30*time.Second)
+		gotptest.Eventually(t, "every job settled", func() bool {
+			st, err := q.Stats(t.Context())
+			return err == nil && st.Dead == jobs/10 && st.Ready+st.InWork+st.Delayed == 0
+		})
+		mu.Lock()
+		defer mu.Unlock()
+		for i := range jobs {
+			if handled[i] != 1 {
+				t.Errorf("job %d handled %d times", i, handled[i])
+			}
+		}
+		if largest > 16 || largest < 2 {
+			t.Errorf("largest batch %d; want 2..16", largest)
+		}
+		dead, err := q.DeadLetters(t.Context(), jobs)
+		if err != nil || len(dead) != jobs/10 || !strings.Contains(dead[0].LastError, "bad job") {
+			t.Fatalf("dead letters %d, %v", len(dead), err)
+		}
+	})
+}
+
+// TestBatchLeasePanics: a batch handler that panics fails the attempt of every
+// job of its batch; each is retried and dead-lettered at MaxAttempts with the
+// *PanicError as its last error. Nothing is lost and nothing loops.
+func TestBatchLeasePanics(t *testing.T) {
+	eachDB(t, func(t *testing.T, b *backend) {
+		q := defaultTable(t, b)
+		const jobs = 40
+		batch := make([]msg, jobs)
+		for i := range batch {
+			batch[i] = msg{N: i}
+		}
+		if err := q.PublishBatch(t.Context(), batch, nil); err != nil {
+			t.Fatal(err)
+		}
+		var runs atomic.Int64
+		startBatch(t, q, func(ctx context.Context, js []inbox.Job[msg]) error {
+			runs.Add(int64(len(js)))
+			panic("batch handler bug")
+		}, 16, inbox.SubscribeOptions{Workers: 2, MaxAttempts: 3, PollInterval: 20 * time.Millisecond,
+			Backoff: func(int) time.Duration { return 0 }})
+		gotptest.Eventually(t, "every job dead-lettered", func() bool {
+			st, err := q.Stats(t.Context())
+			return err == nil && st.Dead == jobs && st.Ready+st.InWork+st.Delayed == 0
+		})
+		if n := runs.Load(); n != 3*jobs {
+			t.Errorf("%d job runs; want MaxAttempts × %d = %d", n, jobs, 3*jobs)
+		}
+		dead, err := q.DeadLetters(t.Context(), jobs)
+		if err != nil || len(dead) != jobs {
+			t.Fatalf("dead letters %d, %v", len(dead), err)
+		}
+		for _, d := range dead {
+			if d.Attempts != 3 || !strings.Contains(d.LastError, "batch handler bug") {
+				t.Fatalf("dead letter %+v; want 3 attempts and the panic", d)
+			}
+		}
+	})
+}
+
+// TestSubscribeBatchRefuses: a batch of fewer than one job, a nil handler and the
+// advisory lock form are refused with typed errors.
+func TestSubscribeBatchRefuses(t *testing.T) {
+	b := sqliteBackend(t)
+	q := defaultTable(t, b)
+	h := func(context.Context, []inbox.Job[msg]) error { return nil }
+	if _, err := q.SubscribeBatch(h, 0, inbox.SubscribeOptions{}); !errors.As(err, new(*inbox.ConfigError)) {
+		t.Errorf("size 0: %v; want a *ConfigError", err)
+	}
+	if _, err := q.SubscribeBatch(nil, 4, inbox.SubscribeOptions{}); !errors.As(err, new(*inbox.ConfigError)) {
+		t.Errorf("nil handler: %v; want a *ConfigError", err)
+	}
+	if _, err := q.SubscribeBatch(h, 4, inbox.SubscribeOptions{Form: inbox.AdvisoryLock}); !errors.As(err, new(*inbox.FormError)) {
+		t.Errorf("advisory form: %v; want a *FormError", err)
+	}
+}
