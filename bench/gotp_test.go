@@ -53,7 +53,11 @@ func newGotpAsync(b *testing.B, db string) system { return mkGotp(b, db, gotpOpt
 type gotpOpts struct {
 	notify, async bool
 	prefetch      int
+	batch         int // SubscribeBatch with batches of this many jobs
 }
+
+// newGotpBatch16 is the defaults with SubscribeBatch, 16 jobs a batch.
+func newGotpBatch16(b *testing.B, db string) system { return mkGotp(b, db, gotpOpts{batch: 16}) }
 
 func mkGotp(b *testing.B, db string, o gotpOpts) system {
 	s := &gotpSys{b: b, db: db, table: uniq("gotp_jobs"), notify: o.notify, o: o}
@@ -125,10 +129,22 @@ func (s *gotpSys) startInstance(ctx context.Context, workers int, fn func(int)) 
 		q = s.queue()
 	}
 	s.started++
-	sub, err := q.Subscribe(func(ctx context.Context, j inbox.Job[job]) error {
-		fn(j.Payload.N)
-		return nil
-	}, inbox.SubscribeOptions{Workers: workers, Prefetch: s.o.prefetch, AsyncCommit: s.o.async})
+	o := inbox.SubscribeOptions{Workers: workers, Prefetch: s.o.prefetch, AsyncCommit: s.o.async}
+	var sub *inbox.Subscription[job]
+	var err error
+	if s.o.batch > 0 {
+		sub, err = q.SubscribeBatch(func(ctx context.Context, js []inbox.Job[job]) error {
+			for _, j := range js {
+				fn(j.Payload.N)
+			}
+			return nil
+		}, s.o.batch, o)
+	} else {
+		sub, err = q.Subscribe(func(ctx context.Context, j inbox.Job[job]) error {
+			fn(j.Payload.N)
+			return nil
+		}, o)
+	}
 	if err != nil {
 		return nil, err
 	}

@@ -241,7 +241,7 @@ func BenchmarkQ1BatchPublish(b *testing.B) {
 
 func BenchmarkQ2Drain(b *testing.B) {
 	for _, db := range dbs {
-		for _, v := range []variant{{"gotp", newGotp}, {"gotp-tuned", newGotpTuned}, {"gotp-noprefetch", newGotpNoPrefetch}, {"river-tuned", riverTuned}, {"river-tuned-100w", riverTuned100}, {"river-default", riverDefault}} {
+		for _, v := range []variant{{"gotp", newGotp}, {"gotp-tuned", newGotpTuned}, {"gotp-noprefetch", newGotpNoPrefetch}, {"gotp-batch16", newGotpBatch16}, {"river-tuned", riverTuned}, {"river-tuned-100w", riverTuned100}, {"river-default", riverDefault}} {
 			b.Run("db="+db+"/sys="+v.name, func(b *testing.B) { runQ2(b, v.mk, db, q2JobsFor(v.name)) })
 		}
 	}
