@@ -16,7 +16,9 @@ def beam(path):
     out = {}
     for line in open(path):
         parts = line.split()
-        if not parts or parts[0].startswith("#") or "=" not in line:
+        # Only figure lines (NAME k=v ...): the BEAM's warning reports
+        # (=WARNING REPORT==== ...) and their text are skipped.
+        if not parts or not re.match(r"^[A-Za-z]\w*$", parts[0]) or len(parts) < 2 or not all(re.match(r"^\w+=[-\d.eE+]+$", q) for q in parts[1:]):
             continue
         out[parts[0]] = {k: float(v) for k, v in (p.split("=", 1) for p in parts[1:])}
     return out
