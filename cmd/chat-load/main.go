@@ -78,6 +78,7 @@ type config struct {
 	flood                   int // flooding clients
 	floodRead               int // bytes/s each flooding client reads
 	floodCmd                string
+	sendBuffer              int // the gotp server's Config.SendBuffer
 	addr, httpAddr          string
 	data                    string
 	timeout                 time.Duration
@@ -96,6 +97,7 @@ func run(args []string, out io.Writer) error {
 	fs.IntVar(&c.flood, "flood", 0, "flooding clients beside the users: they pipeline -flood-cmd and read slowly (gotp server only)")
 	fs.IntVar(&c.floodRead, "flood-read", 64<<10, "bytes per second each flooding client reads")
 	fs.StringVar(&c.floodCmd, "flood-cmd", "WHO", "the command flooding clients repeat")
+	fs.IntVar(&c.sendBuffer, "send-buffer", chat.DefaultSendBuffer, "the gotp server's socket send buffer per connection, bytes (negative: the kernel's autotuned default)")
 	fs.StringVar(&c.cpuProfile, "cpuprofile", "", "write the server's CPU profile during the load to this file")
 	fs.StringVar(&c.memProfile, "memprofile", "", "write the server's heap profile, with the users connected and idle, to this file")
 	fs.StringVar(&c.server, "server", "gotp", `the in-process server: "gotp" (the chat service), or the baselines "bare" (plain Go, no history) and "bare-sqlite" (plain Go, the same SQLite history)`)
@@ -198,7 +200,7 @@ func serverAndClients(ctx context.Context, c config, out io.Writer) error {
 		defer os.RemoveAll(d)
 		dir = d
 	}
-	srv, err := startServer(ctx, c.server, dir, c.users+c.flood+16)
+	srv, err := startServer(ctx, c.server, dir, c.users+c.flood+16, c.sendBuffer)
 	if err != nil {
 		return err
 	}
@@ -308,8 +310,9 @@ type server struct {
 	slow           func() uint64 // slow consumers disconnected, for gotp
 }
 
-// startServer starts the server under test for up to conns connections.
-func startServer(ctx context.Context, kind, dir string, conns int) (*server, error) {
+// startServer starts the server under test for up to conns connections;
+// sendBuffer is the gotp server's Config.SendBuffer.
+func startServer(ctx context.Context, kind, dir string, conns, sendBuffer int) (*server, error) {
 	switch kind {
 	case "bare", "bare-sqlite":
 		s, err := startBare(ctx, dir, kind == "bare-sqlite")
@@ -319,7 +322,7 @@ func startServer(ctx context.Context, kind, dir string, conns int) (*server, err
 		return &server{addr: s.addr(), stop: func() { s.stop() }}, nil
 	}
 	n := gotp.NewNode(gotp.Options{Name: "chat-load", Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))})
-	svc, err := chat.Start(ctx, n, chat.Config{DataDir: dir, TCPAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", MaxConnections: conns})
+	svc, err := chat.Start(ctx, n, chat.Config{DataDir: dir, TCPAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", MaxConnections: conns, SendBuffer: sendBuffer})
 	if err != nil {
 		n.Stop(context.Background())
 		return nil, err
@@ -407,6 +410,9 @@ func report(out io.Writer, c config, connected, result string) {
 	}
 	fmt.Fprintf(out, "H1 chat load: server %s, %d users (%d TCP, %d WebSocket) × %d messages, window %d, %s, %d flooding clients, GOMAXPROCS %d\n",
 		server, c.users, c.users-c.ws, c.ws, c.messages, c.window, offered, c.flood, runtime.GOMAXPROCS(0))
+	if c.server == "gotp" && c.addr == "" {
+		fmt.Fprintf(out, "server send buffer: %d B per connection (negative: the kernel's autotuned default)\n", c.sendBuffer)
+	}
 	fmt.Fprintf(out, "connect: %d users in %.2f s\n", users, connSecs)
 	if c.messages == 0 {
 		return

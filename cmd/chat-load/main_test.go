@@ -146,7 +146,7 @@ func BenchmarkH1Chat(b *testing.B) {
 			for b.Loop() {
 				b.StopTimer()
 				ctx := b.Context()
-				srv, err := startServer(ctx, server, b.TempDir(), users+16)
+				srv, err := startServer(ctx, server, b.TempDir(), users+16, 0)
 				if err != nil {
 					b.Fatal(err)
 				}
