@@ -1,5 +1,5 @@
 #!/bin/bash
-# H1 hostile-mix sitting (sitting L): the rate phase (2,000 msg/s, no flooders; gotp and bare-sqlite) and the
+# H1 hostile-mix sitting (sitting N): the rate phase (2,000 msg/s, no flooders; gotp and bare-sqlite) and the
 # hostile mix (the same + 10 flooders pipelining WHO, reading 64 KiB/s) with the new 64 KiB socket send buffer and,
 # for comparison in the same sitting, with the kernel's autotuned one (-send-buffer -1); three interleaved rounds.
 # go build -o /tmp/chat-load ./cmd/chat-load first
