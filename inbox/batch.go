@@ -182,13 +182,7 @@ func (s *Subscription[T]) leaseBatchWorker(l *lane) {
 		run := js[:0:0]
 		for _, j := range js {
 			if stopping || j.ctx.Err() != nil {
-				// Not started: back at once (or settled already, if cancelled).
-				j.finish()
-				d := decision{out: Released}
-				if wasCancelled(j.ctx) {
-					d = decision{out: Cancelled, err: ErrJobCancelled}
-				}
-				l.settleCh <- settlement{j: j, d: d}
+				l.giveBack(j)
 				continue
 			}
 			run = append(run, j)

@@ -20,17 +20,7 @@ func startBatch(t *testing.T, q *inbox.Queue[msg], h inbox.BatchHandler[msg], n 
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Start(t.Context()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if err := s.Stop(ctx); err != nil {
-			t.Errorf("Stop: %v", err)
-		}
-	})
-	return s
+	return run(t, s)
 }
 
 // TestBatchLeaseSettlesEachJob: in the lease form a batch handler gets up to n

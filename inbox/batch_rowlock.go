@@ -23,14 +23,7 @@ func (s *Subscription[T]) rowBatchOnce() (found bool, err error) {
 		return false, err
 	}
 	healthy := false
-	defer func() {
-		if !healthy {
-			ctx, cancel := context.WithTimeout(context.Background(), closeTimeout)
-			_ = conn.Conn().Close(ctx)
-			cancel()
-		}
-		conn.Release()
-	}()
+	defer releaseHeld(conn, &healthy)
 	now := q.now()
 	sql, args := q.rowClaimSQL(now, s.o.Lease, s.batch)
 	rows, err := conn.Query(s.claimCtx, sql, args...)

@@ -26,16 +26,7 @@ func startBatchRowLock(t *testing.T, q *inbox.Queue[msg], n int, h inbox.BatchHa
 	if err != nil {
 		t.Fatalf("subscribe: %v", err)
 	}
-	if err := s.Start(context.Background()); err != nil {
-		t.Fatalf("start: %v", err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if err := s.Stop(ctx); err != nil {
-			t.Errorf("stop: %v", err)
-		}
-	})
+	run(t, s)
 	return res
 }
 

@@ -761,15 +761,21 @@ func faultParams(dialect inbox.Dialect) (jobs, size, workers, kills, terms int, 
 	return jobs, size, workers, kills, terms, 20 * time.Millisecond, 5 * time.Second, 2 * time.Minute
 }
 
+// dbForm is a database and a form that an OS-process test runs with.
+type dbForm struct {
+	db   string
+	form inbox.Form
+}
+
+// dbForms are the combinations the OS-process tests run: the lease form on both
+// databases, the lock forms on Postgres (they need it).
+var dbForms = []dbForm{{"sqlite", inbox.Lease}, {"postgres", inbox.Lease}, {"postgres", inbox.RowLock}, {"postgres", inbox.AdvisoryLock}}
+
 // TestFaultRun drains a table with instances that are real processes while some are
 // killed (SIGKILL) and, on Postgres, every instance's backends are terminated, once
 // per database and form. See the top of this file.
 func TestFaultRun(t *testing.T) {
-	type combo struct {
-		db   string
-		form inbox.Form
-	}
-	for _, c := range []combo{{"sqlite", inbox.Lease}, {"postgres", inbox.Lease}, {"postgres", inbox.RowLock}, {"postgres", inbox.AdvisoryLock}} {
+	for _, c := range dbForms {
 		t.Run(c.db+"/"+strings.ReplaceAll(c.form.String(), " ", "-"), func(t *testing.T) {
 			t.Parallel()
 			var b *backend

@@ -192,6 +192,18 @@ func (l *lane) note(batch []settlement) {
 	}
 }
 
+// giveBack settles a dispatched job that was not started: released at once, or
+// recorded as cancelled when its context was (a cancelled job is settled already).
+// It never blocks: settleCh has capacity for every job the lane holds.
+func (l *lane) giveBack(j *leased) {
+	j.finish()
+	d := decision{out: Released}
+	if wasCancelled(j.ctx) {
+		d = decision{out: Cancelled, err: ErrJobCancelled}
+	}
+	l.settleCh <- settlement{j: j, d: d}
+}
+
 // leaseWorker handles jobs that its lane's loop dispatches until the loop closes l.jobs.
 func (s *Subscription[T]) leaseWorker(l *lane) {
 	for j := range l.jobs {
@@ -208,14 +220,8 @@ func (s *Subscription[T]) leaseWorker(l *lane) {
 		default:
 		}
 		if stopping || j.ctx.Err() != nil {
-			// Stopping, or its lease expired while it waited (prefetched): a job not
-			// yet started goes back at once. A cancelled one is settled already.
-			j.finish()
-			d := decision{out: Released}
-			if wasCancelled(j.ctx) {
-				d = decision{out: Cancelled, err: ErrJobCancelled}
-			}
-			l.settleCh <- settlement{j: j, d: d}
+			// Stopping, or its lease expired while it waited (prefetched).
+			l.giveBack(j)
 			continue
 		}
 		began := time.Now()

@@ -68,6 +68,19 @@ func (s *Subscription[T]) lockWorker() {
 	}
 }
 
+// releaseHeld ends a lock form's use of a pooled connection: it goes back to the
+// pool only if *healthy says it holds no lock and no open transaction; otherwise it
+// is closed (bounded by closeTimeout), since a connection that may still hold a lock
+// must not be handed to another claim.
+func releaseHeld(conn *pgxpool.Conn, healthy *bool) {
+	if !*healthy {
+		ctx, cancel := context.WithTimeout(context.Background(), closeTimeout)
+		_ = conn.Conn().Close(ctx)
+		cancel()
+	}
+	conn.Release()
+}
+
 // rowLockOnce claims one row, handles it and settles it in a transaction that holds
 // the row's lock while the handler runs. The claim commits first, on its own: it
 // counts the attempt and writes a lock deadline Lease from now, so that a holder that
@@ -83,14 +96,7 @@ func (s *Subscription[T]) rowLockOnce() (found bool, err error) {
 		return false, err
 	}
 	healthy := false
-	defer func() {
-		if !healthy {
-			ctx, cancel := context.WithTimeout(context.Background(), closeTimeout)
-			_ = conn.Conn().Close(ctx)
-			cancel()
-		}
-		conn.Release()
-	}()
+	defer releaseHeld(conn, &healthy)
 	now := q.now()
 	sql, args := q.rowClaimSQL(now, s.o.Lease, 1)
 	var (
@@ -283,15 +289,7 @@ func (s *Subscription[T]) advisoryOnce() (found bool, err error) {
 		return false, err
 	}
 	healthy := false
-	defer func() {
-		if !healthy {
-			// A connection that may still hold a lock must not go back to the pool.
-			ctx, cancel := context.WithTimeout(context.Background(), closeTimeout)
-			_ = conn.Conn().Close(ctx)
-			cancel()
-		}
-		conn.Release()
-	}()
+	defer releaseHeld(conn, &healthy)
 	now := q.now()
 	sql, args := q.candidatesSQL(now, 2*s.o.Workers)
 	r, err := conn.Query(s.claimCtx, sql, args...)

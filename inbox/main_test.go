@@ -202,6 +202,12 @@ func start(t *testing.T, q *inbox.Queue[msg], h inbox.Handler[msg], o inbox.Subs
 	if err != nil {
 		t.Fatalf("subscribe: %v", err)
 	}
+	return run(t, s)
+}
+
+// run starts a subscription and stops it at cleanup, within 10 s.
+func run(t *testing.T, s *inbox.Subscription[msg]) *inbox.Subscription[msg] {
+	t.Helper()
 	if err := s.Start(context.Background()); err != nil {
 		t.Fatalf("start: %v", err)
 	}

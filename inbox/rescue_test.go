@@ -22,11 +22,7 @@ import (
 // jobs, some of them in work beside it when a process died, are all acked; nothing
 // loops.
 func TestRescueKilledProcess(t *testing.T) {
-	type combo struct {
-		db   string
-		form inbox.Form
-	}
-	for _, c := range []combo{{"sqlite", inbox.Lease}, {"postgres", inbox.Lease}, {"postgres", inbox.RowLock}, {"postgres", inbox.AdvisoryLock}} {
+	for _, c := range dbForms {
 		t.Run(c.db+"/"+strings.ReplaceAll(c.form.String(), " ", "-"), func(t *testing.T) {
 			t.Parallel()
 			var b *backend
@@ -142,11 +138,7 @@ func TestRescueKilledProcess(t *testing.T) {
 // work; after MaxAttempts such runs the next claim dead-letters it with an
 // *ExhaustedError reported to Observe, without running the handler.
 func TestRescueAbandoned(t *testing.T) {
-	type combo struct {
-		db   string
-		form inbox.Form
-	}
-	for _, c := range []combo{{"sqlite", inbox.Lease}, {"postgres", inbox.Lease}, {"postgres", inbox.RowLock}, {"postgres", inbox.AdvisoryLock}} {
+	for _, c := range dbForms {
 		form := c.form
 		t.Run(c.db+"/"+strings.ReplaceAll(form.String(), " ", "-"), func(t *testing.T) {
 			t.Parallel()
