@@ -18,8 +18,8 @@ import (
 // deadline passes or Start's context ends, or when Queue.Cancel cancels one of its
 // jobs (that job is then settled as Cancelled; the others by what the handler
 // returns). Jobs whose payload does not decode are dead-lettered with a
-// *DecodeError and not passed to the handler. Config.Hooks.Handle is not called
-// around a batch handler.
+// *DecodeError and not passed to the handler. Config.Hooks.Handle wraps each call,
+// once for the batch (see Hooks).
 type BatchHandler[T any] func(ctx context.Context, jobs []Job[T]) error
 
 // BatchErrors, returned by a BatchHandler, holds one result per job of the batch,
@@ -108,6 +108,7 @@ func (s *Subscription[T]) runBatch(ctx context.Context, jobs []batchJob) []error
 	errs := make([]error, len(jobs))
 	in := make([]Job[T], 0, len(jobs))
 	idx := make([]int, 0, len(jobs))
+	var ms []jobMeta
 	for i, j := range jobs {
 		v, err := s.decode(j.id, j.payload)
 		if err != nil {
@@ -116,9 +117,12 @@ func (s *Subscription[T]) runBatch(ctx context.Context, jobs []batchJob) []error
 		}
 		in = append(in, Job[T]{ID: j.id, Attempt: j.attempt, Payload: v})
 		idx = append(idx, i)
+		if s.q.hooks.Handle != nil {
+			ms = append(ms, j.meta)
+		}
 	}
 	if len(in) > 0 {
-		err := s.callBatch(ctx, in)
+		err := s.callBatch(ctx, in, ms)
 		var be BatchErrors
 		if errors.As(err, &be) {
 			if len(be) == len(in) {
@@ -142,12 +146,17 @@ func (s *Subscription[T]) runBatch(ctx context.Context, jobs []batchJob) []error
 	return errs
 }
 
-func (s *Subscription[T]) callBatch(ctx context.Context, jobs []Job[T]) (err error) {
+// callBatch calls the batch handler (under Hooks.Handle, given the jobs' metas ms);
+// a panic of either is a *PanicError.
+func (s *Subscription[T]) callBatch(ctx context.Context, jobs []Job[T], ms []jobMeta) (err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			err = &PanicError{Value: r, Stack: debug.Stack()}
 		}
 	}()
+	if s.q.hooks.Handle != nil {
+		return s.hookHandleBatch(ctx, jobs, ms)
+	}
 	return s.bh(ctx, jobs)
 }
 

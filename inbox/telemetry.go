@@ -29,6 +29,14 @@ type Hooks struct {
 	// without calling next fails the attempt with a *HookError, so that a job is
 	// never acked without its handler having run; a second call of next does not
 	// run the handler again. A panic in the hook is the handler's panic.
+	//
+	// A batch handler (Queue.SubscribeBatch) is wrapped once per call, not once per
+	// job: one span per batch, as OpenTelemetry's messaging conventions make one
+	// span for a batch that links the span of each message. j then describes the
+	// batch's first job and j.Batch lists every job handed to the handler, each
+	// with its own Trace (to link); next returns the batch handler's result (nil,
+	// BatchErrors, or a failure of the batch), and what the hook returns settles
+	// the batch as the handler's result would.
 	Handle func(ctx context.Context, j JobInfo, next func(ctx context.Context) error) error
 }
 
@@ -49,6 +57,9 @@ type JobInfo struct {
 	Trace string
 	// CreatedAt is when the row was inserted (zero without Columns.CreatedAt).
 	CreatedAt time.Time
+	// Batch lists, for a batch handler's call, every job it is handed, in order
+	// (the first is the job the other fields describe); nil for a Handler's call.
+	Batch []JobInfo
 }
 
 // HookError reports a hook that broke its contract: returned without calling
@@ -88,6 +99,28 @@ func (s *Subscription[T]) hookHandle(ctx context.Context, j Job[T], m jobMeta) e
 			called = true
 			return s.h(ctx, j)
 		})
+	if !called && err == nil {
+		return &HookError{Hook: "handle", Reason: "returned without calling next: the handler did not run"}
+	}
+	return err
+}
+
+// hookHandleBatch runs the batch handler under Hooks.Handle, once for the batch.
+func (s *Subscription[T]) hookHandleBatch(ctx context.Context, jobs []Job[T], ms []jobMeta) error {
+	infos := make([]JobInfo, len(jobs))
+	for i, j := range jobs {
+		infos[i] = JobInfo{Table: s.q.name, ID: j.ID, Attempt: j.Attempt, Trace: ms[i].trace, CreatedAt: ms[i].created}
+	}
+	first := infos[0]
+	first.Batch = infos
+	called := false
+	err := s.q.hooks.Handle(ctx, first, func(ctx context.Context) error {
+		if called {
+			return &HookError{Hook: "handle", Reason: "called next twice; the handler ran once"}
+		}
+		called = true
+		return s.bh(ctx, jobs)
+	})
 	if !called && err == nil {
 		return &HookError{Hook: "handle", Reason: "returned without calling next: the handler did not run"}
 	}

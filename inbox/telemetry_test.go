@@ -357,3 +357,92 @@ func TestHooksOnUniquePublish(t *testing.T) {
 		}
 	})
 }
+
+// Hooks.Handle wraps a batch handler once per call: JobInfo describes the first
+// job and lists the batch's jobs, each with its trace; the handler runs under the
+// hook's context; next returns the handler's BatchErrors, and each job settles as
+// its entry says. In both forms that take batches.
+func TestHandleHookWrapsBatch(t *testing.T) {
+	eachDB(t, func(t *testing.T, b *backend) {
+		forms := []inbox.Form{inbox.Lease}
+		if b.dialect == inbox.Postgres {
+			forms = append(forms, inbox.RowLock)
+		}
+		for _, form := range forms {
+			t.Run(form.String(), func(t *testing.T) {
+				b := b
+				if form == inbox.RowLock {
+					b = pgBackend(t) // a table of its own
+				}
+				calls := make(chan inbox.JobInfo, 8)
+				nexts := make(chan error, 8)
+				q, _ := tracedTable(t, b, inbox.Hooks{
+					Publish: func(ctx context.Context, _ inbox.PublishInfo, next func(context.Context, string) (int64, error)) (int64, error) {
+						trace, _ := ctx.Value(traceKey{}).(string)
+						return next(ctx, trace)
+					},
+					Handle: func(ctx context.Context, j inbox.JobInfo, next func(context.Context) error) error {
+						calls <- j
+						err := next(context.WithValue(ctx, traceKey{}, "batch span"))
+						nexts <- err
+						return err
+					},
+				})
+				var ids []int64
+				for i := range 5 {
+					ctx := context.WithValue(t.Context(), traceKey{}, fmt.Sprintf("tp-%d", i))
+					id, err := q.Publish(ctx, msg{N: i}, nil)
+					if err != nil {
+						t.Fatal(err)
+					}
+					ids = append(ids, id)
+				}
+				res := newSettledLog()
+				underHook := make(chan bool, 8)
+				s, err := q.SubscribeBatch(func(ctx context.Context, js []inbox.Job[msg]) error {
+					v, _ := ctx.Value(traceKey{}).(string)
+					underHook <- v == "batch span"
+					errs := make(inbox.BatchErrors, len(js))
+					for i, j := range js {
+						if j.Payload.N == 3 {
+							errs[i] = inbox.DeadLetter(errors.New("no"))
+						}
+					}
+					return errs
+				}, 8, inbox.SubscribeOptions{Form: form, Workers: 1, PollInterval: 10 * time.Millisecond, Observe: res.observe})
+				if err != nil {
+					t.Fatal(err)
+				}
+				run(t, s)
+				all := res.wait(t, 5)
+				if len(calls) != 1 {
+					t.Fatalf("%d hook calls for one batch of 5, want 1", len(calls))
+				}
+				j := <-calls
+				if j.ID != ids[0] || j.Trace != "tp-0" || j.Table != b.table || len(j.Batch) != 5 {
+					t.Fatalf("JobInfo %+v, want the first job with a batch of 5", j)
+				}
+				for i, bj := range j.Batch {
+					if bj.ID != ids[i] || bj.Trace != fmt.Sprintf("tp-%d", i) || bj.Attempt != 1 || bj.CreatedAt.IsZero() || bj.Batch != nil {
+						t.Errorf("batch job %d: %+v", i, bj)
+					}
+				}
+				if !<-underHook {
+					t.Error("the batch handler did not run under the hook's context")
+				}
+				if be, ok := errors.AsType[inbox.BatchErrors](<-nexts); !ok || len(be) != 5 {
+					t.Errorf("next returned %v, want the handler's BatchErrors", be)
+				}
+				for _, r := range all {
+					want := inbox.Acked
+					if r.ID == ids[3] {
+						want = inbox.DeadLettered
+					}
+					if r.Outcome != want || r.SettleErr != nil {
+						t.Errorf("result %+v, want %v", r, want)
+					}
+				}
+			})
+		}
+	})
+}
