@@ -90,19 +90,8 @@ func (q *Queue[T]) hookPublish(ctx context.Context, p PublishInfo, insert func(c
 
 // hookHandle runs the handler under Hooks.Handle.
 func (s *Subscription[T]) hookHandle(ctx context.Context, j Job[T], m jobMeta) error {
-	called := false
-	err := s.q.hooks.Handle(ctx, JobInfo{Table: s.q.name, ID: j.ID, Attempt: j.Attempt, Trace: m.trace, CreatedAt: m.created},
-		func(ctx context.Context) error {
-			if called {
-				return &HookError{Hook: "handle", Reason: "called next twice; the handler ran once"}
-			}
-			called = true
-			return s.h(ctx, j)
-		})
-	if !called && err == nil {
-		return &HookError{Hook: "handle", Reason: "returned without calling next: the handler did not run"}
-	}
-	return err
+	info := JobInfo{Table: s.q.name, ID: j.ID, Attempt: j.Attempt, Trace: m.trace, CreatedAt: m.created}
+	return s.hooked(ctx, info, func(ctx context.Context) error { return s.h(ctx, j) })
 }
 
 // hookHandleBatch runs the batch handler under Hooks.Handle, once for the batch.
@@ -113,13 +102,18 @@ func (s *Subscription[T]) hookHandleBatch(ctx context.Context, jobs []Job[T], ms
 	}
 	first := infos[0]
 	first.Batch = infos
+	return s.hooked(ctx, first, func(ctx context.Context) error { return s.bh(ctx, jobs) })
+}
+
+// hooked calls Hooks.Handle with a next that runs handler at most once.
+func (s *Subscription[T]) hooked(ctx context.Context, info JobInfo, handler func(context.Context) error) error {
 	called := false
-	err := s.q.hooks.Handle(ctx, first, func(ctx context.Context) error {
+	err := s.q.hooks.Handle(ctx, info, func(ctx context.Context) error {
 		if called {
 			return &HookError{Hook: "handle", Reason: "called next twice; the handler ran once"}
 		}
 		called = true
-		return s.bh(ctx, jobs)
+		return handler(ctx)
 	})
 	if !called && err == nil {
 		return &HookError{Hook: "handle", Reason: "returned without calling next: the handler did not run"}
