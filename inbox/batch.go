@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime/debug"
+	"slices"
 	"time"
 )
 
@@ -14,10 +15,18 @@ import (
 // other error, or a panic (a *PanicError), is a failed attempt of every job of the
 // batch, retried after Backoff and dead-lettered at MaxAttempts.
 //
-// ctx is cancelled when the claim of any job of the batch is lost, when Stop's
-// deadline passes or Start's context ends, or when Queue.Cancel cancels one of its
-// jobs (that job is then settled as Cancelled; the others by what the handler
-// returns). Jobs whose payload does not decode are dead-lettered with a
+// The handler takes one context for the batch. ctx is cancelled when the claim of
+// any job of the batch is lost, when Stop's deadline passes or Start's context
+// ends, or when Queue.Cancel cancels one of its jobs (the cause is then
+// ErrJobCancelled). A cancelled job is settled as Cancelled whatever the handler
+// returns for it; every other job of the batch settles by its own result: nil acks
+// it and a verdict does what it says, as without the cancel, while a result that
+// is the context's end (an error matching context.Canceled or ErrJobCancelled,
+// for the job or for the whole batch) releases the job: it is handed back at
+// once, its attempt not counted, and claimed again. So a handler that stops at
+// the cancel returns nil for the jobs it finished and ctx.Err() for the rest
+// (or ctx.Err() alone), and no job but the cancelled one is counted a failure.
+// Jobs whose payload does not decode are dead-lettered with a
 // *DecodeError and not passed to the handler. Config.Hooks.Handle wraps each call,
 // once for the batch (see Hooks).
 type BatchHandler[T any] func(ctx context.Context, jobs []Job[T]) error
@@ -102,10 +111,11 @@ type batchJob struct {
 }
 
 // runBatch decodes the jobs and calls the batch handler once with those that
-// decode; it returns each job's result, in order. Every attempt is timed.
-func (s *Subscription[T]) runBatch(ctx context.Context, jobs []batchJob) []error {
-	start := time.Now()
-	errs := make([]error, len(jobs))
+// decode; it returns each job's result, in order, and when it started (for
+// timeBatch, once the settlements are decided).
+func (s *Subscription[T]) runBatch(ctx context.Context, jobs []batchJob) (errs []error, start time.Time) {
+	start = time.Now()
+	errs = make([]error, len(jobs))
 	in := make([]Job[T], 0, len(jobs))
 	idx := make([]int, 0, len(jobs))
 	var ms []jobMeta
@@ -140,10 +150,22 @@ func (s *Subscription[T]) runBatch(ctx context.Context, jobs []batchJob) []error
 			}
 		}
 	}
+	return errs, start
+}
+
+// timeBatch times every attempt of a batch that started at start, by how each is
+// settled.
+func (s *Subscription[T]) timeBatch(start time.Time, jobs []batchJob, ds []decision) {
 	for i, j := range jobs {
-		s.timed(ctx, start, j.attempt, j.meta, errs[i])
+		s.timedAs(start, j.attempt, j.meta, ds[i].out)
 	}
-	return errs
+}
+
+// endedByCancel reports whether a job's result is only the end of the batch
+// handler's context, ended by Queue.Cancel of another job of the batch: that job
+// is released, not failed.
+func endedByCancel(err error) bool {
+	return err != nil && (errors.Is(err, context.Canceled) || errors.Is(err, ErrJobCancelled))
 }
 
 // callBatch calls the batch handler (under Hooks.Handle, given the jobs' metas ms);
@@ -207,8 +229,7 @@ func (s *Subscription[T]) leaseBatchWorker(l *lane) {
 			jobs[i] = batchJob{id: j.id, attempt: j.attempt, payload: j.payload, meta: j.meta}
 			stops[i] = context.AfterFunc(j.ctx, func() { cancel(context.Cause(j.ctx)) })
 		}
-		began := time.Now()
-		errs := s.runBatch(hctx, jobs)
+		errs, began := s.runBatch(hctx, jobs)
 		dur := max(time.Since(began)/time.Duration(len(run)), 1)
 		for i, j := range run {
 			stops[i]()
@@ -218,6 +239,8 @@ func (s *Subscription[T]) leaseBatchWorker(l *lane) {
 		if s.ctx.Err() != nil {
 			continue // as in a crash: nothing is written; the leases expire
 		}
+		byCancel := slices.ContainsFunc(run, func(j *leased) bool { return wasCancelled(j.ctx) })
+		ds := make([]decision, len(run))
 		for i, j := range run {
 			d := decide(errs[i], j.attempt, s.o.MaxAttempts, s.q.c.Attempts != "", s.o.Backoff)
 			switch {
@@ -225,8 +248,14 @@ func (s *Subscription[T]) leaseBatchWorker(l *lane) {
 				d = decision{out: Cancelled, err: ErrJobCancelled}
 			case errs[i] != nil && context.Cause(s.workCtx) == errRelease:
 				d = decision{out: Released, err: errs[i]}
+			case byCancel && endedByCancel(errs[i]):
+				d = decision{out: Released, err: errs[i]}
 			}
-			l.settleCh <- settlement{j: j, d: d, dur: dur} // never blocks: capacity l.max
+			ds[i] = d
+		}
+		s.timeBatch(began, jobs, ds)
+		for i, j := range run {
+			l.settleCh <- settlement{j: j, d: ds[i], dur: dur} // never blocks: capacity l.max
 		}
 	}
 }

@@ -134,3 +134,64 @@ func TestSubscribeBatchRefuses(t *testing.T) {
 		t.Errorf("advisory form: %v; want a *FormError", err)
 	}
 }
+
+// TestBatchLeaseCancelOne: in the lease form, Queue.Cancel of one job of a running
+// batch ends the handler's context (cause ErrJobCancelled) and settles only that
+// job as Cancelled: a job the handler finished is acked, and the jobs it stopped
+// at the cancel (ctx.Err() as their result) are released, not failed: claimed
+// again at once with their attempt not counted, then acked. Timings count one
+// cancellation, not one per job of the batch.
+func TestBatchLeaseCancelOne(t *testing.T) {
+	eachDB(t, func(t *testing.T, b *backend) {
+		q := defaultTable(t, b)
+		publishN(t, q, 3)
+		entered := make(chan int64, 1)
+		res := make(chan inbox.Result, 16)
+		var calls atomic.Int32
+		startBatch(t, q, func(ctx context.Context, js []inbox.Job[msg]) error {
+			if calls.Add(1) > 1 {
+				return nil // the released jobs, claimed again
+			}
+			if len(js) != 3 {
+				t.Errorf("first batch of %d jobs, want 3", len(js))
+				return nil
+			}
+			entered <- js[1].ID
+			<-ctx.Done()
+			if !errors.Is(context.Cause(ctx), inbox.ErrJobCancelled) {
+				t.Errorf("cause %v, want ErrJobCancelled", context.Cause(ctx))
+			}
+			return inbox.BatchErrors{nil, ctx.Err(), ctx.Err()} // the first was done before the cancel
+		}, 8, inbox.SubscribeOptions{Workers: 1, PollInterval: 20 * time.Millisecond,
+			Observe: func(r inbox.Result) { res <- r }})
+		id := cancelEntered(t, q, entered)
+		got := map[inbox.Outcome][]inbox.Result{}
+		for _, r := range collect(t, res, 4) {
+			if r.SettleErr != nil {
+				t.Fatalf("result %+v", r)
+			}
+			got[r.Outcome] = append(got[r.Outcome], r)
+		}
+		if c := got[inbox.Cancelled]; len(c) != 1 || c[0].ID != id || !errors.Is(c[0].Err, inbox.ErrJobCancelled) {
+			t.Fatalf("cancelled %+v, want job %d alone", c, id)
+		}
+		rel, ack := got[inbox.Released], got[inbox.Acked]
+		if len(rel) != 1 || len(ack) != 2 || !errors.Is(rel[0].Err, context.Canceled) {
+			t.Fatalf("released %+v, acked %+v: want one released (the job stopped) and two acked", rel, ack)
+		}
+		for _, a := range ack {
+			if a.Attempt != 1 {
+				t.Errorf("acked %+v: want attempt 1 (a release counts none)", a)
+			}
+		}
+		st, err := q.Stats(t.Context())
+		if err != nil || st.Cancelled != 1 || st.Ready+st.InWork+st.Delayed+st.Dead != 0 {
+			t.Fatalf("stats %+v, %v: want one cancelled, nothing else left", st, err)
+		}
+		tm := q.Timings()
+		if tm.Handle["cancel"].Count != 1 || tm.Handle["release"].Count != 1 || tm.Handle["ack"].Count != 2 {
+			t.Fatalf("timings cancel %d, release %d, ack %d: want 1, 1, 2",
+				tm.Handle["cancel"].Count, tm.Handle["release"].Count, tm.Handle["ack"].Count)
+		}
+	})
+}

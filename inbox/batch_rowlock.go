@@ -3,6 +3,7 @@ package inbox
 import (
 	"context"
 	"errors"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -114,7 +115,7 @@ func (s *Subscription[T]) rowBatchOnce() (found bool, err error) {
 		return true, nil
 	}
 	pc := conn.Conn().PgConn()
-	lost, cancelled, errs := s.runHeldBatch(pc, held)
+	lost, cancelled, errs, began := s.runHeldBatch(pc, held)
 	if s.ctx.Err() != nil {
 		for _, j := range held {
 			s.unsettled(j.id)
@@ -123,6 +124,7 @@ func (s *Subscription[T]) rowBatchOnce() (found bool, err error) {
 	}
 	ds := make([]decision, len(held))
 	fail := -1
+	byCancel := slices.Contains(cancelled, true)
 	for i, j := range held {
 		ds[i] = decide(errs[i], j.attempt, s.o.MaxAttempts, q.c.Attempts != "", s.o.Backoff)
 		switch {
@@ -130,10 +132,15 @@ func (s *Subscription[T]) rowBatchOnce() (found bool, err error) {
 			ds[i] = decision{out: Cancelled, err: ErrJobCancelled}
 		case errs[i] != nil && context.Cause(s.workCtx) == errRelease:
 			ds[i] = decision{out: Released, err: errs[i]}
+		case byCancel && endedByCancel(errs[i]):
+			// Stopped by another job's cancel: released, not a failure that
+			// rolls the batch back.
+			ds[i] = decision{out: Released, err: errs[i]}
 		case !isVerdict(errs[i]) && fail < 0:
 			fail = i
 		}
 	}
+	defer func() { s.timeBatch(began, held, ds) }() // by the decisions the batch commits
 	if lost != nil {
 		for i, j := range held {
 			s.observe(Result{ID: j.id, Attempt: j.attempt, Outcome: ds[i].out, Err: ds[i].err, SettleErr: s.lostSettle(j.id, ds[i].out, lost.Err)})
@@ -213,7 +220,7 @@ func (s *Subscription[T]) settleBatch(tx pgx.Tx, pc *pgconn.PgConn, held []batch
 // runHeldBatch is runHeld for a batch: the handler's context ends when the held
 // connection is lost (a *LeaseLostError, also returned) or when any of the jobs is
 // cancelled (cancelled[i] reports which).
-func (s *Subscription[T]) runHeldBatch(pc *pgconn.PgConn, jobs []batchJob) (lost *LeaseLostError, cancelled []bool, errs []error) {
+func (s *Subscription[T]) runHeldBatch(pc *pgconn.PgConn, jobs []batchJob) (lost *LeaseLostError, cancelled []bool, errs []error, began time.Time) {
 	hctx, cancel := context.WithCancelCause(s.workCtx)
 	defer cancel(nil)
 	var mu sync.Mutex
@@ -267,11 +274,11 @@ func (s *Subscription[T]) runHeldBatch(pc *pgconn.PgConn, jobs []batchJob) (lost
 			mark(hit)
 		}
 	})
-	errs = s.runBatch(hctx, jobs)
+	errs, began = s.runBatch(hctx, jobs)
 	w.stop()
 	mu.Lock()
 	defer mu.Unlock()
-	return lost, marked, errs
+	return lost, marked, errs, began
 }
 
 // handBackAll hands back every row of a batch claim that could not be held.

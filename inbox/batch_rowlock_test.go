@@ -205,15 +205,7 @@ func TestBatchRowLockCancel(t *testing.T) {
 		}
 		return nil
 	}, inbox.SubscribeOptions{})
-	var id int64
-	select {
-	case id = <-entered:
-	case <-time.After(30 * time.Second):
-		t.Fatal("handler not called")
-	}
-	if err := q.Cancel(t.Context(), id); err != nil {
-		t.Fatalf("cancel: %v", err)
-	}
+	id := cancelEntered(t, q, entered)
 	for _, r := range collect(t, res, 3) {
 		want := inbox.Acked
 		if r.ID == id {
@@ -226,4 +218,65 @@ func TestBatchRowLockCancel(t *testing.T) {
 	if st, err := q.Stats(t.Context()); err != nil || st.Cancelled != 1 || st.Ready+st.InWork+st.Delayed != 0 {
 		t.Fatalf("stats %+v, %v: want one cancelled, nothing else left", st, err)
 	}
+}
+
+// TestBatchRowLockCancelStopsBatch: a handler that stops at the cancel of one job
+// and returns ctx.Err() for the whole batch does not roll it back as a failure: the
+// cancelled job is Cancelled, the others are released (attempt not counted) and
+// acked on their next claim; no *BatchFailedError, nothing dead.
+func TestBatchRowLockCancelStopsBatch(t *testing.T) {
+	b := pgBackend(t)
+	q := defaultTable(t, b)
+	publishN(t, q, 3)
+	entered := make(chan int64, 1)
+	var mu sync.Mutex
+	calls := 0
+	res := startBatchRowLock(t, q, 8, func(ctx context.Context, jobs []inbox.Job[msg]) error {
+		mu.Lock()
+		calls++
+		first := calls == 1
+		mu.Unlock()
+		if !first {
+			return nil
+		}
+		entered <- jobs[1].ID
+		<-ctx.Done()
+		return ctx.Err()
+	}, inbox.SubscribeOptions{})
+	id := cancelEntered(t, q, entered)
+	got := map[inbox.Outcome]int{}
+	for _, r := range collect(t, res, 5) {
+		if r.SettleErr != nil || errors.As(r.Err, new(*inbox.BatchFailedError)) {
+			t.Fatalf("result %+v", r)
+		}
+		if r.Outcome == inbox.Cancelled && r.ID != id {
+			t.Fatalf("result %+v: only job %d was cancelled", r, id)
+		}
+		if r.Outcome == inbox.Acked && r.Attempt != 1 {
+			t.Fatalf("result %+v: want attempt 1 (a release counts none)", r)
+		}
+		got[r.Outcome]++
+	}
+	if got[inbox.Cancelled] != 1 || got[inbox.Released] != 2 || got[inbox.Acked] != 2 {
+		t.Fatalf("outcomes %v, want 1 cancelled, 2 released, 2 acked", got)
+	}
+	if st, err := q.Stats(t.Context()); err != nil || st.Cancelled != 1 || st.Ready+st.InWork+st.Delayed+st.Dead != 0 {
+		t.Fatalf("stats %+v, %v: want one cancelled, nothing else left", st, err)
+	}
+}
+
+// cancelEntered waits for a handler to send the id of the job it is in work on
+// and cancels that job.
+func cancelEntered(t *testing.T, q *inbox.Queue[msg], entered <-chan int64) int64 {
+	t.Helper()
+	var id int64
+	select {
+	case id = <-entered:
+	case <-time.After(30 * time.Second):
+		t.Fatal("handler not called")
+	}
+	if err := q.Cancel(t.Context(), id); err != nil {
+		t.Fatalf("cancel: %v", err)
+	}
+	return id
 }

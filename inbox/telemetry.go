@@ -307,8 +307,6 @@ func noBackoff(int) time.Duration { return 0 }
 // ctx is the handler's context: one cancelled by Queue.Cancel is timed as
 // cancelled, as its settlement is.
 func (s *Subscription[T]) timed(ctx context.Context, start time.Time, attempt int, m jobMeta, err error) {
-	tm := &s.q.timings
-	d := time.Since(start)
 	out := Acked
 	if err != nil || ctx.Err() != nil {
 		if err != nil {
@@ -321,7 +319,13 @@ func (s *Subscription[T]) timed(ctx context.Context, start time.Time, attempt in
 			out = Released
 		}
 	}
-	tm.handle[out].observe(d)
+	s.timedAs(start, attempt, m, out)
+}
+
+// timedAs records an attempt that started at start and is settled as out.
+func (s *Subscription[T]) timedAs(start time.Time, attempt int, m jobMeta, out Outcome) {
+	tm := &s.q.timings
+	tm.handle[out].observe(time.Since(start))
 	if attempt <= 1 && !m.created.IsZero() {
 		tm.start.observe(start.Sub(m.created))
 	}
