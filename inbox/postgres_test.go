@@ -340,6 +340,19 @@ func appPool(t testing.TB, maxConns int32) (*pgxpool.Pool, string) {
 	return pool, app
 }
 
+// appQueue makes the default schema for b's table and a queue on it whose pool
+// (of 4 connections) is named by the returned application name (for terminate).
+func appQueue(t *testing.T, b *backend) (*inbox.Queue[msg], string) {
+	t.Helper()
+	defaultTable(t, b)
+	pool, app := appPool(t, 4)
+	q, err := inbox.NewPostgres(pool, inbox.Config[msg]{Table: b.table, Logger: quiet()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return q, app
+}
+
 // terminate ends every backend of application app on this test's database, and
 // reports how many.
 func terminate(t *testing.T, b *backend, app string) int64 {
@@ -357,12 +370,7 @@ func TestLockLossCancelsHandlerAndIsNeverASuccess(t *testing.T) {
 		t.Run(form.String(), func(t *testing.T) {
 			t.Parallel()
 			b := pgBackend(t)
-			defaultTable(t, b)
-			pool, app := appPool(t, 4)
-			q, err := inbox.NewPostgres(pool, inbox.Config[msg]{Table: b.table, Logger: quiet()})
-			if err != nil {
-				t.Fatal(err)
-			}
+			q, app := appQueue(t, b)
 			res := newResults()
 			inJob := make(chan struct{}, 2)
 			cancelled := make(chan time.Time, 1)
