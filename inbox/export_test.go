@@ -10,3 +10,6 @@ import (
 func RunDue[T any](ctx context.Context, p *Periodic[T], now time.Time) (int, error) {
 	return p.runDue(ctx, now)
 }
+
+// Dispatched counts the rows a lease-form subscription has handed to its workers.
+func Dispatched[T any](s *Subscription[T]) int64 { return s.dispatched.Load() }

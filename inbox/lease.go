@@ -1,6 +1,7 @@
 package inbox
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"slices"
@@ -161,6 +162,7 @@ type lane struct {
 	settleCh chan settlement
 
 	nextCancelCheck time.Time // when checkCancels next looks for cancelled jobs
+	tail            int64     // the priority of the last row dispatched (dispatch)
 
 	// The loop's average of its handlers' durations (adaptive prefetch).
 	avg     time.Duration
@@ -439,7 +441,7 @@ func (s *Subscription[T]) leaseLoop(l *lane) {
 		if len(got) > 0 {
 			s.expire(got, got[0].fence, true)
 		}
-		var chunk []*leased
+		fresh := make([]*leased, 0, len(got)) // not got's array: the expiry group keeps it
 		for _, j := range got {
 			inflight[j.id] = j
 			if err := s.exhausted(j.id, j.attempt); err != nil {
@@ -447,23 +449,65 @@ func (s *Subscription[T]) leaseLoop(l *lane) {
 				exhausted = append(exhausted, settlement{j: j, d: decision{out: DeadLettered, err: err}})
 				continue
 			}
-			if s.bh == nil {
-				l.jobs <- j // never blocks: at most l.max in flight
-				continue
-			}
-			if chunk = append(chunk, j); len(chunk) == s.batch {
-				l.chunks <- chunk // never blocks either
-				chunk = nil
-			}
+			fresh = append(fresh, j)
 		}
-		if len(chunk) > 0 {
-			l.chunks <- chunk
-		}
+		s.dispatch(l, fresh)
 		if want > 0 && len(got) < want {
 			canClaim = false
 			poll.Reset(s.o.PollInterval)
 		}
 		s.resetExt(l, ext, inflight)
+	}
+}
+
+// dispatch hands claimed rows to the lane's workers (in batches of s.batch for a
+// batch subscription) in priority order, lower first, as the claim picked them.
+// Rows dispatched earlier and not yet started (prefetched) wait in the lane's
+// channel, in that order too; when a fresh row comes before the last of them, the
+// channel is drained and refilled in order, so that a higher-priority job claimed
+// after prefetched lower-priority ones starts before them (equal priorities keep
+// the order they were claimed in). Sends never block: the channels hold every row
+// the lane may have leased.
+func (s *Subscription[T]) dispatch(l *lane, fresh []*leased) {
+	if len(fresh) == 0 {
+		return
+	}
+	defer s.dispatched.Add(int64(len(fresh))) // the new rows only, not those taken back
+	if s.q.c.Priority != "" {
+		byPrio := func(a, b *leased) int { return cmp.Compare(a.meta.prio, b.meta.prio) }
+		if !slices.IsSortedFunc(fresh, byPrio) {
+			slices.SortStableFunc(fresh, byPrio)
+		}
+		if fresh[0].meta.prio < l.tail && (len(l.jobs) > 0 || len(l.chunks) > 0) {
+			fresh = append(l.undispatched(), fresh...)
+			slices.SortStableFunc(fresh, byPrio)
+		}
+		l.tail = fresh[len(fresh)-1].meta.prio
+	}
+	if s.bh == nil {
+		for _, j := range fresh {
+			l.jobs <- j
+		}
+		return
+	}
+	for c := range slices.Chunk(fresh, s.batch) {
+		l.chunks <- c
+	}
+}
+
+// undispatched takes back the rows dispatched to the lane that no worker has taken
+// yet, in the order they were dispatched.
+func (l *lane) undispatched() []*leased {
+	var out []*leased
+	for {
+		select {
+		case j := <-l.jobs:
+			out = append(out, j)
+		case js := <-l.chunks:
+			out = append(out, js...)
+		default:
+			return out
+		}
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"runtime/debug"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -100,8 +101,10 @@ type SubscribeOptions struct {
 	// rows other instances could run; none with Limits (a prefetched row would
 	// hold a slot of the limit without running). NoPrefetch claims for free workers
 	// only, as RustStream's inbox does; other negative values are refused. A value
-	// set applies whatever the handlers' speed. Within one claim, rows start in
-	// the order the database returns them, not by priority.
+	// set applies whatever the handlers' speed. On a table with a priority column
+	// leased rows start in priority order (lower first), prefetched ones
+	// included: a row claimed after prefetched rows of a lower priority starts
+	// before them (a row a worker has started is never put back).
 	Prefetch int
 	// AsyncCommit (Postgres, lease form) commits each claim-and-ack statement without
 	// waiting for its WAL flush (SET LOCAL synchronous_commit = off): a cycle costs no
@@ -165,6 +168,9 @@ type Subscription[T any] struct {
 	// adaptive: Prefetch is the default, used only while handlers are fast (see
 	// Subscription.limit).
 	adaptive bool
+	// dispatched counts the rows the lease form handed to its workers (tests wait
+	// on it: export_test.go).
+	dispatched atomic.Int64
 
 	w         *waker
 	conns     chan struct{} // one token per connection the subscription may hold

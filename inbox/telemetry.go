@@ -134,13 +134,17 @@ func traceArg(trace string) any {
 type jobMeta struct {
 	created time.Time
 	trace   string
+	prio    int64 // Columns.Priority: the lease form starts prefetched rows by it
 }
 
 // hasMeta reports whether claims return meta columns.
-func (q *Queue[T]) hasMeta() bool { return q.c.CreatedAt != "" || q.c.Trace != "" }
+func (q *Queue[T]) hasMeta() bool {
+	return q.c.CreatedAt != "" || q.c.Trace != "" || q.c.Priority != ""
+}
 
-// metaCols is the tail of a claim's select list: ", created, trace" for the columns
-// the table has, each read safely (SQLite: cast; Postgres: an infinite time as NULL).
+// metaCols is the tail of a claim's select list: ", created, trace, priority" for
+// the columns the table has, each read safely (SQLite: cast; Postgres: an infinite
+// time as NULL).
 func (q *Queue[T]) metaCols() string {
 	var out string
 	if c := q.c.CreatedAt; c != "" {
@@ -152,6 +156,13 @@ func (q *Queue[T]) metaCols() string {
 	}
 	if c := q.c.Trace; c != "" {
 		out += ", CAST(" + col(c) + " AS TEXT) AS inbox_trace"
+	}
+	if c := q.c.Priority; c != "" {
+		t := "BIGINT"
+		if q.dialect == SQLite {
+			t = "INTEGER"
+		}
+		out += ", CAST(" + col(c) + " AS " + t + ") AS inbox_prio"
 	}
 	return out
 }
@@ -165,6 +176,9 @@ func (q *Queue[T]) metaRefs() string {
 	if q.c.Trace != "" {
 		out += ", inbox_trace"
 	}
+	if q.c.Priority != "" {
+		out += ", inbox_prio"
+	}
 	return out
 }
 
@@ -177,6 +191,9 @@ func (q *Queue[T]) metaNulls() string {
 	if q.c.Trace != "" {
 		out += ", NULL::text"
 	}
+	if q.c.Priority != "" {
+		out += ", NULL::bigint"
+	}
 	return out
 }
 
@@ -185,6 +202,7 @@ type metaScan struct {
 	sqlTime sql.NullInt64
 	pgTime  *time.Time
 	trace   sql.NullString
+	prio    sql.NullInt64
 }
 
 // metaDest returns the scan destinations of a claim row with meta: base, then the
@@ -200,6 +218,9 @@ func (q *Queue[T]) metaDest(m *metaScan, base ...any) []any {
 	if q.c.Trace != "" {
 		base = append(base, &m.trace)
 	}
+	if q.c.Priority != "" {
+		base = append(base, &m.prio)
+	}
 	return base
 }
 
@@ -213,6 +234,7 @@ func (m *metaScan) meta() jobMeta {
 		j.created = *m.pgTime
 	}
 	j.trace = m.trace.String
+	j.prio = m.prio.Int64
 	return j
 }
 
