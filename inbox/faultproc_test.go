@@ -416,8 +416,53 @@ func (f *faultRun) lockedStop() {
 
 // terminate ends, on this test's database only, every backend of the busiest
 // instance (odd calls: the others can take its rows at once) or of every instance of
-// this run (even calls).
+// this run (even calls). In the lock forms it makes sure that the fault hit a job in
+// work: a run found in flight in the log may have settled by the time its backend
+// is terminated (a loaded machine widens that gap), so if no run ends with its lock
+// lost within faultHitWait, it terminates again, up to faultTries times while jobs
+// remain. Otherwise the run would prove nothing of lost locks, and fail for it.
 func (f *faultRun) terminate() {
+	for try := 1; ; try++ {
+		before := f.lostRuns()
+		f.terminateOnce()
+		if f.cfg.Form == inbox.Lease {
+			return
+		}
+		hit := false
+		for deadline := time.Now().Add(faultHitWait); !hit && time.Now().Before(deadline); {
+			time.Sleep(20 * time.Millisecond) // polling the log: no event says a run ended
+			hit = f.lostRuns() > before
+		}
+		if hit || try == faultTries || f.remaining() == 0 {
+			return
+		}
+		f.note("the termination hit no job in work; terminating again")
+	}
+}
+
+const (
+	faultHitWait = 2 * time.Second // how long a termination's lost runs may take to be logged
+	faultTries   = 5               // terminations tried for one fault
+)
+
+// lostRuns counts the runs the log records as ended by a lost claim or with their
+// settlement refused: only a fault makes them.
+func (f *faultRun) lostRuns() int {
+	b, err := os.ReadFile(f.cfg.Log)
+	if err != nil && !os.IsNotExist(err) {
+		f.t.Fatal(err)
+	}
+	n := 0
+	for line := range strings.Lines(string(b)) {
+		if fs := strings.Fields(line); len(fs) == 8 && fs[0] == "E" && (fs[6] != "ok" || fs[7] == "lost") {
+			n++
+		}
+	}
+	return n
+}
+
+// terminateOnce is one termination of terminate.
+func (f *faultRun) terminateOnce() {
 	f.terms0++
 	who := f.prefix + "-%"
 	if f.terms0%2 == 1 {
