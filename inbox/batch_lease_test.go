@@ -3,6 +3,7 @@ package inbox_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -12,6 +13,14 @@ import (
 	"github.com/gotp/gotp/gotptest"
 	"github.com/gotp/gotp/inbox"
 )
+
+// batchForms are the forms that take batches on dialect d.
+func batchForms(d inbox.Dialect) []inbox.Form {
+	if d == inbox.Postgres {
+		return []inbox.Form{inbox.Lease, inbox.RowLock}
+	}
+	return []inbox.Form{inbox.Lease}
+}
 
 // startBatch starts a batch subscription and stops it at cleanup.
 func startBatch(t *testing.T, q *inbox.Queue[msg], h inbox.BatchHandler[msg], n int, o inbox.SubscribeOptions) *inbox.Subscription[msg] {
@@ -192,6 +201,61 @@ func TestBatchLeaseCancelOne(t *testing.T) {
 		if tm.Handle["cancel"].Count != 1 || tm.Handle["release"].Count != 1 || tm.Handle["ack"].Count != 2 {
 			t.Fatalf("timings cancel %d, release %d, ack %d: want 1, 1, 2",
 				tm.Handle["cancel"].Count, tm.Handle["release"].Count, tm.Handle["ack"].Count)
+		}
+	})
+}
+
+// TestBatchPanicsEveryForm: a panic in a batch handler, or in the Handle hook
+// around it, is a *PanicError (with its stack) in every job's result, in both
+// forms that take batches, on SQLite and Postgres: each job is retried, then
+// dead-lettered at MaxAttempts with the panic as its last error; nothing is lost,
+// nothing acked, nothing left in work.
+func TestBatchPanicsEveryForm(t *testing.T) {
+	eachDB(t, func(t *testing.T, b *backend) {
+		for _, form := range batchForms(b.dialect) {
+			for _, where := range []string{"handler", "hook"} {
+				t.Run(strings.ReplaceAll(form.String(), " ", "-")+"/"+where, func(t *testing.T) {
+					b := freshBackend(t, b.dialect)
+					var hooks inbox.Hooks
+					if where == "hook" {
+						hooks.Handle = func(context.Context, inbox.JobInfo, func(context.Context) error) error { panic("hook bug") }
+					}
+					q := newQueue(t, b, inbox.Config[msg]{Hooks: hooks})
+					if err := q.CreateTable(t.Context()); err != nil {
+						t.Fatal(err)
+					}
+					const jobs, attempts = 12, 2
+					publishN(t, q, jobs)
+					res := make(chan inbox.Result, 4*jobs)
+					startBatch(t, q, func(context.Context, []inbox.Job[msg]) error { panic("handler bug") }, 5,
+						inbox.SubscribeOptions{Form: form, Workers: 2, MaxAttempts: attempts, PollInterval: 20 * time.Millisecond,
+							Backoff: func(int) time.Duration { return 0 }, Observe: func(r inbox.Result) { res <- r }})
+					out := map[inbox.Outcome]int{}
+					for _, r := range collect(t, res, jobs*attempts) {
+						pe, ok := errors.AsType[*inbox.PanicError](r.Err)
+						if !ok || len(pe.Stack) == 0 || !strings.Contains(fmt.Sprint(pe.Value), where+" bug") || r.SettleErr != nil {
+							t.Fatalf("result %+v, want a *PanicError of the %s with its stack", r, where)
+						}
+						out[r.Outcome]++
+					}
+					if out[inbox.Retried] != jobs*(attempts-1) || out[inbox.DeadLettered] != jobs {
+						t.Fatalf("outcomes %v, want %d retried and %d dead", out, jobs*(attempts-1), jobs)
+					}
+					st, err := q.Stats(t.Context())
+					if err != nil || st.Dead != jobs || st.Ready+st.InWork+st.Delayed != 0 {
+						t.Fatalf("stats %+v, %v: want every job dead, nothing else", st, err)
+					}
+					dead, err := q.DeadLetters(t.Context(), jobs)
+					if err != nil || len(dead) != jobs {
+						t.Fatalf("dead letters %d, %v", len(dead), err)
+					}
+					for _, d := range dead {
+						if d.Attempts != attempts || !strings.Contains(d.LastError, where+" bug") {
+							t.Fatalf("dead letter %+v; want %d attempts and the panic", d, attempts)
+						}
+					}
+				})
+			}
 		}
 	})
 }

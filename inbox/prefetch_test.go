@@ -22,7 +22,7 @@ func TestPrefetchStartsByPriority(t *testing.T) {
 			t.Run(fmt.Sprintf("batch=%v", batch), func(t *testing.T) {
 				b := b
 				if batch {
-					b = map[inbox.Dialect]func(*testing.T) *backend{inbox.SQLite: sqliteBackend, inbox.Postgres: pgBackend}[b.dialect](t)
+					b = freshBackend(t, b.dialect)
 				}
 				q := defaultTable(t, b)
 				var mu sync.Mutex

@@ -364,11 +364,7 @@ func TestHooksOnUniquePublish(t *testing.T) {
 // its entry says. In both forms that take batches.
 func TestHandleHookWrapsBatch(t *testing.T) {
 	eachDB(t, func(t *testing.T, b *backend) {
-		forms := []inbox.Form{inbox.Lease}
-		if b.dialect == inbox.Postgres {
-			forms = append(forms, inbox.RowLock)
-		}
-		for _, form := range forms {
+		for _, form := range batchForms(b.dialect) {
 			t.Run(form.String(), func(t *testing.T) {
 				b := b
 				if form == inbox.RowLock {
