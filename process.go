@@ -503,6 +503,12 @@ func (n *Node) RunInline(to PID, msg any) bool {
 	if p == nil || !p.inline {
 		return false
 	}
+	return p.runInline(msg)
+}
+
+// runInline is RunInline once the process is known to be one it may run.
+func (p *Process) runInline(msg any) bool {
+	n := p.n
 	p.mu.Lock()
 	if p.running || len(p.queue) > 0 || p.dead.Load() {
 		p.mu.Unlock()

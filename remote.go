@@ -102,6 +102,23 @@ func (g *Gateway) Send(from, to PID, msg any) {
 	}
 }
 
+// RunInline is Node.RunInline for a message from a remote process, to any
+// local handler-mode process, whether it was spawned with AllowInline or
+// not: when to is idle, its handler handles msg on the calling goroutine
+// and RunInline returns true once it has returned; otherwise it returns
+// false and delivers nothing (use Send). It lets a transport run a call's
+// server on the goroutine that read the call, when nothing else waits
+// there. That goroutine then waits for the handler however long it runs,
+// and a handler that calls runtime.Goexit ends it (after the process has
+// exited): the transport must carry on without it.
+func (g *Gateway) RunInline(to PID, msg any) bool {
+	p := g.n.lookup(to)
+	if p == nil || p.mode != modeHandler {
+		return false
+	}
+	return p.runInline(msg)
+}
+
 // Exit delivers an exit signal from a remote process to a local one.
 func (g *Gateway) Exit(from, to PID, reason error, viaLink bool) {
 	if p := g.n.lookup(to); p != nil {

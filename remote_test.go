@@ -304,3 +304,60 @@ func TestNodeDown(t *testing.T) {
 		t.Fatalf("monitors held by the lost node remain: %v", in.MonitoredBy)
 	}
 }
+
+// TestGatewayRunInline: a transport's RunInline runs the handler of an
+// idle handler-mode process spawned without AllowInline on the calling
+// goroutine, and declines, delivering nothing, for a process busy with a
+// message, a function process and an unknown PID.
+func TestGatewayRunInline(t *testing.T) {
+	_, b, net := twoNodes(t)
+	g := net.gates["b"]
+	var seen []any // written by the handler, read here: no lock (the race detector checks)
+	release := make(chan struct{})
+	busy := make(chan struct{}, 1)
+	got := make(chan any, 4)
+	pid, err := b.SpawnHandler(gotp.HandlerFunc(func(p *gotp.Process, msg any) (bool, error) {
+		switch msg {
+		case "block":
+			busy <- struct{}{}
+			<-release
+		case "later":
+			got <- msg
+		default:
+			seen = append(seen, msg)
+		}
+		return false, nil
+	}), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b.RunInline(pid, "x") {
+		t.Fatal("Node.RunInline ran a process spawned without AllowInline")
+	}
+	for i := range 3 {
+		if !g.RunInline(pid, i) {
+			t.Fatalf("Gateway.RunInline(%d) on an idle process = false", i)
+		}
+		if len(seen) != i+1 || seen[i] != i {
+			t.Fatalf("after RunInline(%d): seen %v", i, seen)
+		}
+	}
+	b.Send(pid, "block")
+	gotptest.Recv(t, busy)
+	if g.RunInline(pid, "busy") {
+		t.Fatal("Gateway.RunInline ran a process that is handling a message")
+	}
+	close(release)
+	b.Send(pid, "later")
+	if m := gotptest.Recv(t, got); m != "later" {
+		t.Fatalf("got %v after the declined run, want later", m)
+	}
+	fn, _ := b.Spawn(func(p *gotp.Process) error { _, err := p.Receive(p.Context()); return err })
+	if g.RunInline(fn, "x") {
+		t.Fatal("Gateway.RunInline ran a function process")
+	}
+	b.Exit(fn, gotp.ErrKilled)
+	if g.RunInline(gotp.NewPID("b", 1, 1<<40), "x") {
+		t.Fatal("Gateway.RunInline ran an unknown PID")
+	}
+}

@@ -262,7 +262,12 @@ func (c *Cluster) serveCall(p *peer, f frame) {
 	p.addInCall(f.ref, target)
 	gw := c.gateway()
 	gw.Monitor(f.ref, gotp.PID{}, target) // a Down goes back at once if it is not alive
-	gw.Send(gotp.PID{}, target, server.Request{Caller: gotp.NewPID(p.name, p.creation, sinkID), Ref: f.ref, Body: f.value})
+	req := server.Request{Caller: gotp.NewPID(p.name, p.creation, sinkID), Ref: f.ref, Body: f.value}
+	if l := p.inlineTo; l != nil && !l.pend.ok {
+		l.pend = pendingReq{to: target, req: req, ok: true} // run by l.runCall
+		return
+	}
+	gw.Send(gotp.PID{}, target, req)
 }
 
 func (c *Cluster) sendDown(p *peer, ref gotp.Ref, target gotp.PID, reason error) {

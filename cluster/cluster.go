@@ -103,6 +103,8 @@ type counters struct {
 	decodeErrors          atomic.Uint64
 	linkFailures          atomic.Uint64
 	selfReads             atomic.Uint64
+	inlineCalls           atomic.Uint64
+	rescues               atomic.Uint64
 }
 
 // Stats are a cluster's counters since Join. Messages count signals
@@ -131,6 +133,11 @@ type Stats struct {
 	// direct link itself (the link's socket was free when the call
 	// began), rather than being handed it by the link's goroutine.
 	SelfReadCalls uint64
+	// InlineCalls counts calls from other nodes whose server handled them
+	// on the goroutine of the direct link that read them (see the package
+	// doc, Calls), and Rescues how many of those ran so long (or called
+	// runtime.Goexit) that a new goroutine took over reading the link.
+	InlineCalls, Rescues uint64
 }
 
 // Stats returns the cluster's counters.
@@ -143,6 +150,7 @@ func (c *Cluster) Stats() Stats {
 		Dropped: s.dropped.Load(), Stale: s.stale.Load(),
 		EncodeErrors: s.encodeErrors.Load(), DecodeErrors: s.decodeErrors.Load(),
 		LinkFailures: s.linkFailures.Load(), SelfReadCalls: s.selfReads.Load(),
+		InlineCalls: s.inlineCalls.Load(), Rescues: s.rescues.Load(),
 	}
 }
 

@@ -151,6 +151,19 @@ type link struct {
 	quit   chan struct{}   // closed by close
 	once   sync.Once
 
+	// A call run on the link's goroutine (see runCall). pend is the call
+	// readFrame left for it (the link's reader's only). The rest is
+	// guarded by rmu: inl numbers the call running (0: none) and inlSeq
+	// the last one started (a goroutine running call seq whose l.inl is
+	// no longer seq was replaced as the link's reader); at each tick of
+	// the rescue timer (armed while ticking) inlSeen is the call that was
+	// running at the last tick and inlLast the inlSeq then.
+	pend                          pendingReq
+	inl, inlSeq, inlSeen, inlLast uint64
+	ticking                       bool
+	rescueT                       *time.Timer
+	rp                            *peer
+
 	// A write on the sender's goroutine (see kick): raw is the TCP
 	// socket (nil for TLS), wf the write function handed to it, wdata, wn
 	// and werr its argument and results. Only the holder of p.writing
@@ -162,12 +175,16 @@ type link struct {
 	werr  error
 }
 
-// reader returns what the link reads from: the connection, or with
-// Options.BusyPoll a reader that keeps trying the socket for that long
-// before it waits for it.
+// reader returns what the link reads from: the TCP socket with raw
+// system calls (see rawMax), or with Options.BusyPoll a reader that keeps
+// trying it for that long before it waits for it, or for TLS the
+// connection.
 func (l *link) reader() io.Reader {
-	if l.c.opts.BusyPoll <= 0 || l.raw == nil {
+	switch {
+	case l.raw == nil:
 		return l.conn
+	case l.c.opts.BusyPoll <= 0:
+		return newRawReader(l)
 	}
 	return &busyReader{l: l, spin: l.c.opts.BusyPoll}
 }
@@ -269,7 +286,7 @@ func (c *Cluster) newLink(conn net.Conn) (*link, bool) {
 		if raw, err := tc.SyscallConn(); err == nil {
 			l.raw = raw
 			l.wf = func(fd uintptr) bool {
-				l.wn, l.werr = syscall.Write(int(fd), l.wdata)
+				l.wn, l.werr = rawWrite(fd, l.wdata)
 				return true // one attempt: never wait for the socket
 			}
 		}
@@ -302,7 +319,12 @@ func (c *Cluster) handshakeTimeout() time.Duration {
 // serveLink runs a link another node dialled: the responder's handshake,
 // then the link itself.
 func (c *Cluster) serveLink(conn net.Conn) {
-	defer c.wg.Done()
+	replaced := false // as in dial
+	defer func() {
+		if !replaced {
+			c.wg.Done()
+		}
+	}()
 	if c.opts.TLS != nil {
 		conn = tls.Server(conn, c.opts.TLS)
 	}
@@ -339,7 +361,7 @@ func (c *Cluster) serveLink(conn net.Conn) {
 		return
 	}
 	_ = conn.SetDeadline(time.Time{})
-	l.run(p)
+	replaced = l.run(p)
 }
 
 // respond runs the responder's side of the handshake.
@@ -416,7 +438,12 @@ func linkMAC(key []byte, label string, parts ...[]byte) []byte {
 // dial tries the addresses of s's node in turn for a direct link, and
 // falls back to a connection over NATS if none works.
 func (c *Cluster) dial(s *shake, addrs []string) {
-	defer c.wg.Done()
+	replaced := false // the link's reading went to another goroutine, with this one's count in c.wg
+	defer func() {
+		if !replaced {
+			c.wg.Done()
+		}
+	}()
 	defer func() {
 		c.mu.Lock()
 		s.dialing = false
@@ -427,7 +454,7 @@ func (c *Cluster) dial(s *shake, addrs []string) {
 		p, err := c.dialOne(ctx, s, a)
 		if err == nil {
 			if p != nil {
-				p.link.run(p)
+				replaced = p.link.run(p)
 			}
 			return
 		}
@@ -556,8 +583,11 @@ func (l *link) readMsg(limit int) ([]byte, error) {
 }
 
 // run reads frames from the link on the calling goroutine until it
-// closes, and starts its writer. When the link ends, p is down.
-func (l *link) run(p *peer) {
+// closes, and starts its writer. When the link ends, p is down. It
+// reports whether another goroutine took over reading the link (see
+// runCall): the calling goroutine's count in the cluster's wait group is
+// then that goroutine's, and the caller must not mark it done.
+func (l *link) run(p *peer) (replaced bool) {
 	c := l.c
 	p.mu.Lock()
 	p.writing = false // frames queued during the handshake may go now
@@ -567,20 +597,39 @@ func (l *link) run(p *peer) {
 	c.wg.Add(1)
 	c.writers.Add(1)
 	go l.writer(p)
-	err := l.read(p)
-	l.close()
-	if err != nil && !errors.Is(err, net.ErrClosed) && !errors.Is(err, io.EOF) {
-		c.log.Debug("cluster: direct link closed", "peer", p.name, "err", err)
-	}
-	c.nodeDown(p, false)
+	return l.serve(p)
 }
 
-func (l *link) read(p *peer) error {
+// serve reads the link's frames as its goroutine until the link closes,
+// and then reports p down; or until another goroutine has taken over
+// reading it (see runCall), and then just returns true.
+func (l *link) serve(p *peer) (replaced bool) {
+	replaced, err := l.read(p)
+	if replaced {
+		return true
+	}
+	l.close()
+	if err != nil && !errors.Is(err, net.ErrClosed) && !errors.Is(err, io.EOF) {
+		l.c.log.Debug("cluster: direct link closed", "peer", p.name, "err", err)
+	}
+	l.c.nodeDown(p, false)
+	return false
+}
+
+func (l *link) read(p *peer) (replaced bool, err error) {
 	var scratch []byte
 	for {
 		stop, kind, err := l.readFrame(p, &scratch, false)
 		if err != nil || stop {
-			return err
+			return false, err
+		}
+		if l.pend.ok {
+			// A call, the last frame read: its server handles it
+			// here, and this goroutine then reads again at once.
+			if reader, err := l.runCall(p); !reader || err != nil {
+				return !reader, err
+			}
+			continue
 		}
 		if l.br.Buffered() != 0 {
 			continue
@@ -589,7 +638,7 @@ func (l *link) read(p *peer) error {
 			// A call was answered and no other waits: its caller may
 			// call again at once, and then reads its reply itself.
 			if err := l.lend(); err != nil {
-				return err
+				return false, err
 			}
 			continue
 		}
@@ -637,6 +686,25 @@ func (l *link) lend() error {
 	l.rmu.Lock()
 	l.rstate = rsFree
 	l.rmu.Unlock()
+	return l.waitBack()
+}
+
+// reclaim takes the socket back for the link's goroutine after it was
+// free: at once if nobody took it, otherwise when the caller reading it
+// hands it back (as in lend).
+func (l *link) reclaim() error {
+	l.rmu.Lock()
+	if l.rstate == rsFree {
+		l.rstate = rsReader
+		l.rmu.Unlock()
+		return nil
+	}
+	l.rmu.Unlock()
+	return l.waitBack()
+}
+
+// waitBack is lend's wait once the socket is free or lent.
+func (l *link) waitBack() error {
 	if l.rtimer == nil {
 		l.rtimer = time.NewTimer(linkLend)
 	} else {
@@ -780,15 +848,20 @@ func (l *link) readFrame(p *peer, scratch *[]byte, self bool) (stop bool, kind b
 	if len(body) > 0 {
 		kind = body[0]
 	}
+	last := !self && !big && l.br.Buffered() == hdr+n
 	p.rx.Lock()
 	if p.down.Load() {
 		p.rx.Unlock()
 		return true, kind, nil
 	}
+	if last {
+		p.inlineTo = l // a call may run on this goroutine: nothing else waits
+	}
 	if err := c.handleFrame(p, body); err != nil {
 		c.stats.decodeErrors.Add(1)
 		c.log.Warn("cluster: dropped a message", "peer", p.name, "err", err)
 	}
+	p.inlineTo = nil
 	p.rx.Unlock()
 	if !big {
 		_, _ = l.br.Discard(hdr + n)

@@ -58,6 +58,10 @@ type peer struct {
 	// handles one; afterDown takes it once, so that nothing the peer sent
 	// is delivered after its Downs and its NodeDown.
 	rx sync.Mutex
+	// inlineTo is the link whose goroutine reads the frame being handled
+	// when that frame is the last one read so far: a call in it may run
+	// on that goroutine (see link.runCall). Guarded by rx.
+	inlineTo *link
 
 	inMu    sync.Mutex            // guards inCalls
 	inCalls map[gotp.Ref]gotp.PID // calls from this peer in flight here: ref → server
