@@ -34,10 +34,10 @@ type callTable struct {
 }
 
 type pendingCall struct {
-	p    *peer // counts the call in p.calling until it is taken
-	node string
-	ch   chan callResult // one answer; whoever takes the entry from m sends it
-	t    *time.Timer
+	p  *peer           // counts the call in p.calling until it is taken
+	to *peer           // the connection the call went out on: its loss fails the call
+	ch chan callResult // one answer; whoever takes the entry from m sends it
+	t  *time.Timer
 }
 
 type callResult struct {
@@ -48,13 +48,13 @@ type callResult struct {
 
 func (t *callTable) init() { t.m = make(map[gotp.Ref]*pendingCall) }
 
-func (t *callTable) get(node string) *pendingCall {
+func (t *callTable) get(to *peer) *pendingCall {
 	pc, ok := t.pool.Get().(*pendingCall)
 	if !ok {
 		pc = &pendingCall{ch: make(chan callResult, 1), t: time.NewTimer(time.Hour)}
 		pc.t.Stop()
 	}
-	pc.node = node
+	pc.to = to
 	return pc
 }
 
@@ -86,7 +86,7 @@ func (pc *pendingCall) taken() {
 
 func (t *callTable) release(pc *pendingCall) {
 	pc.t.Stop()
-	pc.node, pc.p = "", nil
+	pc.to, pc.p = nil, nil
 	t.pool.Put(pc)
 }
 
@@ -108,12 +108,14 @@ func (t *callTable) down(ref gotp.Ref, reason error) bool {
 	return true
 }
 
-// nodeDown fails every call to node with noconnection.
-func (t *callTable) nodeDown(node string) {
+// nodeDown fails with noconnection every call that went out on the
+// connection p, which is lost: not those to another incarnation of the
+// same node, nor those on a later connection to it.
+func (t *callTable) nodeDown(p *peer) {
 	t.mu.Lock()
 	var lost []*pendingCall
 	for ref, pc := range t.m {
-		if pc.node == node {
+		if pc.to == p {
 			delete(t.m, ref)
 			pc.taken()
 			lost = append(lost, pc)
@@ -188,7 +190,7 @@ func (c *Cluster) await(ctx context.Context, p *peer, ref gotp.Ref, frame []byte
 	if _, ok := ctx.Deadline(); !ok {
 		deadline = time.Now().Add(timeout).UnixNano()
 	}
-	pc := c.calls.get(p.name)
+	pc := c.calls.get(p)
 	pc.p = p
 	p.calling.Add(1)
 	c.calls.put(ref, pc)

@@ -142,3 +142,46 @@ func sinkOf(t testing.TB, n *gotp.Node, opts ...gotp.SpawnOption) (gotp.PID, <-c
 	s := gotptest.NewSink(t, n, opts...)
 	return s.PID(), s.C()
 }
+
+// TestCallTableNodeDownByConnection: losing a connection fails the calls
+// that went out on it, not those to a later incarnation of the same node
+// (a node restarted under its name) waiting at the same time.
+func TestCallTableNodeDownByConnection(t *testing.T) {
+	var tab callTable
+	tab.init()
+	n := gotptest.NewNode(t)
+	old := &peer{name: "b", creation: 1}
+	cur := &peer{name: "b", creation: 2}
+	refOld, refCur := n.MakeRef(), n.MakeRef()
+	pcOld, pcCur := tab.get(old), tab.get(cur)
+	for _, c := range []struct {
+		p   *peer
+		pc  *pendingCall
+		ref gotp.Ref
+	}{{old, pcOld, refOld}, {cur, pcCur, refCur}} {
+		c.pc.p = c.p
+		c.p.calling.Add(1)
+		tab.put(c.ref, c.pc)
+	}
+	tab.nodeDown(old)
+	select {
+	case r := <-pcOld.ch:
+		if !r.down || !errors.Is(r.reason, gotp.ErrNoConnection) {
+			t.Fatalf("the old incarnation's call: %+v", r)
+		}
+	default:
+		t.Fatal("the old incarnation's call still waits after its node-down")
+	}
+	select {
+	case r := <-pcCur.ch:
+		t.Fatalf("the new incarnation's call was answered by the old one's node-down: %+v", r)
+	default:
+	}
+	if old.calling.Load() != 0 || cur.calling.Load() != 1 {
+		t.Fatalf("calls counted: old %d, new %d; want 0, 1", old.calling.Load(), cur.calling.Load())
+	}
+	tab.reply(refCur, "ok")
+	if r := <-pcCur.ch; r.v != "ok" {
+		t.Fatalf("the new incarnation's call: %+v", r)
+	}
+}

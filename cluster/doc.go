@@ -96,6 +96,21 @@
 // wait up to a millisecond to be read, and a call's deadline or
 // cancellation is seen up to a millisecond late while its caller reads.
 //
+// On the server's node, a call that the link's goroutine reads with
+// nothing behind it runs its server there, if the server is idle
+// (Stats.InlineCalls): read, handled and answered on one goroutine, where
+// handing it to a goroutine of the server's own would wake another thread
+// twice. The server's semantics are those of any call (one message at a
+// time, in order). A handler that runs longer than about a millisecond,
+// or calls runtime.Goexit, does not hold the link up: a new goroutine
+// takes over reading it within two milliseconds (Stats.Rescues), and the
+// handler finishes on the old one; a call it makes to the caller's node
+// meanwhile reads its own reply. Direct links read their sockets, and
+// senders write them, with raw system calls, which spare the runtime's
+// accounting of calls that could block (they never do: the sockets are
+// non-blocking, and a read that finds nothing waits in the runtime's
+// poller).
+//
 // # Failure detection
 //
 // A connection is the unit of failure, as an Erlang distribution

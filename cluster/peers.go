@@ -328,7 +328,7 @@ func (c *Cluster) afterDownRx(p *peer, inRx bool) {
 		p.rx.Unlock()
 	}
 	c.log.Info("cluster: node down", "peer", p.name, "creation", p.creation)
-	c.calls.nodeDown(p.name)
+	c.calls.nodeDown(p)
 	c.pgPeerDown(p)
 	c.namesPeerDown(p)
 	c.gateway().NodeDown(p.name)
