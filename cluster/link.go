@@ -257,20 +257,7 @@ func (r *busyReader) Read(b []byte) (int, error) {
 	if r.dead < c.spinOff.Load() {
 		r.dead = 0 // one try, then wait
 	}
-	for {
-		if err := r.l.raw.Read(r.f); err != nil {
-			return 0, err
-		}
-		switch {
-		case r.err == syscall.EINTR:
-			continue
-		case r.err != nil:
-			return 0, r.err
-		case r.n == 0:
-			return 0, io.EOF
-		}
-		return r.n, nil
-	}
+	return readSocket(r.l.raw, r.f, &r.n, &r.err)
 }
 
 // inlineGap is how long a link must have been idle for a sender to write

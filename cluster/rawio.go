@@ -21,12 +21,12 @@ import (
 const rawMax = 64 << 10
 
 // rawRead reads the socket fd into b with one raw system call.
-func rawRead(fd uintptr, b []byte) (int, syscall.Errno) {
+func rawRead(fd uintptr, b []byte) (int, error) {
 	n, _, e := syscall.RawSyscall(syscall.SYS_READ, fd, uintptr(unsafe.Pointer(unsafe.SliceData(b))), uintptr(len(b)))
 	if e != 0 {
 		return 0, e
 	}
-	return int(n), 0
+	return int(n), nil
 }
 
 // rawWrite writes b to the socket fd with one system call, raw if b is
@@ -50,7 +50,7 @@ type rawReader struct {
 	l   *link
 	buf []byte
 	n   int
-	err syscall.Errno
+	err error
 	f   func(fd uintptr) bool
 }
 
@@ -69,18 +69,25 @@ func (r *rawReader) Read(b []byte) (int, error) {
 	}
 	r.buf = b
 	defer func() { r.buf = nil }()
+	return readSocket(r.l.raw, r.f, &r.n, &r.err)
+}
+
+// readSocket runs f, a read of the socket that leaves what it read in *n
+// and *err, through raw until it has read something, the peer has closed
+// (io.EOF) or reading failed.
+func readSocket(raw syscall.RawConn, f func(fd uintptr) bool, n *int, err *error) (int, error) {
 	for {
-		if err := r.l.raw.Read(r.f); err != nil {
-			return 0, err
+		if e := raw.Read(f); e != nil {
+			return 0, e
 		}
 		switch {
-		case r.err == syscall.EINTR:
+		case *err == syscall.EINTR:
 			continue
-		case r.err != 0:
-			return 0, r.err
-		case r.n == 0:
+		case *err != nil:
+			return 0, *err
+		case *n == 0:
 			return 0, io.EOF
 		}
-		return r.n, nil
+		return *n, nil
 	}
 }
