@@ -29,6 +29,14 @@ type Limits struct {
 	// Rate, if positive, is the most claims (starts of an attempt) per Per,
 	// across every instance: counted in windows of Per from the Unix epoch, by
 	// the host clock, in the table TABLE_limits (schema version 4).
+	//
+	// The windows are fixed, not sliding: each window of Per holds at most Rate
+	// starts, but the starts of one window may fall at its end and those of the
+	// next at its start, so up to 2 × Rate starts can come within a span much
+	// shorter than Per (any span shorter than Per holds at most 2 × Rate; n
+	// consecutive windows at most n × Rate). A backlog starts its Rate jobs at
+	// the opening of each window, not spread over it. Where a downstream cannot
+	// take such a burst, set Rate to half of what it takes.
 	Rate int
 	// Per is Rate's period; required with Rate.
 	Per time.Duration

@@ -114,27 +114,7 @@ func TestLimitsRate(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		var mu sync.Mutex
-		var starts []time.Time
-		all := make(chan struct{})
-		for range 2 {
-			start(t, newQueue(t, b, inbox.Config[msg]{Columns: inbox.GroupColumns()}), func(ctx context.Context, j inbox.Job[msg]) error {
-				mu.Lock()
-				defer mu.Unlock()
-				starts = append(starts, time.Now())
-				if len(starts) == n {
-					close(all)
-				}
-				return nil
-			}, inbox.SubscribeOptions{Workers: 4, Limits: inbox.Limits{Rate: 4, Per: per}, PollInterval: 20 * time.Millisecond})
-		}
-		select {
-		case <-all:
-		case <-time.After(30 * time.Second):
-			t.Fatal("jobs not done")
-		}
-		mu.Lock()
-		defer mu.Unlock()
+		starts := startRated(t, b, n, 4, inbox.Limits{Rate: 4, Per: per}).wait(t)
 		if span := starts[n-1].Sub(starts[0]); span <= 2*per {
 			t.Fatalf("20 starts at 4 per %v spanned %v", per, span)
 		}
