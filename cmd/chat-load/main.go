@@ -83,6 +83,7 @@ type config struct {
 	data                    string
 	timeout                 time.Duration
 	cpuProfile, memProfile  string
+	allocProfile            string
 	server                  string
 }
 
@@ -100,6 +101,7 @@ func run(args []string, out io.Writer) error {
 	fs.IntVar(&c.sendBuffer, "send-buffer", chat.DefaultSendBuffer, "the gotp server's socket send buffer per connection, bytes (negative: the kernel's autotuned default)")
 	fs.StringVar(&c.cpuProfile, "cpuprofile", "", "write the server's CPU profile during the load to this file")
 	fs.StringVar(&c.memProfile, "memprofile", "", "write the server's heap profile, with the users connected and idle, to this file")
+	fs.StringVar(&c.allocProfile, "allocprofile", "", "write the server's allocations profile (all allocations since it started, the load's included) after the load to this file")
 	fs.StringVar(&c.server, "server", "gotp", `the in-process server: "gotp" (the chat service), or the baselines "bare" (plain Go, no history) and "bare-sqlite" (plain Go, the same SQLite history)`)
 	fs.StringVar(&c.addr, "addr", "", "TCP address of a running chat (empty: start one in this process)")
 	fs.StringVar(&c.httpAddr, "http-addr", "", "HTTP address of the running chat's WebSocket, with -addr and -ws")
@@ -279,6 +281,11 @@ func serverAndClients(ctx context.Context, c config, out io.Writer) error {
 	peakRSS := peak()
 	if err != nil {
 		return err
+	}
+	if c.allocProfile != "" {
+		if err := writeProfile(c.allocProfile, func(w io.Writer) error { return pprof.Lookup("allocs").WriteTo(w, 0) }); err != nil {
+			return err
+		}
 	}
 	stdin.Close()
 	if err := cmd.Wait(); err != nil {

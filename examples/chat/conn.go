@@ -78,9 +78,7 @@ type conn struct {
 // owner says it is committed, or has died.
 type sending struct {
 	ref  gotp.Ref
-	to   gotp.PID // the recipient's connection
 	send Send
-	at   time.Time // when it was accepted
 }
 
 // maxReregister bounds how long a connection waits for the online registry
@@ -252,8 +250,9 @@ func (c *conn) input(p *gotp.Process, m any) error {
 	return nil
 }
 
-// startSend starts a SEND: the message goes to the history owner, which
-// answers with appended once it is committed (SENT means on disk); the
+// startSend starts a SEND: the message goes to the history owner, whose
+// writer hands it to the recipient's connection and answers with appended
+// once it is committed (SENT means on disk, and so does a MSG); the
 // connection handles other messages meanwhile (deliveries to its user),
 // and the client's next commands wait. The owner is monitored, so that its
 // death answers the SEND too (ERROR unavailable).
@@ -276,13 +275,15 @@ func (c *conn) startSend(p *gotp.Process, s Send) error {
 		}
 		c.history, c.histMon = owner, p.Monitor(owner)
 	}
-	c.sending = &sending{ref: p.Node().MakeRef(), to: to, send: s, at: time.Now().UTC()}
-	p.Send(owner, appendReq{m: Message{From: c.name, To: s.To, Text: s.Text, Time: c.sending.at}, pid: p.Self(), ref: c.sending.ref})
+	c.sending = &sending{ref: p.Node().MakeRef(), send: s}
+	m := Message{From: c.name, To: s.To, Text: s.Text, Time: time.Now().UTC()}
+	p.Send(owner, appendReq{m: m, pid: p.Self(), ref: c.sending.ref, to: to})
 	return nil
 }
 
-// sent answers the SEND in flight: SENT and the delivery once its message
-// is committed, ERROR unavailable if it could not be.
+// sent answers the SEND in flight: SENT once its message is committed
+// (the history writer has handed it to the recipient's connection, just
+// before), ERROR unavailable if it could not be.
 func (c *conn) sent(p *gotp.Process, err error) {
 	s := c.sending
 	c.sending = nil
@@ -291,7 +292,6 @@ func (c *conn) sent(p *gotp.Process, err error) {
 		c.reply(Error{Reason: Unavailable})
 		return
 	}
-	p.Send(s.to, Delivery{From: c.name, To: s.send.To, Text: s.send.Text, Origin: p.Node().Name(), Time: s.at})
 	c.reply(Sent{To: s.send.To})
 }
 
