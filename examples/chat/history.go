@@ -525,14 +525,17 @@ func writeHistory(w *gotp.Process, s *Store, owner gotp.PID, svc *Service) error
 		}
 		w.Batch(func(bt *gotp.Batch) {
 			for _, a := range b.batch {
-				switch {
-				case a.pid.IsZero():
+				if a.pid.IsZero() {
 					server.Reply(a.from, appended{err: err})
 					continue
-				case err == nil && !a.to.IsZero():
+				}
+				// The answer first: a user who sends to itself reads SENT,
+				// then the MSG, as the reply to a command comes before the
+				// events it causes.
+				bt.Send(a.pid, appended{ref: a.ref, err: err})
+				if err == nil && !a.to.IsZero() {
 					bt.Send(a.to, Delivery{From: a.m.From, To: a.m.To, Text: a.m.Text, Origin: origin, Time: a.m.Time})
 				}
-				bt.Send(a.pid, appended{ref: a.ref, err: err})
 			}
 		})
 		clear(ms)
