@@ -128,7 +128,15 @@
 // than the limits leave, in its write transaction on SQLite and, on Postgres, in a
 // transaction that first takes a transaction-scoped advisory lock of the table, so
 // that limited claims of every instance run one after another and each sees the
-// previous one's rows. A limited subscription claims again with each settlement
+// previous one's rows. A Concurrency limit alone (with Fair or not) on Postgres
+// does without the lock: TABLE_limits holds one slot row per handler that may run;
+// each claimer takes free slots (FOR UPDATE SKIP LOCKED) under a lease of its own,
+// extended with its jobs' and given back when it needs fewer, and a handler runs
+// only in a slot of its claimer, so at most Concurrency handlers run across every
+// instance, and a crashed instance's slots come free when their lease ends (its
+// handlers are stopped a tenth of a lease before, as a job's are). Claims then run
+// as they do without limits, prefetch and all, but a claimer holds rows only for
+// the slots it has. A limited subscription claims again with each settlement
 // rather than wait for the poll, so that a limit that is reached costs no idle
 // time. Limits need the lease form (the lock forms hold their rows in work in
 // transactions and sessions that other instances cannot count: a [*ConfigError]),

@@ -160,6 +160,7 @@ type lane struct {
 	jobs     chan *leased
 	chunks   chan []*leased // a batch subscription's batches, instead of jobs
 	settleCh chan settlement
+	slots    *laneSlots // the slots of Limits.Concurrency its handlers run in (slots.go); nil without
 
 	nextCancelCheck time.Time // when checkCancels next looks for cancelled jobs
 	tail            int64     // the priority of the last row dispatched (dispatch)
@@ -226,9 +227,21 @@ func (s *Subscription[T]) leaseWorker(l *lane) {
 			l.giveBack(j)
 			continue
 		}
+		if l.slots != nil && !l.slots.gate.enter(j, s.stopClaim) {
+			// No slot before its lease ran out, or stopping: as above.
+			if s.ctx.Err() != nil {
+				j.finish()
+			} else {
+				l.giveBack(j)
+			}
+			continue
+		}
 		began := time.Now()
 		err := s.run(j.ctx, j.id, j.attempt, j.payload, j.meta)
 		dur := max(time.Since(began), 1)
+		if l.slots != nil {
+			l.slots.gate.leave(j)
+		}
 		j.finish()
 		if s.ctx.Err() != nil {
 			continue // as in a crash: nothing is written; the lease expires
@@ -254,6 +267,9 @@ func (s *Subscription[T]) leaseLoop(l *lane) {
 	ctx := s.ctx
 	n := s.limit(l)
 	inflight := make(map[int64]*leased, n)
+	if l.slots != nil {
+		defer s.freeSlots(l)
+	}
 	defer func() {
 		if len(inflight) > 0 {
 			ids := make([]int64, 0, len(inflight))
@@ -306,8 +322,8 @@ func (s *Subscription[T]) leaseLoop(l *lane) {
 		}
 		batch = append(batch[:0], exhausted...)
 		exhausted = exhausted[:0]
-		n = s.limit(l)
-		if len(batch) == 0 && (stopping || !canClaim || len(inflight) >= n) {
+		n = s.claimLimit(l)
+		if len(batch) == 0 && (stopping || !canClaim || len(inflight) >= n) && !l.slots.due(l, canClaim && !stopping) {
 			select {
 			case st := <-l.settleCh:
 				batch = append(batch, st)
@@ -395,6 +411,12 @@ func (s *Subscription[T]) leaseLoop(l *lane) {
 		n = s.limit(l)
 		s.checkCancels(l, inflight)
 		s.extendDue(inflight)
+		if l.slots != nil {
+			// Slots before the claim, which takes no more rows than they can run
+			// soon (slots.go).
+			s.syncSlots(l, s.slotNeed(l, len(inflight)-len(batch), canClaim && !stopping))
+			n = s.claimLimit(l)
+		}
 		want := 0
 		if canClaim && !stopping {
 			want = n - (len(inflight) - len(batch))
@@ -455,6 +477,10 @@ func (s *Subscription[T]) leaseLoop(l *lane) {
 		if want > 0 && len(got) < want {
 			canClaim = false
 			poll.Reset(s.o.PollInterval)
+		}
+		if l.slots != nil && !canClaim {
+			// The claim came back short: give back the slots the jobs held do not need.
+			s.syncSlots(l, s.slotNeed(l, len(inflight), false))
 		}
 		s.resetExt(l, ext, inflight)
 	}
@@ -536,6 +562,9 @@ func (s *Subscription[T]) resetExt(l *lane, t *time.Timer, inflight map[int64]*l
 	}
 	if len(inflight) > 0 && s.q.c.CancelledAt != "" {
 		next = min(next, max(l.nextCancelCheck.Sub(now), time.Millisecond))
+	}
+	if l.slots != nil {
+		next = l.slots.slotWait(now, next)
 	}
 	t.Reset(next)
 }
@@ -779,7 +808,7 @@ func (s *Subscription[T]) pgCycle(ctx context.Context, batch []settlement, want 
 	if ids == nil {
 		ids, fences = []int64{}, []time.Time{}
 	}
-	sql, args := q.pgAckClaimSQL(s.o.Limits, ids, fences, deadline, now, want)
+	sql, args := q.pgAckClaimSQL(s.claimLimits(), ids, fences, deadline, now, want)
 	var out []*leased
 	acked := make(map[int64]bool, len(ids))
 	read := func(r pgx.Rows) error {
@@ -813,7 +842,7 @@ func (s *Subscription[T]) pgCycle(ctx context.Context, batch []settlement, want 
 		}
 		return r.Err()
 	}
-	serial := want > 0 && s.o.Limits.serial()
+	serial := want > 0 && s.o.Limits.serial() && !s.slotted
 	if !s.o.AsyncCommit && !serial {
 		r, err := q.pool.Query(ctx, sql, args...)
 		if err != nil {

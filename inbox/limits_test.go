@@ -42,6 +42,12 @@ func (g *gauge) leave(k string) {
 // drainLimited publishes n jobs (job i with partition key keyOf(i)), drains them
 // with two instances of 6 workers each under l, and reports the gauge.
 func drainLimited(t *testing.T, b *backend, l inbox.Limits, n int, keyOf func(int) string) *gauge {
+	return drainLimitedBy(t, b, l, n, keyOf, 2, inbox.SubscribeOptions{Workers: 6})
+}
+
+// drainLimitedBy is drainLimited with the given instances, each subscribed with o
+// (and l, and a poll interval of 10 ms).
+func drainLimitedBy(t *testing.T, b *backend, l inbox.Limits, n int, keyOf func(int) string, instances int, o inbox.SubscribeOptions) *gauge {
 	t.Helper()
 	groupTable(t, b)
 	pub := newQueue(t, b, inbox.Config[msg]{Columns: inbox.GroupColumns()})
@@ -53,7 +59,8 @@ func drainLimited(t *testing.T, b *backend, l inbox.Limits, n int, keyOf func(in
 	g := newGauge()
 	var done atomic.Int64
 	all := make(chan struct{})
-	for range 2 {
+	o.Limits, o.PollInterval = l, 10*time.Millisecond
+	for range instances {
 		start(t, newQueue(t, b, inbox.Config[msg]{Columns: inbox.GroupColumns()}), func(ctx context.Context, j inbox.Job[msg]) error {
 			k := keyOf(j.Payload.N)
 			g.enter(k)
@@ -63,7 +70,7 @@ func drainLimited(t *testing.T, b *backend, l inbox.Limits, n int, keyOf func(in
 				close(all)
 			}
 			return nil
-		}, inbox.SubscribeOptions{Workers: 6, Limits: l, PollInterval: 10 * time.Millisecond})
+		}, o)
 	}
 	select {
 	case <-all:
@@ -80,6 +87,89 @@ func TestLimitsConcurrency(t *testing.T) {
 		g := drainLimited(t, b, inbox.Limits{Concurrency: 3}, 60, func(int) string { return "" })
 		if g.max > 3 {
 			t.Fatalf("%d jobs in work at once, limit 3", g.max)
+		}
+	})
+}
+
+// Limits.Concurrency holds across three instances of 8 workers and two claimers
+// each (on Postgres, lanes that take slots concurrently), with fast handlers that
+// the default prefetch serves: at most 5 handlers run at once.
+func TestLimitsConcurrencyThreeInstances(t *testing.T) {
+	eachDB(t, func(t *testing.T, b *backend) {
+		g := drainLimitedBy(t, b, inbox.Limits{Concurrency: 5}, 300, func(int) string { return "" }, 3, inbox.SubscribeOptions{Workers: 8, Claimers: 2})
+		if g.max > 5 {
+			t.Fatalf("%d jobs in work at once, limit 5", g.max)
+		}
+		if g.max < 2 {
+			t.Logf("at most %d jobs in work at once", g.max)
+		}
+	})
+}
+
+// Limits.Concurrency holds across a crash: an instance abandoned (as in a crash)
+// while its handlers fill the limit keeps its places until its leases end (on
+// Postgres its slots', on SQLite its rows'), so a second instance starts no
+// handler before then; it then runs every job, the crashed instance's too, at
+// most 3 at once.
+func TestLimitsConcurrencyCrash(t *testing.T) {
+	eachDB(t, func(t *testing.T, b *backend) {
+		groupTable(t, b)
+		const n, limit = 30, 3
+		pub := newQueue(t, b, inbox.Config[msg]{Columns: inbox.GroupColumns()})
+		for i := range n {
+			if _, err := pub.Publish(t.Context(), msg{N: i}, nil); err != nil {
+				t.Fatal(err)
+			}
+		}
+		g := newGauge()
+		o := inbox.SubscribeOptions{Workers: 6, Lease: 1500 * time.Millisecond, Limits: inbox.Limits{Concurrency: limit}, PollInterval: 10 * time.Millisecond}
+		entered := make(chan struct{}, n)
+		crashed, crash := context.WithCancel(context.Background())
+		a, err := newQueue(t, b, inbox.Config[msg]{Columns: inbox.GroupColumns()}).Subscribe(func(ctx context.Context, j inbox.Job[msg]) error {
+			g.enter("")
+			defer g.leave("")
+			entered <- struct{}{}
+			<-ctx.Done()
+			return ctx.Err()
+		}, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := a.Start(crashed); err != nil {
+			t.Fatal(err)
+		}
+		for range limit {
+			select {
+			case <-entered:
+			case <-time.After(20 * time.Second):
+				t.Fatal("the first instance did not fill the limit")
+			}
+		}
+		crash()
+		<-a.Done()
+		// Where the crashed instance's places end, in microseconds since the epoch.
+		var until int64
+		if b.dialect == inbox.Postgres {
+			until = b.queryN(t, `SELECT min(starts) FROM "`+b.table+`_limits" WHERE name LIKE 'slot %' AND starts > 0`)
+		} else {
+			until = b.queryN(t, `SELECT min(locked_until) FROM "`+b.table+`" WHERE claimed_at IS NOT NULL`)
+		}
+		var first atomic.Int64
+		done := newTally(n)
+		start(t, newQueue(t, b, inbox.Config[msg]{Columns: inbox.GroupColumns()}), func(ctx context.Context, j inbox.Job[msg]) error {
+			first.CompareAndSwap(0, time.Now().UnixMicro())
+			g.enter("")
+			time.Sleep(2 * time.Millisecond)
+			g.leave("")
+			done.add(j.Payload.N)
+			return nil
+		}, inbox.SubscribeOptions{Workers: 6, Limits: o.Limits, PollInterval: o.PollInterval})
+		done.wait(t, 60*time.Second)
+		if f := first.Load(); f < until {
+			t.Fatalf("the second instance started a handler %v before the crashed instance's places ended", time.Duration(until-f)*time.Microsecond)
+		}
+		if g.max > limit {
+			t.Fatalf("%d jobs in work at once, limit %d", g.max, limit)
 		}
 	})
 }
@@ -124,47 +214,55 @@ func TestLimitsRate(t *testing.T) {
 // Fair claims: a key with 10,000 jobs published first cannot starve a key with 10
 // published after it: the 10 are done while most of the 10,000 still wait.
 func TestLimitsFairness(t *testing.T) {
-	eachDB(t, func(t *testing.T, b *backend) {
-		q := groupTable(t, b)
-		big := make([]msg, 10000)
-		for i := range big {
-			big[i] = msg{N: i}
-		}
-		if err := q.PublishBatch(t.Context(), big, &inbox.PublishOpts{Partition: "big"}); err != nil {
-			t.Fatal(err)
-		}
-		small := make([]msg, 10)
-		for i := range small {
-			small[i] = msg{N: -1 - i}
-		}
-		if err := q.PublishBatch(t.Context(), small, &inbox.PublishOpts{Partition: "small"}); err != nil {
-			t.Fatal(err)
-		}
-		var bigDone, smallDone atomic.Int64
-		var bigWhenSmallDone atomic.Int64
-		finished := make(chan struct{})
-		start(t, q, func(ctx context.Context, j inbox.Job[msg]) error {
-			if j.Payload.N >= 0 {
-				bigDone.Add(1)
-				return nil
-			}
-			if smallDone.Add(1) == 10 {
-				bigWhenSmallDone.Store(bigDone.Load())
-				close(finished)
-			}
+	eachDB(t, func(t *testing.T, b *backend) { fairness(t, b, inbox.Limits{Fair: true}) })
+}
+
+// Fair claims under a Concurrency limit too (on Postgres, claims with slots and
+// the default prefetch).
+func TestLimitsFairnessConcurrency(t *testing.T) {
+	eachDB(t, func(t *testing.T, b *backend) { fairness(t, b, inbox.Limits{Fair: true, Concurrency: 2}) })
+}
+
+func fairness(t *testing.T, b *backend, limits inbox.Limits) {
+	q := groupTable(t, b)
+	big := make([]msg, 10000)
+	for i := range big {
+		big[i] = msg{N: i}
+	}
+	if err := q.PublishBatch(t.Context(), big, &inbox.PublishOpts{Partition: "big"}); err != nil {
+		t.Fatal(err)
+	}
+	small := make([]msg, 10)
+	for i := range small {
+		small[i] = msg{N: -1 - i}
+	}
+	if err := q.PublishBatch(t.Context(), small, &inbox.PublishOpts{Partition: "small"}); err != nil {
+		t.Fatal(err)
+	}
+	var bigDone, smallDone atomic.Int64
+	var bigWhenSmallDone atomic.Int64
+	finished := make(chan struct{})
+	start(t, q, func(ctx context.Context, j inbox.Job[msg]) error {
+		if j.Payload.N >= 0 {
+			bigDone.Add(1)
 			return nil
-		}, inbox.SubscribeOptions{Workers: 1, Limits: inbox.Limits{Fair: true}})
-		select {
-		case <-finished:
-		case <-time.After(60 * time.Second):
-			t.Fatalf("the small key's jobs not done: %d of 10 (big: %d)", smallDone.Load(), bigDone.Load())
 		}
-		// One worker: every claim is a tie between the keys, won by either at
-		// random, so the 10 are done after about 10 of the big key's jobs.
-		if n := bigWhenSmallDone.Load(); n > 200 {
-			t.Fatalf("the big key had %d jobs done before the small key's 10", n)
+		if smallDone.Add(1) == 10 {
+			bigWhenSmallDone.Store(bigDone.Load())
+			close(finished)
 		}
-	})
+		return nil
+	}, inbox.SubscribeOptions{Workers: 1, Limits: limits})
+	select {
+	case <-finished:
+	case <-time.After(60 * time.Second):
+		t.Fatalf("the small key's jobs not done: %d of 10 (big: %d)", smallDone.Load(), bigDone.Load())
+	}
+	// One worker: every claim is a tie between the keys, won by either at
+	// random, so the 10 are done after about 10 of the big key's jobs.
+	if n := bigWhenSmallDone.Load(); n > 200 {
+		t.Fatalf("the big key had %d jobs done before the small key's 10", n)
+	}
 }
 
 // Limits the form or the table cannot enforce are refused at Subscribe: negative

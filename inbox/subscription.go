@@ -171,6 +171,8 @@ type Subscription[T any] struct {
 	// dispatched counts the rows the lease form handed to its workers (tests wait
 	// on it: export_test.go).
 	dispatched atomic.Int64
+	// slotted: Limits.Concurrency is held by slots (slots.go).
+	slotted bool
 
 	w         *waker
 	conns     chan struct{} // one token per connection the subscription may hold
@@ -213,6 +215,7 @@ func (q *Queue[T]) subscribe(h Handler[T], bh BatchHandler[T], batch int, o Subs
 		return nil, &ConfigError{Field: "Workers", Reason: "negative"}
 	}
 	adaptive := false
+	slotted := o.Form == Lease && o.Limits.slotted(q.dialect, bh != nil)
 	if o.Lease == 0 {
 		o.Lease = DefaultLease
 	}
@@ -236,7 +239,7 @@ func (q *Queue[T]) subscribe(h Handler[T], bh BatchHandler[T], batch int, o Subs
 		o.Prefetch = 0
 	case o.Prefetch < 0:
 		return nil, &ConfigError{Field: "Prefetch", Reason: "negative (NoPrefetch is -1)"}
-	case o.Prefetch == 0 && o.Form == Lease && o.Limits == (Limits{}):
+	case o.Prefetch == 0 && o.Form == Lease && (o.Limits == (Limits{}) || slotted):
 		o.Prefetch = DefaultPrefetch * o.Workers
 		adaptive = true
 	}
@@ -262,7 +265,7 @@ func (q *Queue[T]) subscribe(h Handler[T], bh BatchHandler[T], batch int, o Subs
 		return nil, err
 	}
 	s := &Subscription[T]{
-		q: q, h: h, o: o, adaptive: adaptive, bh: bh, batch: batch,
+		q: q, h: h, o: o, adaptive: adaptive, slotted: slotted, bh: bh, batch: batch,
 		w:         &waker{},
 		stopClaim: make(chan struct{}),
 		done:      make(chan struct{}),
@@ -365,6 +368,9 @@ func (s *Subscription[T]) launch(ctx context.Context) bool {
 			l.jobs = make(chan *leased, l.max)
 			l.chunks = make(chan []*leased, l.max)
 			l.settleCh = make(chan settlement, l.max)
+			if s.slotted {
+				l.slots = newLaneSlots()
+			}
 			for range l.n {
 				if s.bh != nil {
 					wg.Go(func() { s.leaseBatchWorker(l) })
@@ -474,8 +480,15 @@ func (s *Subscription[T]) check(ctx context.Context) error {
 				add(q.rateBumpSQL("?1", "?2"), nil)
 			}
 		} else {
-			add(q.pgAckClaimSQL(s.o.Limits, nil, nil, now, now, 1))
-			add(q.pgAckClaimSQL(s.o.Limits, nil, nil, now, now, 0))
+			if s.slotted {
+				if err := q.ensureSlots(ctx, s.o.Limits.Concurrency); err != nil {
+					return fmt.Errorf("inbox: %s: make the slots of Limits.Concurrency: %w", q.name, err)
+				}
+				add(q.slotSyncSQL(nil, 0, now, now, now, 1, 1))
+				add(q.slotFreeSQL(nil, 0, now))
+			}
+			add(q.pgAckClaimSQL(s.claimLimits(), nil, nil, now, now, 1))
+			add(q.pgAckClaimSQL(s.claimLimits(), nil, nil, now, now, 0))
 		}
 		add(q.settleSQL(skExtend, 0, fence{lease: &now}, now, 0, "", now))
 		for _, k := range []settleKind{skAck, skRetry, skDead, skRelease, skSnooze} {

@@ -1,0 +1,408 @@
+package inbox
+
+import (
+	"context"
+	"math/rand/v2"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+)
+
+// Slots: how Limits.Concurrency holds on Postgres without serialising claims.
+//
+// The table TABLE_limits has one row per handler that may run, named "slot 0" to
+// "slot N-1" (N is Concurrency), made by Start. A lane (one claimer and its
+// workers) holds slots under a lease of its own: window_start is the lane's tag (a
+// random number) and starts the lease's deadline in microseconds since the Unix
+// epoch. A slot whose deadline has passed is free. A worker runs a handler only
+// while it holds one of its lane's slots (a token of the lane's slotGate), so at
+// most N handlers run across every instance; the lane claims jobs as a lane
+// without limits does (prefetch and all), and jobs wait in it for a slot.
+//
+// A lane takes free slots (FOR UPDATE SKIP LOCKED: concurrent lanes take different
+// ones and never wait for each other) for the jobs it has or is about to claim, up
+// to its workers, and extends the lease of all it holds in the same statement,
+// every third of a lease; it gives back the slots its workers leave idle. A slot
+// is free by its own columns alone, so that a lane whose snapshot is older than a
+// slot's last write rechecks that write. A lane whose slots' lease is about to end
+// unextended (a tenth of a lease before) cancels the handlers that run in them and
+// starts none until it holds slots again; a crashed instance's slots come free when
+// their lease ends. A slot changes hands only between handlers, never during one:
+// the cost of the limit is a statement when a lane's need for slots changes, not
+// one per job.
+//
+// SQLite has one writer: its claims count the rows in work instead, as do claims on
+// Postgres with PerPartition or Rate (under the table's advisory lock), and batch
+// subscriptions.
+
+// slotted reports whether a subscription's Concurrency limit is held by slots.
+func (l Limits) slotted(d Dialect, batch bool) bool {
+	return d == Postgres && !batch && l.Concurrency > 0 && l.PerPartition == 0 && l.Rate == 0
+}
+
+// claimLimits are the limits a claim enforces: with slots, not Concurrency, which
+// the slots hold.
+func (s *Subscription[T]) claimLimits() Limits {
+	l := s.o.Limits
+	if s.slotted {
+		l.Concurrency = 0
+	}
+	return l
+}
+
+// slotName is the name of slot i in TABLE_limits.
+func slotName(i int) string { return "slot " + strconv.Itoa(i) }
+
+// slotNames are the names of the first n slots.
+func slotNames(n int) []string {
+	out := make([]string, n)
+	for i := range out {
+		out[i] = slotName(i)
+	}
+	return out
+}
+
+// ensureSlots makes TABLE_limits if it is missing (a table of the caller's own
+// mapping: the default schema has it from version 4) and its first n slot rows,
+// unless the queue's table itself is missing.
+func (q *Queue[T]) ensureSlots(ctx context.Context, n int) error {
+	var exists bool
+	if err := q.pool.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", q.table).Scan(&exists); err != nil || !exists {
+		return err // no such table: the statements' check names it
+	}
+	if _, err := q.pool.Exec(ctx, limitsDDL(Postgres, q.name)); err != nil {
+		// Two instances creating the table at once: one of them meets a unique
+		// violation in the catalog; the table is there either way.
+		var ok bool
+		if qerr := q.pool.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", q.limitsTable()).Scan(&ok); qerr != nil || !ok {
+			return err
+		}
+	}
+	_, err := q.pool.Exec(ctx, "INSERT INTO "+q.limitsTable()+" (name, window_start, starts) SELECT n, 0, 0 FROM unnest($1::text[]) AS n ON CONFLICT (name) DO NOTHING", slotNames(n))
+	return err
+}
+
+// slotSyncSQL extends the lease of the slots a lane holds (names, under tag and the
+// deadline until) to deadline and takes up to k free ones of the first n with it.
+// Result rows are (name, kept): kept for a slot held already.
+//
+// New slots are taken only while the table has a row that may be claimed: a lane
+// that polls an empty table holds none.
+func (q *Queue[T]) slotSyncSQL(names []string, tag int64, until, deadline, now time.Time, k, n int) (string, []any) {
+	if names == nil {
+		names = []string{} // an empty array, not NULL
+	}
+	lt := q.limitsTable()
+	sql := "WITH kept AS (UPDATE " + lt + " SET starts = $4::bigint WHERE name = ANY($1::text[]) AND window_start = $2::bigint AND starts = $3::bigint RETURNING name)" +
+		", got AS (UPDATE " + lt + " SET window_start = $2::bigint, starts = $4::bigint WHERE name IN (SELECT name FROM " + lt +
+		" WHERE name = ANY($5::text[]) AND name <> ALL($1::text[]) AND starts <= $6::bigint" +
+		" AND EXISTS (SELECT 1 FROM " + q.table + " WHERE " + q.claimable("$8::timestamptz") + ") LIMIT $7::int FOR UPDATE SKIP LOCKED) RETURNING name)" +
+		" SELECT name, true FROM kept UNION ALL SELECT name, false FROM got"
+	return sql, []any{names, tag, until.UnixMicro(), deadline.UnixMicro(), slotNames(n), now.UnixMicro(), k, q.ts(now)}
+}
+
+// slotFreeSQL gives back the slots names that a lane holds under tag and until.
+func (q *Queue[T]) slotFreeSQL(names []string, tag int64, until time.Time) (string, []any) {
+	if names == nil {
+		names = []string{}
+	}
+	return "UPDATE " + q.limitsTable() + " SET window_start = 0, starts = 0 WHERE name = ANY($1::text[]) AND window_start = $2::bigint AND starts = $3::bigint",
+		[]any{names, tag, until.UnixMicro()}
+}
+
+// slotGate hands a lane's slots to its workers: a worker holds one of them while
+// its handler runs. Its tokens are free + len(running) - owed: the slots held.
+type slotGate struct {
+	mu      sync.Mutex
+	free    int                  // tokens not in use
+	owed    int                  // tokens to drop as handlers return: slots gone while in use
+	running map[*leased]struct{} // the jobs whose handlers hold a token
+	wake    chan struct{}        // closed (and replaced) when a token comes free
+}
+
+func newSlotGate() *slotGate {
+	return &slotGate{running: map[*leased]struct{}{}, wake: make(chan struct{})}
+}
+
+// enter waits for a token for job j: false if j's context ends first (its lease
+// lost or expiring, the subscription ending) or stop is closed.
+func (g *slotGate) enter(j *leased, stop <-chan struct{}) bool {
+	for {
+		g.mu.Lock()
+		if g.free > 0 {
+			g.free--
+			g.running[j] = struct{}{}
+			g.mu.Unlock()
+			return true
+		}
+		w := g.wake
+		g.mu.Unlock()
+		select {
+		case <-w:
+		case <-j.ctx.Done():
+			return false
+		case <-stop:
+			return false
+		}
+	}
+}
+
+// leave gives back j's token, or drops it if the gate owes one.
+func (g *slotGate) leave(j *leased) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	delete(g.running, j)
+	if g.owed > 0 {
+		g.owed--
+		return
+	}
+	g.free++
+	g.signalLocked()
+}
+
+func (g *slotGate) signalLocked() {
+	close(g.wake)
+	g.wake = make(chan struct{})
+}
+
+// idle takes up to n tokens not in use, for slots to give back, and reports how many.
+func (g *slotGate) idle(n int) int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	k := min(n, g.free)
+	g.free -= k
+	return k
+}
+
+// resize makes the gate's tokens n (the slots held). Tokens taken away are taken
+// from the free ones first; if those are not enough, every running handler is
+// cancelled with cause (which token a handler holds is not known) and the tokens
+// are dropped as handlers return.
+func (g *slotGate) resize(n int, cause error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	d := n - (g.free + len(g.running) - g.owed)
+	switch {
+	case d > 0:
+		repay := min(d, g.owed)
+		g.owed -= repay
+		if d -= repay; d > 0 {
+			g.free += d
+			g.signalLocked()
+		}
+	case d < 0:
+		k := min(-d, g.free)
+		g.free -= k
+		if d += k; d < 0 {
+			g.owed -= d
+			for j := range g.running {
+				j.cancel(cause)
+			}
+		}
+	}
+}
+
+// laneSlots is a lane's holding of slots. Only the lane's loop uses it; the gate
+// and the expiry timer are shared with the workers.
+type laneSlots struct {
+	gate     *slotGate
+	tag      int64
+	names    []string      // the slots held
+	until    time.Time     // their lease's deadline
+	extendAt time.Time     // when the lease is extended next
+	need     int           // the slots the lane last wanted
+	retryAt  time.Time     // no new slots asked for before (the last ask came back short)
+	backoff  time.Duration // the wait before the next ask, while asks come back short
+	timer    *time.Timer
+	expired  chan struct{} // a token from the timer: the lease is about to end unextended
+}
+
+func newLaneSlots() *laneSlots {
+	return &laneSlots{gate: newSlotGate(), tag: rand.Int64(), expired: make(chan struct{}, 1)}
+}
+
+// slotRetry is how long a lane that asked for slots and got fewer first waits before
+// it asks again, doubling up to the poll interval while asks come back short: slots
+// come free when other instances' needs fall (a lane that gives slots back wakes the
+// others of its process at once), and each ask is a statement.
+const slotRetry = 2 * time.Millisecond
+
+// syncSlots brings the lane's slots towards need (the jobs it holds, at most its
+// workers; nothing without slots): it gives
+// back idle slots above need, and asks for more (extending the lease of those it
+// holds in the same statement) when it has fewer, or when the lease is due for
+// extension. Failures are logged and tried again with a later cycle; the expiry
+// timer stops the handlers if the lease cannot be extended in time.
+func (s *Subscription[T]) syncSlots(l *lane, need int) {
+	ls := l.slots
+	if ls == nil {
+		return
+	}
+	select {
+	case <-ls.expired:
+		// The lease is about to end unextended: the timer stopped every handler
+		// that runs in it; hold nothing.
+		ls.names, ls.until = nil, time.Time{}
+	default:
+	}
+	need = min(need, l.n)
+	ls.need = need
+	now := time.Now()
+	if held := len(ls.names); need < held {
+		if n := ls.gate.idle(held - need); n > 0 {
+			sql, args := s.q.slotFreeSQL(ls.names[held-n:], ls.tag, ls.until)
+			if _, err := s.q.pool.Exec(s.ctx, sql, args...); err != nil {
+				// Not given back: they come free when their lease ends.
+				s.q.log.Warn("inbox: giving back slots of Limits.Concurrency failed; they come free when their lease ends", "table", s.q.name, "err", err)
+			}
+			ls.names = slices.Clip(ls.names[:held-n])
+			s.q.Wake() // another lane of this process may be waiting for slots
+		}
+	}
+	k := 0
+	if need > len(ls.names) && !now.Before(ls.retryAt) {
+		k = need - len(ls.names)
+	}
+	if k == 0 && (len(ls.names) == 0 || now.Before(ls.extendAt)) {
+		return
+	}
+	deadline := trunc(now.Add(s.o.Lease))
+	sql, args := s.q.slotSyncSQL(ls.names, ls.tag, ls.until, deadline, trunc(now), k, s.o.Limits.Concurrency)
+	var kept, got []string
+	err := func() error {
+		r, err := s.q.pool.Query(s.ctx, sql, args...)
+		if err != nil {
+			return err
+		}
+		defer r.Close()
+		for r.Next() {
+			var name string
+			var held bool
+			if err := r.Scan(&name, &held); err != nil {
+				return err
+			}
+			if held {
+				kept = append(kept, name)
+			} else {
+				got = append(got, name)
+			}
+		}
+		return r.Err()
+	}()
+	if err != nil {
+		s.q.health.noteErr(err)
+		if s.ctx.Err() != nil {
+			return
+		}
+		if isPgError(err) {
+			// Refused: nothing changed. Try again shortly; the timer stops the
+			// handlers if the lease runs out first.
+			s.q.log.Warn("inbox: slots of Limits.Concurrency not extended; trying again", "table", s.q.name, "err", err)
+			ls.extendAt, ls.retryAt = now.Add(s.o.Lease/10), now.Add(slotRetry)
+			return
+		}
+		// Whether the statement committed is unknown: the slots may hold either
+		// deadline, and slots may have been taken. Hold none; they come free when
+		// their lease ends.
+		s.q.log.Warn("inbox: slots of Limits.Concurrency in doubt; holding none until their lease ends", "table", s.q.name, "err", err)
+		ls.names, ls.until, ls.retryAt = nil, time.Time{}, now.Add(s.o.Lease)
+		s.armSlots(ls)
+		ls.gate.resize(0, &LeaseLostError{Table: s.q.name, Op: "slot lost"})
+		return
+	}
+	ls.names = append(kept, got...)
+	ls.until = deadline
+	ls.extendAt = now.Add(s.o.Lease / 3)
+	if len(got) < k {
+		ls.backoff = min(max(2*ls.backoff, slotRetry), s.o.PollInterval)
+		ls.retryAt = now.Add(ls.backoff)
+	} else {
+		ls.backoff = 0
+	}
+	s.armSlots(ls)
+	ls.gate.resize(len(ls.names), &LeaseLostError{Table: s.q.name, Op: "slot lost"})
+}
+
+// slotNeed is how many slots a lane with held jobs wants: one per worker while it
+// claims (more jobs may be ready), else one per job it holds.
+func (s *Subscription[T]) slotNeed(l *lane, held int, claiming bool) int {
+	if claiming {
+		return l.n
+	}
+	return min(held, l.n)
+}
+
+// claimLimit is how many rows the lane may hold now: Subscription.limit, and with
+// slots no more than claimCap.
+func (s *Subscription[T]) claimLimit(l *lane) int {
+	n := s.limit(l)
+	if l.slots != nil {
+		n = min(n, l.slots.claimCap(l))
+	}
+	return n
+}
+
+// due reports whether a lane that claims (claiming) should ask for slots now: it
+// has fewer than its workers and the last ask is not too recent. False without
+// slots.
+func (ls *laneSlots) due(l *lane, claiming bool) bool {
+	return ls != nil && claiming && len(ls.names) < l.n && !time.Now().Before(ls.retryAt)
+}
+
+// claimCap is how many rows a lane may hold with the slots it has: as many per slot
+// as its rows per worker (its prefetch), and none without slots, so that jobs wait
+// for a slot in the table, in claim order, and not in a lane without slots while
+// another lane runs later ones.
+func (ls *laneSlots) claimCap(l *lane) int { return len(ls.names) * l.max / l.n }
+
+// slotWait is how long from now the loop may sleep before syncSlots has work: the
+// lease's extension, or another ask for slots the lane is short of.
+func (ls *laneSlots) slotWait(now time.Time, next time.Duration) time.Duration {
+	if len(ls.names) > 0 {
+		next = min(next, max(ls.extendAt.Sub(now), time.Millisecond))
+	}
+	if ls.need > len(ls.names) {
+		next = min(next, max(ls.retryAt.Sub(now), time.Millisecond))
+	}
+	return next
+}
+
+// armSlots (re)starts the timer that stops the lane's handlers a tenth of a lease
+// before the slots' lease ends unextended.
+func (s *Subscription[T]) armSlots(ls *laneSlots) {
+	if ls.timer != nil {
+		ls.timer.Stop()
+	}
+	select {
+	case <-ls.expired: // from an earlier lease: not this one's
+	default:
+	}
+	if len(ls.names) == 0 {
+		return
+	}
+	ls.timer = time.AfterFunc(s.untilExpiry(ls.until), func() {
+		// Stop the handlers now: the loop may be waiting on the database.
+		ls.gate.resize(0, &LeaseLostError{Table: s.q.name, Op: "slot expired"})
+		select {
+		case ls.expired <- struct{}{}:
+		default:
+		}
+	})
+}
+
+// freeSlots gives back every slot of a lane whose loop ends (best effort: they come
+// free when their lease ends otherwise). A subscription abandoned or halted writes
+// nothing, as in a crash.
+func (s *Subscription[T]) freeSlots(l *lane) {
+	ls := l.slots
+	if ls.timer != nil {
+		ls.timer.Stop()
+	}
+	if len(ls.names) == 0 || s.ctx.Err() != nil {
+		return
+	}
+	sql, args := s.q.slotFreeSQL(ls.names, ls.tag, ls.until)
+	_, _ = s.q.pool.Exec(s.ctx, sql, args...)
+	ls.names = nil
+}
