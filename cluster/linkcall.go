@@ -68,6 +68,7 @@ func (l *link) runCall(p *peer) (reader bool, err error) {
 	returned := false
 	defer func() {
 		if !returned { // runtime.Goexit in the handler: this goroutine ends
+			c.stats.inlineCalls.Add(1)
 			l.rmu.Lock()
 			if l.inl == seq {
 				l.takeOverLocked(true)
@@ -105,12 +106,9 @@ func (l *link) tick() {
 	if l.inl != 0 && l.inl == l.inlSeen {
 		l.takeOverLocked(false)
 	}
-	select {
-	case <-l.quit:
-		l.ticking = false
-		return
-	default:
-	}
+	// A closed link goes on ticking while a call runs on it, so that the
+	// call's goroutine is replaced (Leave waits for the reader, not for
+	// a handler); no call starts on it after that.
 	if l.inl == 0 && l.inlSeq == l.inlLast {
 		l.ticking = false // no call ran here since the last tick
 		return

@@ -81,11 +81,11 @@ func TestCallsRunOnLink(t *testing.T) {
 	if _, err := server.Call[any](ctx, a.n, srv, "goexit"); err == nil || !strings.Contains(err.Error(), gotp.ErrGoexit.Error()) {
 		t.Fatalf("call to a handler calling Goexit: %v", err)
 	}
-	st := b.c.Stats()
-	if st.InlineCalls > before.InlineCalls && st.Rescues == before.Rescues {
-		t.Error("Goexit on the link's goroutine: no new reader")
-	}
-	if v, err := server.Call[int](ctx, a.n, other, 4); err != nil || v != 8 {
+	// The link still reads (the goroutine that ended was its reader when
+	// the call ran on it: Stats counts the call and the rescue).
+	after, cancelAfter := context.WithTimeout(ctx, 5*time.Second)
+	defer cancelAfter()
+	if v, err := server.Call[int](after, a.n, other, 4); err != nil || v != 8 {
 		t.Fatalf("call after Goexit: %v, %v", v, err)
 	}
 
@@ -127,5 +127,34 @@ func TestCallsRunOnLink(t *testing.T) {
 	close(s2.release)
 	if err := gotptest.Recv(t, waited); !errors.Is(err, gotp.ErrNoConnection) {
 		t.Logf("the blocked call ended with %v", err)
+	}
+}
+
+// TestLeaveWithCallRunningOnLink: Leave right after a call began to run
+// on the link's goroutine, and blocks there, returns without waiting for
+// the handler (the closed link's goroutine is replaced as for any handler
+// that runs long).
+func TestLeaveWithCallRunningOnLink(t *testing.T) {
+	ms := startCluster(t, "a", "b")
+	a, b := ms[0], ms[1]
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	s := &linkServer{started: make(chan struct{}, 1), release: make(chan struct{})}
+	srv, err := server.Start(ctx, b.n, s)
+	gotptest.Must(t, err)
+	defer close(s.release)
+	waited := make(chan error, 1)
+	go func() { // ends when b leaves
+		_, err := server.Call[string](ctx, a.n, srv, "wait")
+		waited <- err
+	}()
+	gotptest.Recv(t, s.started)
+	leave, cancelLeave := context.WithTimeout(ctx, 10*time.Second)
+	defer cancelLeave()
+	if err := b.c.Leave(leave); err != nil {
+		t.Fatalf("Leave with a handler blocked on the link's goroutine: %v", err)
+	}
+	if err := gotptest.Recv(t, waited); err == nil {
+		t.Fatal("the blocked call returned no error after its server's node left")
 	}
 }
