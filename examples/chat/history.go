@@ -405,20 +405,23 @@ func (s *Store) Close() error {
 // and closes it when it ends, so a crash and restart reopens the file.
 //
 // It commits in groups. An append is answered only once its transaction
-// has committed (SENT means on disk). While one transaction is in flight
-// (run by the owner's writer, a process linked to it), the appends that
-// arrive wait in the owner, and go together in the next transaction as
-// soon as the first is done: a busy chat commits many messages at once, a
-// quiet one commits each message at once, alone.
+// has committed (SENT means on disk). The owner commits on its own
+// goroutine; the appends that arrive while a transaction is in flight wait
+// in its mailbox, and go together in the next transaction as soon as the
+// first is done: a busy chat commits many messages at once, a quiet one
+// commits each message at once, alone. (An earlier design ran the
+// transactions on a writer process of the owner's, which cost two more
+// hand-offs between goroutines per transaction and saved nothing: the
+// Store has one connection, which the owner's reads wait for anyway.)
 type historyOwner struct {
 	server.Defaults
 	svc      *Service
 	path     string
 	store    *Store
-	writer   gotp.PID
-	pending  []pendingAppend // arrived while a transaction was in flight
-	busy     bool            // a transaction is in flight
+	pending  []pendingAppend // appends not yet committed, oldest first
 	deferred int             // messages handled since the pending appends could have gone
+	ms       []Message       // the direct messages of the batch being committed
+	rooms    []RoomMsg       // and its room messages
 }
 
 type appendMsg struct{ m Message }
@@ -429,8 +432,8 @@ type roomReq struct{ room string }
 // appendReq asks the history owner to store m and answer pid with an
 // appended carrying ref once it is committed; it is how a connection
 // sends without waiting in a call (appendMsg is the call). Once m is
-// committed, the writer also hands it to the recipient's connection to
-// (when to is not zero) as a Delivery, before the answer.
+// committed, the owner also hands it to the recipient's connection to
+// (when to is not zero) as a Delivery, just after the answer.
 type appendReq struct {
 	m   Message
 	pid gotp.PID
@@ -461,94 +464,25 @@ type pendingAppend struct {
 // size is the length of the append's text.
 func (a *pendingAppend) size() int { return len(a.m.Text) + len(a.rm.Text) }
 
-// commitBatch asks the writer to commit a batch; committed is its answer
-// to the owner, once every caller in the batch has had its reply.
-type (
-	commitBatch struct{ batch []pendingAppend }
-	committed   struct{ err error }
-)
-
 func (h *historyOwner) Init(ctx context.Context, p *gotp.Process) error {
-	p.TrapExit(true) // so that Terminate closes the store on shutdown, and the writer's exit is a message
+	p.TrapExit(true) // so that Terminate closes the store on shutdown
 	s, err := OpenStore(ctx, h.path)
 	if err != nil {
 		return err
 	}
 	h.store = s
 	context.AfterFunc(p.Context(), func() { s.Close() }) // closed however the owner ends: a kill runs no Terminate
-	owner := p.Self()
-	w, err := p.SpawnLink(func(w *gotp.Process) error { return writeHistory(w, s, owner, h.svc) })
-	if err != nil {
-		return err
-	}
-	h.writer = w
 	return nil
 }
 
-// writeHistory is the history writer: it commits each batch the owner
-// sends in one transaction, hands each committed direct message to its
-// recipient's connection, answers every caller of the batch, and tells
-// the owner. It ends with its owner, to which it is linked.
-//
-// The deliveries and answers of one batch go out as a gotp.Batch: the
-// connections they wake (hundreds, flat out) are handled by a goroutine
-// or two whose stacks have grown to fit once, instead of a new goroutine
-// each, and a connection that is both a recipient and a sender of the
-// batch finds its MSG and its SENT in its mailbox together, and writes
-// them to its client in one system call.
-func writeHistory(w *gotp.Process, s *Store, owner gotp.PID, svc *Service) error {
-	ctx := w.Context()
-	origin := w.Node().Name()
-	var ms []Message
-	var rooms []RoomMsg
-	for {
-		msg, err := w.Receive(ctx)
-		if err != nil {
-			return nil // the owner ended, and so does the writer
-		}
-		b, ok := msg.(commitBatch)
-		if !ok {
-			continue
-		}
-		ms, rooms = ms[:0], rooms[:0]
-		for _, a := range b.batch {
-			if a.room {
-				rooms = append(rooms, a.rm)
-			} else {
-				ms = append(ms, a.m)
-			}
-		}
-		err = s.AppendBatch(ctx, ms, rooms)
-		if err == nil && svc != nil {
-			svc.commits.Add(1)
-			svc.committed.Add(uint64(len(b.batch)))
-		}
-		w.Batch(func(bt *gotp.Batch) {
-			for _, a := range b.batch {
-				if a.pid.IsZero() {
-					server.Reply(a.from, appended{err: err})
-					continue
-				}
-				// The answer first: a user who sends to itself reads SENT,
-				// then the MSG, as the reply to a command comes before the
-				// events it causes.
-				bt.Send(a.pid, appended{ref: a.ref, err: err})
-				if err == nil && !a.to.IsZero() {
-					bt.Send(a.to, Delivery{From: a.m.From, To: a.m.To, Text: a.m.Text, Origin: origin, Time: a.m.Time})
-				}
-			}
-		})
-		clear(ms)
-		clear(rooms)
-		w.Send(owner, committed{err: err})
-	}
-}
-
-// HandleCall handles a call, then hands the writer the next batch if it
-// is time (see commitNext).
+// HandleCall handles a call, then commits the pending appends if it is
+// time (see commitNext).
 func (h *historyOwner) HandleCall(p *gotp.Process, from server.From, req any) (any, error) {
-	defer h.commitNext(p)
-	return h.handleCall(p, from, req)
+	reply, err := h.handleCall(p, from, req)
+	if err == nil {
+		err = h.commitNext(p)
+	}
+	return reply, err
 }
 
 func (h *historyOwner) handleCall(p *gotp.Process, from server.From, req any) (any, error) {
@@ -578,20 +512,24 @@ func (h *historyOwner) handleCall(p *gotp.Process, from server.From, req any) (a
 	return h.Defaults.HandleCall(p, from, req)
 }
 
-// commitNext hands the writer the next batch of pending appends, unless a
-// transaction is in flight, or more messages wait in the owner's mailbox
-// (appends, most likely, that will join the batch): it is called after
-// every message, so the batch goes once the mailbox is empty, and at the
-// latest after maxBatch messages or with maxBatch appends. Waiting for the
-// mailbox adds no delay (those messages are already there) and makes the
-// batches of a busy chat larger: fewer commits, each one's cost shared by
-// more messages.
-func (h *historyOwner) commitNext(p *gotp.Process) {
-	if h.busy || len(h.pending) == 0 {
-		return
+// commitNext commits the next batch of pending appends, unless more
+// messages wait in the owner's mailbox (appends, most likely, that will
+// join the batch): it is called after every message, so the batch goes
+// once the mailbox is empty, and at the latest after maxBatch messages or
+// with maxBatch appends. Waiting for the mailbox adds no delay (those
+// messages are already there) and makes the batches of a busy chat
+// larger: fewer commits, each one's cost shared by more messages.
+//
+// A commit that fails is the owner's crash (a store that cannot write is
+// restarted and reopened); the appends of the batch are answered with the
+// error first, and those still pending get one from their calls, or the
+// owner's Down.
+func (h *historyOwner) commitNext(p *gotp.Process) error {
+	if len(h.pending) == 0 {
+		return nil
 	}
 	if h.deferred++; len(h.pending) < maxBatch && h.deferred < maxBatch && p.MailboxLen() > 0 {
-		return
+		return nil
 	}
 	h.deferred = 0
 	n, size := 0, 0
@@ -599,41 +537,76 @@ func (h *historyOwner) commitNext(p *gotp.Process) {
 		size += h.pending[n].size()
 		n++
 	}
-	batch := slices.Clone(h.pending[:n])
+	err := h.commit(p, h.pending[:n])
 	rest := copy(h.pending, h.pending[n:])
 	clear(h.pending[rest:])
 	h.pending = h.pending[:rest]
-	h.busy = true
-	p.Send(h.writer, commitBatch{batch: batch})
+	if err != nil {
+		return fmt.Errorf("history: commit: %w", err)
+	}
+	return nil
 }
 
-// HandleInfo handles a message, then hands the writer the next batch if
-// it is time (see commitNext).
+// commit commits batch in one transaction, then answers each append of
+// it and hands each committed direct message to its recipient's
+// connection.
+//
+// The answers and deliveries of one batch go out as a gotp.Batch: the
+// connections they wake (hundreds, flat out) are handled by a goroutine
+// or two whose stacks have grown to fit once, instead of a new goroutine
+// each, and a connection that is both a recipient and a sender of the
+// batch finds its MSG and its SENT in its mailbox together, and writes
+// them to its client in one system call.
+func (h *historyOwner) commit(p *gotp.Process, batch []pendingAppend) error {
+	h.ms, h.rooms = h.ms[:0], h.rooms[:0]
+	for i := range batch {
+		if a := &batch[i]; a.room {
+			h.rooms = append(h.rooms, a.rm)
+		} else {
+			h.ms = append(h.ms, a.m)
+		}
+	}
+	err := h.store.AppendBatch(p.Context(), h.ms, h.rooms)
+	clear(h.ms)
+	clear(h.rooms)
+	if err == nil && h.svc != nil {
+		h.svc.commits.Add(1)
+		h.svc.committed.Add(uint64(len(batch)))
+	}
+	origin := p.Node().Name()
+	p.Batch(func(b *gotp.Batch) {
+		for i := range batch {
+			a := &batch[i]
+			if a.pid.IsZero() {
+				server.Reply(a.from, appended{err: err})
+				continue
+			}
+			// The answer first: a user who sends to itself reads SENT,
+			// then the MSG, as the reply to a command comes before the
+			// events it causes.
+			b.Send(a.pid, appended{ref: a.ref, err: err})
+			if err == nil && !a.to.IsZero() {
+				b.Send(a.to, Delivery{From: a.m.From, To: a.m.To, Text: a.m.Text, Origin: origin, Time: a.m.Time})
+			}
+		}
+	})
+	return err
+}
+
+// HandleInfo handles a message, then commits the pending appends if it
+// is time (see commitNext).
 func (h *historyOwner) HandleInfo(p *gotp.Process, msg any) error {
 	err := h.handleInfo(p, msg)
 	if err == nil {
-		h.commitNext(p)
+		err = h.commitNext(p)
 	}
 	return err
 }
 
 func (h *historyOwner) handleInfo(p *gotp.Process, msg any) error {
-	switch m := msg.(type) {
-	case appendReq:
+	if m, ok := msg.(appendReq); ok {
 		h.pending = append(h.pending, pendingAppend{m: m.m, pid: m.pid, ref: m.ref, to: m.to})
 		return nil
-	case committed:
-		h.busy = false
-		if m.err != nil {
-			// A store that cannot write is a crash: restart and reopen.
-			// The appends still pending get an error from their calls.
-			return fmt.Errorf("history: commit: %w", m.err)
-		}
-		return nil
-	case gotp.Exit:
-		if m.From == h.writer {
-			return fmt.Errorf("history: the writer exited: %w", m.Reason)
-		}
 	}
 	return h.Defaults.HandleInfo(p, msg)
 }
