@@ -525,24 +525,25 @@ func (h *historyOwner) handleCall(p *gotp.Process, from server.From, req any) (a
 // error first, and those still pending get one from their calls, or the
 // owner's Down.
 func (h *historyOwner) commitNext(p *gotp.Process) error {
-	if len(h.pending) == 0 {
-		return nil
-	}
-	if h.deferred++; len(h.pending) < maxBatch && h.deferred < maxBatch && p.MailboxLen() > 0 {
-		return nil
-	}
-	h.deferred = 0
-	n, size := 0, 0
-	for n < len(h.pending) && n < maxBatch && (n == 0 || size+h.pending[n].size() <= maxBatchBytes) {
-		size += h.pending[n].size()
-		n++
-	}
-	err := h.commit(p, h.pending[:n])
-	rest := copy(h.pending, h.pending[n:])
-	clear(h.pending[rest:])
-	h.pending = h.pending[:rest]
-	if err != nil {
-		return fmt.Errorf("history: commit: %w", err)
+	for len(h.pending) > 0 {
+		if h.deferred++; len(h.pending) < maxBatch && h.deferred < maxBatch && p.MailboxLen() > 0 {
+			return nil
+		}
+		h.deferred = 0
+		n, size := 0, 0
+		for n < len(h.pending) && n < maxBatch && (n == 0 || size+h.pending[n].size() <= maxBatchBytes) {
+			size += h.pending[n].size()
+			n++
+		}
+		err := h.commit(p, h.pending[:n])
+		rest := copy(h.pending, h.pending[n:])
+		clear(h.pending[rest:])
+		h.pending = h.pending[:rest]
+		if err != nil {
+			return fmt.Errorf("history: commit: %w", err)
+		}
+		// More than one batch was pending: the rest goes now, unless
+		// messages wait (the next one commits it then).
 	}
 	return nil
 }
