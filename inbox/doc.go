@@ -128,10 +128,11 @@
 // than the limits leave, in its write transaction on SQLite and, on Postgres, in a
 // transaction that first takes a transaction-scoped advisory lock of the table, so
 // that limited claims of every instance run one after another and each sees the
-// previous one's rows. A Concurrency limit alone (with Fair or not) on Postgres
-// does without the lock: TABLE_limits holds one slot row per handler that may run;
-// each claimer takes free slots (FOR UPDATE SKIP LOCKED) under a lease of its own,
-// extended with its jobs' and given back when it needs fewer, and a handler runs
+// previous one's rows. A Concurrency limit alone (with Fair or not) does without
+// the counts and the lock: TABLE_limits holds one slot row per handler that may
+// run; each claimer takes free slots (on Postgres FOR UPDATE SKIP LOCKED) under a
+// lease of its own, extended every third of a lease and given back when it needs
+// fewer, and a handler runs
 // only in a slot of its claimer, so at most Concurrency handlers run across every
 // instance, and a crashed instance's slots come free when their lease ends (its
 // handlers are stopped a tenth of a lease before, as a job's are). Claims then run

@@ -13,11 +13,11 @@ import (
 // limits it was given. The zero value limits nothing.
 type Limits struct {
 	// Concurrency, if positive, is the most jobs of the table in work at once,
-	// across every instance: on SQLite (and with PerPartition or Rate) the most
-	// rows claimed at once; on Postgres otherwise the most handlers running at
-	// once, each in one of Concurrency slots that instances take in
-	// TABLE_limits, so that claims need not wait for each other (a subscription
-	// may then hold more rows, prefetched for the slots it has).
+	// across every instance: the most handlers running at once, each in one of
+	// Concurrency slots that subscriptions lease in TABLE_limits, so that claims
+	// need not wait for each other (a subscription may hold more rows,
+	// prefetched for the slots it has). With PerPartition or Rate, or in a batch
+	// subscription, it is instead the most rows claimed at once.
 	Concurrency int
 	// PerPartition, if positive, is the most jobs of one partition key
 	// (Columns.Partition) in work at once, across every instance. Rows without a

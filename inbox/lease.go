@@ -715,7 +715,7 @@ func (s *Subscription[T]) sqliteCycle(ctx context.Context, batch []settlement, w
 			}
 		}
 		if want > 0 {
-			sql, args := q.leaseClaimSQL(s.o.Limits, deadline, now, want)
+			sql, args := q.leaseClaimSQL(s.claimLimits(), deadline, now, want)
 			var err error
 			got, err = s.scanClaim(ctx, db, sql, args)
 			if err != nil {

@@ -107,10 +107,9 @@ func TestLimitsConcurrencyThreeInstances(t *testing.T) {
 }
 
 // Limits.Concurrency holds across a crash: an instance abandoned (as in a crash)
-// while its handlers fill the limit keeps its places until its leases end (on
-// Postgres its slots', on SQLite its rows'), so a second instance starts no
-// handler before then; it then runs every job, the crashed instance's too, at
-// most 3 at once.
+// while its handlers fill the limit keeps its places (its slots) until their lease
+// ends, so a second instance starts no handler before then; it then runs every
+// job, the crashed instance's too, at most 3 at once.
 func TestLimitsConcurrencyCrash(t *testing.T) {
 	eachDB(t, func(t *testing.T, b *backend) {
 		groupTable(t, b)
@@ -147,13 +146,9 @@ func TestLimitsConcurrencyCrash(t *testing.T) {
 		}
 		crash()
 		<-a.Done()
-		// Where the crashed instance's places end, in microseconds since the epoch.
-		var until int64
-		if b.dialect == inbox.Postgres {
-			until = b.queryN(t, `SELECT min(starts) FROM "`+b.table+`_limits" WHERE name LIKE 'slot %' AND starts > 0`)
-		} else {
-			until = b.queryN(t, `SELECT min(locked_until) FROM "`+b.table+`" WHERE claimed_at IS NOT NULL`)
-		}
+		// Where the crashed instance's places (its slots) end, in microseconds
+		// since the epoch.
+		until := b.queryN(t, `SELECT min(starts) FROM "`+b.table+`_limits" WHERE name LIKE 'slot %' AND starts > 0`)
 		var first atomic.Int64
 		done := newTally(n)
 		start(t, newQueue(t, b, inbox.Config[msg]{Columns: inbox.GroupColumns()}), func(ctx context.Context, j inbox.Job[msg]) error {

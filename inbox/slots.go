@@ -2,6 +2,7 @@ package inbox
 
 import (
 	"context"
+	"encoding/json"
 	"math/rand/v2"
 	"slices"
 	"strconv"
@@ -9,7 +10,8 @@ import (
 	"time"
 )
 
-// Slots: how Limits.Concurrency holds on Postgres without serialising claims.
+// Slots: how Limits.Concurrency holds without serialising claims on Postgres, and
+// without giving up the prefetch on either database.
 //
 // The table TABLE_limits has one row per handler that may run, named "slot 0" to
 // "slot N-1" (N is Concurrency), made by Start. A lane (one claimer and its
@@ -32,13 +34,15 @@ import (
 // the cost of the limit is a statement when a lane's need for slots changes, not
 // one per job.
 //
-// SQLite has one writer: its claims count the rows in work instead, as do claims on
-// Postgres with PerPartition or Rate (under the table's advisory lock), and batch
-// subscriptions.
+// On SQLite, which has one writer, the extension and the take are two statements
+// of one write transaction. Claims with PerPartition or Rate (on Postgres under the
+// table's advisory lock), and batch subscriptions, count the rows in work instead.
 
-// slotted reports whether a subscription's Concurrency limit is held by slots.
-func (l Limits) slotted(d Dialect, batch bool) bool {
-	return d == Postgres && !batch && l.Concurrency > 0 && l.PerPartition == 0 && l.Rate == 0
+// slotted reports whether a subscription's Concurrency limit is held by slots: on
+// either database, unless PerPartition or Rate serialise the claims anyway (they then
+// count the rows in work), or it is a batch subscription.
+func (l Limits) slotted(batch bool) bool {
+	return !batch && l.Concurrency > 0 && l.PerPartition == 0 && l.Rate == 0
 }
 
 // claimLimits are the limits a claim enforces: with slots, not Concurrency, which
@@ -67,6 +71,17 @@ func slotNames(n int) []string {
 // mapping: the default schema has it from version 4) and its first n slot rows,
 // unless the queue's table itself is missing.
 func (q *Queue[T]) ensureSlots(ctx context.Context, n int) error {
+	if q.dialect == SQLite {
+		var exists int
+		if err := q.sqldb.QueryRowContext(ctx, "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = ?1", q.name).Scan(&exists); err != nil || exists == 0 {
+			return err
+		}
+		if _, err := q.sqldb.ExecContext(ctx, limitsDDL(SQLite, q.name)); err != nil {
+			return err
+		}
+		_, err := q.sqldb.ExecContext(ctx, "INSERT OR IGNORE INTO "+q.limitsTable()+" (name, window_start, starts) SELECT value, 0, 0 FROM json_each(?1)", jsonNames(slotNames(n)))
+		return err
+	}
 	var exists bool
 	if err := q.pool.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", q.table).Scan(&exists); err != nil || !exists {
 		return err // no such table: the statements' check names it
@@ -107,8 +122,89 @@ func (q *Queue[T]) slotFreeSQL(names []string, tag int64, until time.Time) (stri
 	if names == nil {
 		names = []string{}
 	}
+	if q.dialect == SQLite {
+		return "UPDATE " + q.limitsTable() + " SET window_start = 0, starts = 0 WHERE name IN (SELECT value FROM json_each(?1)) AND window_start = ?2 AND starts = ?3",
+			[]any{jsonNames(names), tag, until.UnixMicro()}
+	}
 	return "UPDATE " + q.limitsTable() + " SET window_start = 0, starts = 0 WHERE name = ANY($1::text[]) AND window_start = $2::bigint AND starts = $3::bigint",
 		[]any{names, tag, until.UnixMicro()}
+}
+
+// sqliteSlotSQL is slotSyncSQL on SQLite, which has no writes in a WITH: the
+// extension (args kept) and the take (args got), run in one write transaction,
+// each returning the names of its slots.
+func (q *Queue[T]) sqliteSlotSQL(names []string, tag int64, until, deadline, now time.Time, k, n int) (kept string, keptArgs []any, got string, gotArgs []any) {
+	lt := q.limitsTable()
+	held := jsonNames(names)
+	kept = "UPDATE " + lt + " SET starts = ?1 WHERE name IN (SELECT value FROM json_each(?2)) AND window_start = ?3 AND starts = ?4 RETURNING name"
+	got = "UPDATE " + lt + " SET window_start = ?1, starts = ?2 WHERE name IN (SELECT name FROM " + lt +
+		" WHERE name IN (SELECT value FROM json_each(?3)) AND name NOT IN (SELECT value FROM json_each(?4)) AND starts <= ?5" +
+		" AND EXISTS (SELECT 1 FROM " + q.table + " WHERE " + q.claimable("?6") + ") LIMIT ?7) RETURNING name"
+	return kept, []any{deadline.UnixMicro(), held, tag, until.UnixMicro()},
+		got, []any{tag, deadline.UnixMicro(), jsonNames(slotNames(n)), held, now.UnixMicro(), q.ts(now), k}
+}
+
+// jsonNames is names as a JSON array, for SQLite's json_each.
+func jsonNames(names []string) string {
+	b, _ := json.Marshal(append([]string{}, names...))
+	return string(b)
+}
+
+// slotSync runs slotSyncSQL (on SQLite sqliteSlotSQL in a transaction): the slots
+// kept and the slots got. refused reports an error after which nothing changed.
+func (q *Queue[T]) slotSync(ctx context.Context, names []string, tag int64, until, deadline, now time.Time, k, n int) (kept, got []string, refused bool, err error) {
+	scan := func(r rows) ([]string, error) {
+		defer r.Close()
+		var out []string
+		for r.Next() {
+			var name string
+			if err := r.Scan(&name); err != nil {
+				return nil, err
+			}
+			out = append(out, name)
+		}
+		return out, r.Err()
+	}
+	if q.dialect == SQLite {
+		ks, ka, gs, ga := q.sqliteSlotSQL(names, tag, until, deadline, now, k, n)
+		err = q.sqliteTx(ctx, func(db querier) error {
+			r, err := db.query(ctx, ks, ka...)
+			if err != nil {
+				return err
+			}
+			if kept, err = scan(r); err != nil || k == 0 {
+				return err
+			}
+			if r, err = db.query(ctx, gs, ga...); err != nil {
+				return err
+			}
+			got, err = scan(r)
+			return err
+		})
+		return kept, got, true, err // a transaction that failed was rolled back
+	}
+	sql, args := q.slotSyncSQL(names, tag, until, deadline, now, k, n)
+	err = func() error {
+		r, err := q.pool.Query(ctx, sql, args...)
+		if err != nil {
+			return err
+		}
+		defer r.Close()
+		for r.Next() {
+			var name string
+			var held bool
+			if err := r.Scan(&name, &held); err != nil {
+				return err
+			}
+			if held {
+				kept = append(kept, name)
+			} else {
+				got = append(got, name)
+			}
+		}
+		return r.Err()
+	}()
+	return kept, got, isPgError(err), err
 }
 
 // slotGate hands a lane's slots to its workers: a worker holds one of them while
@@ -252,7 +348,7 @@ func (s *Subscription[T]) syncSlots(l *lane, need int) {
 	if held := len(ls.names); need < held {
 		if n := ls.gate.idle(held - need); n > 0 {
 			sql, args := s.q.slotFreeSQL(ls.names[held-n:], ls.tag, ls.until)
-			if _, err := s.q.pool.Exec(s.ctx, sql, args...); err != nil {
+			if _, err := s.q.db().exec(s.ctx, sql, args...); err != nil {
 				// Not given back: they come free when their lease ends.
 				s.q.log.Warn("inbox: giving back slots of Limits.Concurrency failed; they come free when their lease ends", "table", s.q.name, "err", err)
 			}
@@ -268,34 +364,13 @@ func (s *Subscription[T]) syncSlots(l *lane, need int) {
 		return
 	}
 	deadline := trunc(now.Add(s.o.Lease))
-	sql, args := s.q.slotSyncSQL(ls.names, ls.tag, ls.until, deadline, trunc(now), k, s.o.Limits.Concurrency)
-	var kept, got []string
-	err := func() error {
-		r, err := s.q.pool.Query(s.ctx, sql, args...)
-		if err != nil {
-			return err
-		}
-		defer r.Close()
-		for r.Next() {
-			var name string
-			var held bool
-			if err := r.Scan(&name, &held); err != nil {
-				return err
-			}
-			if held {
-				kept = append(kept, name)
-			} else {
-				got = append(got, name)
-			}
-		}
-		return r.Err()
-	}()
+	kept, got, refused, err := s.q.slotSync(s.ctx, ls.names, ls.tag, ls.until, deadline, trunc(now), k, s.o.Limits.Concurrency)
 	if err != nil {
 		s.q.health.noteErr(err)
 		if s.ctx.Err() != nil {
 			return
 		}
-		if isPgError(err) {
+		if refused {
 			// Refused: nothing changed. Try again shortly; the timer stops the
 			// handlers if the lease runs out first.
 			s.q.log.Warn("inbox: slots of Limits.Concurrency not extended; trying again", "table", s.q.name, "err", err)
@@ -403,6 +478,6 @@ func (s *Subscription[T]) freeSlots(l *lane) {
 		return
 	}
 	sql, args := s.q.slotFreeSQL(ls.names, ls.tag, ls.until)
-	_, _ = s.q.pool.Exec(s.ctx, sql, args...)
+	_, _ = s.q.db().exec(s.ctx, sql, args...)
 	ls.names = nil
 }

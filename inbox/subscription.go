@@ -215,7 +215,7 @@ func (q *Queue[T]) subscribe(h Handler[T], bh BatchHandler[T], batch int, o Subs
 		return nil, &ConfigError{Field: "Workers", Reason: "negative"}
 	}
 	adaptive := false
-	slotted := o.Form == Lease && o.Limits.slotted(q.dialect, bh != nil)
+	slotted := o.Form == Lease && o.Limits.slotted(bh != nil)
 	if o.Lease == 0 {
 		o.Lease = DefaultLease
 	}
@@ -474,19 +474,25 @@ func (s *Subscription[T]) check(ctx context.Context) error {
 	add := func(sql string, _ []any) { stmts = append(stmts, sql) }
 	switch s.o.Form {
 	case Lease:
+		if s.slotted {
+			if err := q.ensureSlots(ctx, s.o.Limits.Concurrency); err != nil {
+				return fmt.Errorf("inbox: %s: make the slots of Limits.Concurrency: %w", q.name, err)
+			}
+			if q.dialect == SQLite {
+				kept, ka, got, ga := q.sqliteSlotSQL(nil, 0, now, now, now, 1, 1)
+				add(kept, ka)
+				add(got, ga)
+			} else {
+				add(q.slotSyncSQL(nil, 0, now, now, now, 1, 1))
+			}
+			add(q.slotFreeSQL(nil, 0, now))
+		}
 		if q.dialect == SQLite {
-			add(q.leaseClaimSQL(s.o.Limits, now, now, 1))
+			add(q.leaseClaimSQL(s.claimLimits(), now, now, 1))
 			if s.o.Limits.Rate > 0 {
 				add(q.rateBumpSQL("?1", "?2"), nil)
 			}
 		} else {
-			if s.slotted {
-				if err := q.ensureSlots(ctx, s.o.Limits.Concurrency); err != nil {
-					return fmt.Errorf("inbox: %s: make the slots of Limits.Concurrency: %w", q.name, err)
-				}
-				add(q.slotSyncSQL(nil, 0, now, now, now, 1, 1))
-				add(q.slotFreeSQL(nil, 0, now))
-			}
 			add(q.pgAckClaimSQL(s.claimLimits(), nil, nil, now, now, 1))
 			add(q.pgAckClaimSQL(s.claimLimits(), nil, nil, now, now, 0))
 		}
