@@ -250,9 +250,9 @@ func (c *conn) input(p *gotp.Process, m any) error {
 	return nil
 }
 
-// startSend starts a SEND: the message goes to the history owner, whose
-// writer hands it to the recipient's connection and answers with appended
-// once it is committed (SENT means on disk, and so does a MSG); the
+// startSend starts a SEND: the message goes to the history owner, which
+// answers with appended once it is committed, then hands it to the
+// recipient's connection (SENT means on disk, and so does a MSG); the
 // connection handles other messages meanwhile (deliveries to its user),
 // and the client's next commands wait. The owner is monitored, so that its
 // death answers the SEND too (ERROR unavailable).
@@ -282,8 +282,8 @@ func (c *conn) startSend(p *gotp.Process, s Send) error {
 }
 
 // sent answers the SEND in flight: SENT once its message is committed
-// (the history writer has handed it to the recipient's connection, just
-// before), ERROR unavailable if it could not be.
+// (the history owner hands it to the recipient's connection just after
+// the answer), ERROR unavailable if it could not be.
 func (c *conn) sent(p *gotp.Process, err error) {
 	s := c.sending
 	c.sending = nil
