@@ -131,12 +131,17 @@ func (l *link) takeOverLocked(goexit bool) {
 		l.c.wg.Add(1) // the ending goroutine's count is not yet done
 	}
 	go func() {
+		replaced := false // in turn: the count went on
+		defer func() {
+			if !replaced { // also when a handler here calls runtime.Goexit
+				l.c.wg.Done()
+			}
+		}()
 		if err := l.reclaim(); err != nil {
 			l.close()
 			l.c.nodeDown(p, false)
-		} else if l.serve(p) {
-			return // replaced in turn: the count went on
+			return
 		}
-		l.c.wg.Done()
+		replaced = l.serve(p)
 	}()
 }
