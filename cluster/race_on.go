@@ -1,0 +1,6 @@
+//go:build race
+
+package cluster
+
+// raceEnabled: the race detector is on (see rawRead).
+const raceEnabled = true
