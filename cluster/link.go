@@ -994,7 +994,16 @@ func (l *link) writer(p *peer) {
 				n += len(b)
 			}
 			_ = l.conn.SetWriteDeadline(time.Now().Add(c.opts.HeartbeatTimeout))
-			_, err := bufs.WriteTo(l.conn)
+			var err error
+			if raceEnabled { // writev tells the race detector nothing (see rawRead)
+				for _, b := range hold {
+					if _, err = l.conn.Write(b); err != nil {
+						break
+					}
+				}
+			} else {
+				_, err = bufs.WriteTo(l.conn)
+			}
 			p.mu.Lock()
 			p.writing = false
 			p.lastWrite = time.Now().UnixNano()
