@@ -123,7 +123,9 @@ type Stats struct {
 	Stale uint64
 	// EncodeErrors counts messages refused by the codec at this node
 	// (unregistered types, too large); DecodeErrors wire data from other
-	// nodes that could not be decoded (and was dropped).
+	// nodes that could not be decoded: a message that was dropped, or a
+	// direct link's frame length that was too large or malformed, which
+	// closes the link (logged at Warn).
 	EncodeErrors, DecodeErrors uint64
 	// LinkFailures counts direct links that could not be made or were
 	// refused (unreachable address, failed authentication); the node then

@@ -253,4 +253,11 @@
 //     global takes a resolve function.
 //   - There is no hidden-node or connect_all option: every node connects to
 //     every node it hears.
+//   - A call run on the link's goroutine has one known ordering window, of
+//     nanoseconds: the socket is freed for self-reading callers just before
+//     the server is claimed, so if a message to the same server is read in
+//     that instant and the server is then found busy, the call is queued
+//     behind that later message. For one sender this can happen only after
+//     its call was abandoned (timed out or cancelled) and it sent again;
+//     Erlang keeps that order.
 package cluster

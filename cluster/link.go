@@ -807,6 +807,10 @@ func (l *link) readFrame(p *peer, scratch *[]byte, self bool) (stop bool, kind b
 	c := l.c
 	n, hdr, err := l.peekLen(uint64(c.opts.MaxMessageSize) + 64)
 	if err != nil {
+		if errors.Is(err, ErrDecode) { // the stream cannot be read on
+			c.stats.decodeErrors.Add(1)
+			c.log.Warn("cluster: closing a direct link on a bad frame", "peer", p.name, "err", err)
+		}
 		return false, 0, err
 	}
 	var body []byte

@@ -197,8 +197,12 @@ func TestLinkGarbageFromPeer(t *testing.T) {
 			if proxied == 0 {
 				t.Fatal("the direct link does not go through the proxy")
 			}
+			before := b.c.Stats().DecodeErrors
 			bp.inject(c.junk)
 			waitEvent(t, sub, NodeDown, "a", 3*time.Second)
+			if got := b.c.Stats().DecodeErrors; got <= before {
+				t.Fatalf("DecodeErrors %d after the bad frame, %d before: the closed link is not counted", got, before)
+			}
 			gotptest.Must(t, b.c.WaitFor(ctx, "a"))
 			gotptest.Must(t, a.c.WaitFor(ctx, "b"))
 			gotptest.EventuallyWithin(t, 10*time.Second, "a call on the new connection", func() bool {
