@@ -375,7 +375,9 @@ CREATE OR REPLACE TRIGGER inbox_announce AFTER INSERT ON ` + q.table + `
 
 // PublishOpts are per-publish options. A nil *PublishOpts means the defaults.
 type PublishOpts struct {
-	// RunAt: the job is not claimed before this time. Zero means at once.
+	// RunAt: the job is not claimed before this time. Zero means at once. A time
+	// at or after 9999-01-01 (the lock deadline of finished rows) is refused
+	// with a *ConfigError.
 	RunAt time.Time
 	// Priority orders claims (lower first) on tables with a priority column.
 	Priority int
@@ -385,12 +387,14 @@ type PublishOpts struct {
 	Unique *Unique
 	// Group puts the job in a FIFO group (Columns.Group): the jobs of a group run
 	// one at a time, in publish (id) order. Empty means no group. A queue whose
-	// Columns have no Group refuses it with a *ConfigError.
+	// Columns have no Group refuses it with a *ConfigError, as is a group that
+	// is not a key the database can hold (see MaxKeyLen).
 	Group string
 	// Partition is the job's partition key (Columns.Partition), such as a tenant:
 	// Limits.PerPartition bounds each key's jobs in work, and fair claims take
 	// turns between keys. Empty means none. A queue whose Columns have no
-	// Partition refuses it with a *ConfigError.
+	// Partition refuses it with a *ConfigError, as is a key the database
+	// cannot hold (see MaxKeyLen).
 	Partition string
 }
 
@@ -471,9 +475,18 @@ func (q *Queue[T]) rowArgs(job T, opts *PublishOpts, trace string) ([]any, error
 	if o.Partition != "" && q.c.Partition == "" {
 		return nil, &ConfigError{Field: "PublishOpts.Partition", Reason: "the queue's Columns name no Partition column"}
 	}
+	if err := checkKey("PublishOpts.Group", o.Group); err != nil {
+		return nil, err
+	}
+	if err := checkKey("PublishOpts.Partition", o.Partition); err != nil {
+		return nil, err
+	}
 	runAt := time.Unix(0, 0)
 	if !o.RunAt.IsZero() {
 		runAt = o.RunAt
+	}
+	if !runAt.Before(farFuture()) {
+		return nil, &ConfigError{Field: "PublishOpts.RunAt", Reason: "at or after " + farFuture().Format(time.DateOnly) + ", the lock deadline of finished rows: the job would look dead"}
 	}
 	args := []any{payload, q.ts(runAt)}
 	if q.c.Priority != "" {

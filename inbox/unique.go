@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 )
 
 // Unique makes a publish a no-op while a job with the same key exists: the publish
@@ -17,7 +18,8 @@ import (
 // in one of the States given; a job acked on a table without a ProcessedAt column
 // is deleted, and its key with it.
 type Unique struct {
-	// Key is the uniqueness key: jobs with equal keys are duplicates. Required.
+	// Key is the uniqueness key: jobs with equal keys are duplicates. Required,
+	// at most MaxKeyLen bytes of UTF-8 without NUL (else a *ConfigError).
 	Key string
 	// Period, if positive, makes the key hold within periods of this length only
 	// (counted from the Unix epoch, by the publisher's clock): a job published in
@@ -39,6 +41,28 @@ const (
 	// its key.
 	UniqueProcessed
 )
+
+// MaxKeyLen bounds, in bytes, the keys a publish stores in text columns:
+// Unique.Key, PublishOpts.Group and PublishOpts.Partition (and
+// PeriodicJob.Kind, bounded lower still). A Postgres index entry has a size
+// limit, a few kilobytes; past this bound a key is refused with a *ConfigError
+// on both databases, as is a key that is not valid UTF-8 or holds a NUL byte
+// (which Postgres text cannot store).
+const MaxKeyLen = 1024
+
+// checkKey refuses a key a text column of either database could not store or
+// index: field names it in the *ConfigError.
+func checkKey(field, key string) error {
+	switch {
+	case len(key) > MaxKeyLen:
+		return &ConfigError{Field: field, Reason: fmt.Sprintf("%d bytes, longer than MaxKeyLen (%d)", len(key), MaxKeyLen)}
+	case !utf8.ValidString(key):
+		return &ConfigError{Field: field, Reason: "not valid UTF-8"}
+	case strings.IndexByte(key, 0) >= 0:
+		return &ConfigError{Field: field, Reason: "holds a NUL byte"}
+	}
+	return nil
+}
 
 // storedKey is the key as the column stores it: with its period's start.
 func (u *Unique) storedKey(now time.Time) string {
@@ -62,6 +86,9 @@ func (q *Queue[T]) hasUnique() bool { return q.c.UniqueKey != "" && q.c.UniqueSt
 func (q *Queue[T]) checkUnique(u *Unique) error {
 	if u.Key == "" {
 		return &ConfigError{Field: "Unique.Key", Reason: "empty"}
+	}
+	if err := checkKey("Unique.Key", u.Key); err != nil {
+		return err
 	}
 	if !q.hasUnique() {
 		return &ColumnError{Table: q.name, Column: "UniqueKey", Reason: "the queue's Columns name no UniqueKey and UniqueStates columns, so uniqueness cannot be enforced"}
