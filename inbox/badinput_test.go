@@ -61,9 +61,9 @@ func TestPublishRefusesKeysTheDatabaseCannotHold(t *testing.T) {
 		}
 		for name, key := range bad {
 			for field, opts := range map[string]*inbox.PublishOpts{
-				"Unique.Key": {Unique: &inbox.Unique{Key: key}},
-				"PublishOpts.Group":      {Group: key},
-				"PublishOpts.Partition":  {Partition: key},
+				"Unique.Key":            {Unique: &inbox.Unique{Key: key}},
+				"PublishOpts.Group":     {Group: key},
+				"PublishOpts.Partition": {Partition: key},
 			} {
 				var ce *inbox.ConfigError
 				if _, err := q.Publish(ctx, msg{N: 1}, opts); !errors.As(err, &ce) || ce.Field != field {
