@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime/debug"
 	"sync"
 	"time"
 
@@ -46,6 +47,14 @@ type PeriodicOptions struct {
 // skipped. A kind seen for the first time starts at the next tick. So a schedule
 // never floods the queue after downtime, and never runs a tick twice.
 //
+// Ticks are read on each instance's clock. On Postgres a tick more than a minute
+// ahead of the database's clock is refused (logged at WARN), so that an instance
+// whose clock jumped ahead cannot take a tick of the future and make the others
+// skip the ticks before it. On SQLite every instance shares the host's clock: a
+// jump ahead and back there takes the tick of the future once, and the ticks
+// before it are skipped. A Job that panics fails its tick (a *PanicError,
+// logged), which is tried again.
+//
 // A Periodic owns one goroutine between Start and Stop. Safe for concurrent use.
 type Periodic[T any] struct {
 	q     *Queue[T]
@@ -65,7 +74,8 @@ const maxKindLen = 200
 
 // Periodic makes a Periodic of jobs on the queue. It parses every schedule: one
 // that does not parse or never fires is a *CronError; a missing Job, an empty,
-// repeated or overlong Kind, or Opts with RunAt or Unique is a *ConfigError.
+// repeated or overlong Kind (or one with a NUL byte or invalid UTF-8), or Opts
+// with RunAt or Unique is a *ConfigError.
 func (q *Queue[T]) Periodic(jobs []PeriodicJob[T], o PeriodicOptions) (*Periodic[T], error) {
 	p := &Periodic[T]{q: q, jobs: jobs, loc: o.Location, stop: make(chan struct{}), done: make(chan struct{})}
 	if p.loc == nil {
@@ -84,6 +94,8 @@ func (q *Queue[T]) Periodic(jobs []PeriodicJob[T], o PeriodicOptions) (*Periodic
 		switch {
 		case j.Kind == "" || len(j.Kind) > maxKindLen:
 			return nil, &ConfigError{Field: "PeriodicJob.Kind", Reason: fmt.Sprintf("%q: empty or longer than %d bytes", j.Kind, maxKindLen)}
+		case checkKey("PeriodicJob.Kind", j.Kind) != nil:
+			return nil, checkKey("PeriodicJob.Kind", j.Kind)
 		case seen[j.Kind]:
 			return nil, &ConfigError{Field: "PeriodicJob.Kind", Reason: fmt.Sprintf("%q given twice", j.Kind)}
 		case j.Job == nil:
@@ -226,7 +238,19 @@ func (p *Periodic[T]) claimTick(ctx context.Context, j PeriodicJob[T], tick time
 	if j.Opts != nil {
 		opts.Priority = j.Opts.Priority
 	}
-	body := func(db querier) (bool, error) {
+	body := func(db querier) (won bool, err error) {
+		// A Job (or codec) that panics fails the tick, which is tried again: the
+		// transaction rolls back, so the tick is not lost.
+		defer func() {
+			if r := recover(); r != nil {
+				won, err = false, &PanicError{Value: r, Stack: debug.Stack()}
+			}
+		}()
+		if q.dialect == Postgres {
+			if err := p.checkClock(ctx, db, tick); err != nil {
+				return false, err
+			}
+		}
 		first, err := db.exec(ctx, "INSERT INTO "+p.ticks+" (kind, last_tick) VALUES ("+q.p(1)+", "+q.p(2)+") ON CONFLICT (kind) DO NOTHING", j.Kind, q.ts(tick))
 		if err != nil {
 			return false, err
@@ -234,8 +258,8 @@ func (p *Periodic[T]) claimTick(ctx context.Context, j PeriodicJob[T], tick time
 		if first == 1 {
 			return false, nil // a new kind starts at the next tick
 		}
-		won, err := db.exec(ctx, "UPDATE "+p.ticks+" SET last_tick = "+q.p(2)+" WHERE kind = "+q.p(1)+" AND last_tick < "+q.p(2), j.Kind, q.ts(tick))
-		if err != nil || won == 0 {
+		n, err := db.exec(ctx, "UPDATE "+p.ticks+" SET last_tick = "+q.p(2)+" WHERE kind = "+q.p(1)+" AND last_tick < "+q.p(2), j.Kind, q.ts(tick))
+		if err != nil || n == 0 {
 			return false, err
 		}
 		_, err = q.publish(ctx, db, j.Job(tick), &opts, "") // a tick has no caller to trace
@@ -263,6 +287,37 @@ func (p *Periodic[T]) claimTick(ctx context.Context, j PeriodicJob[T], tick time
 		q.Wake()
 	}
 	return won, nil
+}
+
+// maxTickAhead is how far ahead of the database's clock (Postgres) a tick may be
+// claimed. A tick is taken only past the kind's last one, so a tick of an
+// instance whose clock ran ahead would make every other instance skip the ticks
+// up to it; within a minute (cron's resolution) the job still runs at its
+// tick, its RunAt.
+const maxTickAhead = time.Minute
+
+// checkClock (Postgres) refuses a tick more than maxTickAhead ahead of the
+// database's clock.
+func (p *Periodic[T]) checkClock(ctx context.Context, db querier, tick time.Time) error {
+	r, err := db.query(ctx, "SELECT now()")
+	if err != nil {
+		return err
+	}
+	defer r.Close()
+	var now time.Time
+	if r.Next() {
+		err = r.Scan(&now)
+	}
+	if err == nil {
+		err = r.Err()
+	}
+	if err != nil {
+		return err
+	}
+	if ahead := tick.Sub(now); ahead > maxTickAhead {
+		return fmt.Errorf("this host's clock is ahead of the database's by more than %v (the tick is %v ahead): tick refused, so that it does not hold back the other instances", maxTickAhead, ahead.Round(time.Second))
+	}
+	return nil
 }
 
 // ticksDDL is the ticks table of a queue's default schema.
