@@ -98,7 +98,10 @@
 // served. Every path can be put behind the bearer token (Authorized lets
 // a program put its own handlers behind it too). The kill endpoint and the
 // job actions take only JSON, which a cross-site form cannot send, and
-// refuse requests whose Origin or Sec-Fetch-Site names another site. Pages are sent with
+// refuse requests whose Origin or Sec-Fetch-Site names another site. Every
+// refused action (a wrong or missing token, another site, a form, actions
+// off) is logged at ERROR as "observer: action refused", with the action,
+// the status and the remote address. Pages are sent with
 // Referrer-Policy: no-referrer, since the token may be in their URL.
 //
 // # Cost

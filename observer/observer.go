@@ -139,7 +139,16 @@ func (o *Observer) Register(r prometheus.Registerer) error { return r.Register(o
 
 // ServeHTTP routes a request for a path under Prefix.
 func (o *Observer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	path := r.URL.Path
+	if i := strings.Index(path, Prefix); i >= 0 {
+		path = path[i+len(Prefix):]
+	} else {
+		path = strings.TrimPrefix(path, "/")
+	}
 	if !o.Authorized(r) {
+		if a := actionOf(path); a != "" {
+			o.refused(r, a, http.StatusUnauthorized, "no token, or a wrong one")
+		}
 		w.Header().Set("WWW-Authenticate", `Bearer realm="gotp observer"`)
 		http.Error(w, "observer: token required", http.StatusUnauthorized)
 		return
@@ -147,12 +156,6 @@ func (o *Observer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// The token may be in the URL: do not hand it to other sites.
 	w.Header().Set("Referrer-Policy", "no-referrer")
 	w.Header().Set("X-Content-Type-Options", "nosniff")
-	path := r.URL.Path
-	if i := strings.Index(path, Prefix); i >= 0 {
-		path = path[i+len(Prefix):]
-	} else {
-		path = strings.TrimPrefix(path, "/")
-	}
 	switch path {
 	case "", "index.html":
 		o.servePage(w, r)
@@ -266,28 +269,48 @@ func (o *Observer) serveKill(w http.ResponseWriter, r *http.Request) {
 // with a Token (the token itself was checked by ServeHTTP), no other
 // site's Origin or Sec-Fetch-Site, and a JSON body (which a cross-site
 // form cannot send). It reports whether the action may go on.
+//
+// Every refusal, and a request for an action without the right token, is
+// logged at ERROR ("observer: action refused", with the action, the status
+// and the remote address): someone tried to change the node.
 func (o *Observer) allowAction(w http.ResponseWriter, r *http.Request, what string) bool {
+	refuse := func(msg string, status int) bool {
+		o.refused(r, what, status, msg)
+		http.Error(w, msg, status)
+		return false
+	}
 	if r.Method != http.MethodPost {
 		w.Header().Set("Allow", http.MethodPost)
-		http.Error(w, "observer: "+what+" needs POST", http.StatusMethodNotAllowed)
-		return false
+		return refuse("observer: "+what+" needs POST", http.StatusMethodNotAllowed)
 	}
 	switch {
 	case !o.opts.AllowKill:
-		http.Error(w, ErrKillDisabled.Error(), http.StatusForbidden)
-		return false
+		return refuse(ErrKillDisabled.Error(), http.StatusForbidden)
 	case o.opts.Token == "":
-		http.Error(w, ErrKillNeedsToken.Error(), http.StatusForbidden)
-		return false
+		return refuse(ErrKillNeedsToken.Error(), http.StatusForbidden)
 	case !sameOrigin(r):
-		http.Error(w, ErrCrossOrigin.Error(), http.StatusForbidden)
-		return false
+		return refuse(ErrCrossOrigin.Error(), http.StatusForbidden)
 	}
 	if mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err != nil || mt != "application/json" {
-		http.Error(w, ErrCrossOrigin.Error(), http.StatusUnsupportedMediaType)
-		return false
+		return refuse(ErrCrossOrigin.Error(), http.StatusUnsupportedMediaType)
 	}
 	return true
+}
+
+// actionOf names the action a path (under Prefix) asks for, "" for a read.
+func actionOf(path string) string {
+	switch path {
+	case "api/kill":
+		return "kill"
+	case "api/inbox/retry", "api/inbox/delete", "api/inbox/cancel":
+		return strings.TrimPrefix(path, "api/inbox/")
+	}
+	return ""
+}
+
+// refused logs a refused action at ERROR.
+func (o *Observer) refused(r *http.Request, action string, status int, reason string) {
+	o.n.Logger().Error("observer: action refused", "action", action, "status", status, "reason", reason, "method", r.Method, "remote", r.RemoteAddr)
 }
 
 // sameOrigin reports whether r does not come from a page of another site:
