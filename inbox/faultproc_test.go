@@ -66,6 +66,7 @@ type childConfig struct {
 	// (SIGKILL) once the instance is ready; MaxAttempts goes to the subscription.
 	Crash       string
 	MaxAttempts int
+	Groups      bool // the table has GroupColumns (FIFO groups)
 }
 
 // runFaultChild is the body of an instance process; it returns the exit status.
@@ -98,6 +99,9 @@ func faultChild(cfg childConfig) error {
 	defer rec.f.Close()
 	var q *inbox.Queue[msg]
 	qcfg := inbox.Config[msg]{Table: cfg.Table, Logger: logger}
+	if cfg.Groups {
+		qcfg.Columns = inbox.GroupColumns()
+	}
 	if cfg.DB == "sqlite" {
 		db, err := inbox.OpenSQLite(ctx, cfg.DSN)
 		if err != nil {
