@@ -6,7 +6,9 @@
 //	go run github.com/gotp/gotp/cmd/gotp inbox version -db jobs.db -table invoice_jobs
 //	go run github.com/gotp/gotp/cmd/gotp chat migrate -db data/history.db
 //
-// -db is a Postgres URL (postgres:// or postgresql://) or a SQLite file path. inbox
+// -db is a Postgres URL (postgres:// or postgresql://) or a SQLite file path (a
+// new file is made by migrate, not by version; a path holding "=" that names no
+// file is refused, as a keyword/value Postgres string given by mistake). inbox
 // migrate brings the default schema of the inbox's table to inbox.SchemaVersion
 // (creating it if missing), chat migrate brings the chat's history to
 // chat.HistoryVersion; each in one transaction, so a failure changes nothing.
@@ -21,6 +23,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"strings"
 
@@ -70,6 +73,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprint(stderr, usage)
 		return 2
 	}
+	if usage, err := checkDB(*dbFlag, cmd == "inbox version"); err != nil {
+		fmt.Fprintln(stderr, "gotp:", err)
+		if usage {
+			return 2
+		}
+		return 1
+	}
 	db, closeDB, err := open(ctx, *dbFlag, cmd == "chat migrate")
 	if err != nil {
 		fmt.Fprintln(stderr, "gotp:", err)
@@ -113,9 +123,33 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
+// checkDB refuses, before anything is opened, a -db a careless hand may give: a
+// Postgres keyword/value connection string (host=... dbname=...), which would
+// otherwise be taken for the path of a new SQLite file, and (readOnly) a SQLite
+// file that does not exist, which opening would create.
+func checkDB(db string, readOnly bool) (usage bool, err error) {
+	if isPostgresURL(db) {
+		return false, nil
+	}
+	_, statErr := os.Stat(db)
+	switch {
+	case statErr == nil:
+		return false, nil
+	case strings.Contains(db, "="):
+		return true, fmt.Errorf("-db %q: not a postgres:// URL, and no such file: give Postgres as a postgres:// URL (keyword/value strings are not taken), SQLite as a file path", db)
+	case readOnly && errors.Is(statErr, fs.ErrNotExist):
+		return false, fmt.Errorf("-db %q: no such file (version reads; it makes no database)", db)
+	}
+	return false, nil
+}
+
+func isPostgresURL(db string) bool {
+	return strings.HasPrefix(db, "postgres://") || strings.HasPrefix(db, "postgresql://")
+}
+
 // open opens db: a Postgres pool for a postgres:// URL, else a SQLite file.
 func open(ctx context.Context, db string, sqliteOnly bool) (any, func(), error) {
-	if strings.HasPrefix(db, "postgres://") || strings.HasPrefix(db, "postgresql://") {
+	if isPostgresURL(db) {
 		if sqliteOnly {
 			return nil, nil, errors.New("the chat's history is a SQLite file")
 		}

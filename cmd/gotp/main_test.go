@@ -87,3 +87,47 @@ func TestInboxMigratePostgres(t *testing.T) {
 		t.Fatalf("version = %d %q", code, out)
 	}
 }
+
+// A careless -db: a Postgres keyword/value connection string, which gotp took
+// for a SQLite file path (it created a file named "host=... dbname=..." and
+// migrated that, exit 0), and inbox version of a file that does not exist, which
+// created an empty database file to answer -1. Both are refused now and leave no
+// file behind.
+func TestCarelessDB(t *testing.T) {
+	dir := t.TempDir()
+	t.Chdir(dir)
+	for _, c := range []struct {
+		args []string
+		code int
+		out  string
+	}{
+		{[]string{"inbox", "migrate", "-db", "host=127.0.0.1 dbname=app", "-table", "jobs"}, 2, "postgres:// URL"},
+		{[]string{"inbox", "version", "-db", "dbname=app", "-table", "jobs"}, 2, "postgres:// URL"},
+		{[]string{"chat", "migrate", "-db", "host=127.0.0.1 dbname=app"}, 2, "postgres:// URL"},
+		{[]string{"inbox", "version", "-db", "typo.db", "-table", "jobs"}, 1, "no such file"},
+		{[]string{"inbox", "version", "-db", filepath.Join("nodir", "jobs.db"), "-table", "jobs"}, 1, "no such file"},
+	} {
+		code, out := gotp(t, c.args...)
+		if code != c.code || !strings.Contains(out, c.out) {
+			t.Errorf("gotp %v = %d %q, want %d and %q", c.args, code, out, c.code, c.out)
+		}
+	}
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range ents {
+		t.Errorf("left behind: %s", e.Name())
+	}
+	// A file whose name holds "=" is not made, but works once it exists.
+	path := filepath.Join(dir, "a=b.db")
+	if code, out := gotp(t, "inbox", "migrate", "-db", path, "-table", "jobs"); code != 2 {
+		t.Errorf("a new file named a=b.db: %d %q, want 2", code, out)
+	}
+	if f, err := os.Create(path); err == nil {
+		f.Close()
+	}
+	if code, out := gotp(t, "inbox", "migrate", "-db", path, "-table", "jobs"); code != 0 || !strings.Contains(out, "created") {
+		t.Errorf("an existing file a=b.db: %d %q", code, out)
+	}
+}
