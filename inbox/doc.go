@@ -123,13 +123,17 @@
 // partition_key), and [Limits.Rate] claims per [Limits.Per], counted in the table
 // TABLE_limits. [Limits.Fair] (implied by PerPartition) makes claims take turns
 // between partition keys, so that a tenant's backlog cannot starve the others.
-// They are enforced by the database alone: each claim counts the rows in work
-// (ClaimedAt set under a live lease) and the window's starts, and claims no more
-// than the limits leave, in its write transaction on SQLite and, on Postgres, in a
-// transaction that first takes a transaction-scoped advisory lock of the table, so
-// that limited claims of every instance run one after another and each sees the
-// previous one's rows. A Concurrency limit alone (with Fair or not) does without
-// the counts and the lock: TABLE_limits holds one slot row per handler that may
+// They are enforced by the database alone, without one lock for the table's
+// claims. On SQLite (one writer) each claim counts the rows in work of each key
+// (ClaimedAt set under a live lease) and the window's starts in its write
+// transaction. On Postgres a claim with PerPartition runs in a transaction that
+// first locks the partition keys it claims for, each with a transaction-scoped
+// advisory lock of its own taken without waiting (a key another claim holds is
+// passed over), and then counts those keys' rows in work, so that claims of
+// different keys run at once and each key's count is exact; and a claimer with
+// Rate reserves starts from the window's counter row in TABLE_limits (one short
+// statement) and claims no more than its reserve. A Concurrency limit does without
+// counts: TABLE_limits holds one slot row per handler that may
 // run; each claimer takes free slots (on Postgres FOR UPDATE SKIP LOCKED) under a
 // lease of its own, extended every third of a lease and given back when it needs
 // fewer, and a handler runs
@@ -137,7 +141,9 @@
 // instance, and a crashed instance's slots come free when their lease ends (its
 // handlers are stopped a tenth of a lease before, as a job's are). Claims then run
 // as they do without limits, prefetch and all, but a claimer holds rows only for
-// the slots it has. A limited subscription claims again with each settlement
+// the slots it has. (A batch subscription's Concurrency limit still counts the
+// rows claimed, on Postgres under a transaction-scoped advisory lock of the table
+// that serialises its claims.) A limited subscription claims again with each settlement
 // rather than wait for the poll, so that a limit that is reached costs no idle
 // time. Limits need the lease form (the lock forms hold their rows in work in
 // transactions and sessions that other instances cannot count: a [*ConfigError]),

@@ -16,12 +16,15 @@ type Limits struct {
 	// across every instance: the most handlers running at once, each in one of
 	// Concurrency slots that subscriptions lease in TABLE_limits, so that claims
 	// need not wait for each other (a subscription may hold more rows,
-	// prefetched for the slots it has). With PerPartition or Rate, or in a batch
-	// subscription, it is instead the most rows claimed at once.
+	// prefetched for the slots it has). In a batch subscription it is instead
+	// the most rows claimed at once.
 	Concurrency int
 	// PerPartition, if positive, is the most jobs of one partition key
-	// (Columns.Partition) in work at once, across every instance. Rows without a
-	// key are not limited by it. It makes claims fair (as Fair does).
+	// (Columns.Partition) in work (claimed) at once, across every instance. Rows
+	// without a key are not limited by it (on Postgres a claimer looks for them
+	// while it finds some and otherwise once per PollInterval: they have no index
+	// of their own). It makes claims fair (as Fair does). On Postgres a claim
+	// locks the keys it claims for, each on its own, rather than the table.
 	PerPartition int
 	// Fair makes claims take turns between partition keys, so that one key's
 	// backlog cannot starve the others: a job's turn is its place among its
@@ -41,6 +44,16 @@ type Limits struct {
 	// consecutive windows at most n × Rate). A backlog starts its Rate jobs at
 	// the opening of each window, not spread over it. Where a downstream cannot
 	// take such a burst, set Rate to half of what it takes.
+	//
+	// A start is counted when its row is claimed. With the default prefetch
+	// (which Rate keeps) a prefetched job's handler starts when a worker is free,
+	// after its claim, so handler starts can lag their window by as long as a
+	// worker's queue takes; set Prefetch to NoPrefetch where the handlers' own
+	// starts must keep to the windows. On Postgres each claimer reserves starts
+	// from the window's counter in TABLE_limits before it claims (one statement,
+	// at least its workers' worth at a time) instead of counting under a lock;
+	// what a claimer reserved and did not claim lapses with the window, so a
+	// window with claims that come back short may start fewer than Rate.
 	Rate int
 	// Per is Rate's period; required with Rate.
 	Per time.Duration
@@ -49,9 +62,9 @@ type Limits struct {
 // on reports whether any limit is set.
 func (l Limits) on() bool { return l.Concurrency > 0 || l.PerPartition > 0 || l.Fair || l.Rate > 0 }
 
-// serial reports whether claims must be serialised to enforce the limits on
-// Postgres: counts of rows in work, or of starts, are read and then acted on.
-func (l Limits) serial() bool { return l.Concurrency > 0 || l.PerPartition > 0 || l.Rate > 0 }
+// bounds reports whether a claim may come back short because a limit is reached
+// (Concurrency, PerPartition or Rate), with rows still ready.
+func (l Limits) bounds() bool { return l.Concurrency > 0 || l.PerPartition > 0 || l.Rate > 0 }
 
 // fair reports whether claims take turns between partition keys.
 func (l Limits) fair() bool { return l.Fair || l.PerPartition > 0 }
@@ -171,7 +184,40 @@ func (q *Queue[T]) pickSQL(s *stmt[T], l Limits, at time.Time, now, extra, limit
 	if !skipLocked {
 		return sel
 	}
-	return "SELECT " + id + " FROM " + q.table + " WHERE " + id + " IN (" + sel + ")" + lock
+	// The lock rechecks that the row is still claimable in its latest version: a
+	// row claimed by a claim that committed after this one's snapshot is passed
+	// over (the IN list alone would be rechecked as true).
+	return "SELECT " + id + " FROM " + q.table + " WHERE " + id + " IN (" + sel + ") AND " + q.claimable(now) + lock
+}
+
+// pgKeyedPick is the pick of a Postgres claim with PerPartition (pgAckClaimSQL): of
+// each key its transaction locked (keyLockSQL), as many first rows as the key's
+// jobs in work leave (counted by the key's own rows in work), with the rows
+// without a key if keyless (an SQL boolean); taken turn by turn (a row's turn is
+// its place among its key's), keys level in turn in a random order (by priority
+// first), and locked FOR UPDATE SKIP LOCKED. It is an SQL array of ids (ARRAY(...)),
+// so that the plan looks them up by id whatever it guesses of their number.
+//
+// Rows without a key have no index of their own (the partition index leaves them
+// out): finding them reads every ready row. A lane therefore looks for them only
+// while its last look found some, and otherwise once per PollInterval (leaseLoop),
+// so that a keyless job on a table claimed with PerPartition may wait up to a poll.
+func (q *Queue[T]) pgKeyedPick(l Limits, now, where, limit, keyless string) string {
+	id, pk := col(q.c.ID), col(q.c.Partition)
+	prio := "0"
+	if q.c.Priority != "" {
+		prio = "r." + col(q.c.Priority)
+	}
+	keys := "jsonb_array_elements_text(COALESCE(NULLIF(current_setting('" + keysSetting + "', true), ''), '[]')::jsonb) AS k(v)"
+	left := "GREATEST(0, " + strconv.Itoa(l.PerPartition) + " - (SELECT count(*) FROM " + q.table + " AS w WHERE w." + pk + " = k.v AND " + q.inWork("w", now) + "))"
+	first := func(cond, lim string) string {
+		return "SELECT z.id, z.prio, row_number() OVER () AS turn FROM (SELECT r." + id + " AS id, " + prio + " AS prio FROM " + q.table + " AS r WHERE " + cond + " AND " + where +
+			" ORDER BY " + q.order() + " LIMIT " + lim + ") z"
+	}
+	cand := "SELECT c.* FROM " + keys + " CROSS JOIN LATERAL (" + first("r."+pk+" = k.v", left) + ") c" +
+		" UNION ALL " + first(keyless+" AND r."+pk+" IS NULL", limit)
+	sel := "SELECT x.id FROM (" + cand + ") x ORDER BY x.turn, x.prio, random() LIMIT " + limit
+	return "ARRAY(SELECT " + id + " FROM " + q.table + " WHERE " + id + " = ANY(ARRAY(" + sel + ")) AND " + q.claimable(now) + " FOR UPDATE SKIP LOCKED)"
 }
 
 // orderOf is the claim order on the columns of alias a.
@@ -227,7 +273,8 @@ func (q *Queue[T]) sqliteRateBump(ctx context.Context, db querier, l Limits, now
 }
 
 // limitLockKey is the second key of the transaction-scoped advisory lock that
-// serialises a limited table's claims on Postgres.
+// serialises the claims of a batch subscription with a Concurrency limit on
+// Postgres (which counts the rows in work).
 const limitLockKey = -1
 
 // checkGroupColumns refuses, at Start, a Group or Partition column that the table
@@ -275,11 +322,87 @@ AND position($3 in coalesce(pg_get_expr(i.indpred, i.indrelid), '')) > 0`, q.tab
 	return nil
 }
 
-// pgRateBump is the CTE of a Postgres claim (named claimed) that counts its starts
-// for Limits.Rate: "" without a rate.
-func (q *Queue[T]) pgRateBump(s *stmt[T], l Limits, now time.Time) string {
-	if l.Rate <= 0 {
-		return ""
+// Claims without one lock (Postgres).
+//
+// PerPartition: a claim's transaction first locks some partition keys, each with a
+// transaction-scoped advisory lock of its own (pg_try_advisory_xact_lock, which
+// never waits: a key another claim holds is passed over), and the claim, the next
+// statement of the transaction and so with a snapshot taken after the locks, takes
+// rows of those keys only, counting each key's rows in work. Claims of different
+// keys never wait for each other, and a claim sees the rows in work of every
+// earlier claim of its keys: each key's count is exact. The keys a claim locks are
+// ready keys below the limit (by a count of the snapshot before the locks: a hint),
+// in a random order, as many as the rows it wants need; the claim then takes turns
+// between them as a fair claim does. Rows without a key are not limited and are
+// claimed with them.
+//
+// Rate: a lane reserves starts of the current window from its counter row in
+// TABLE_limits with one statement (rateReserveSQL: the row is locked for that
+// statement only) and claims no more than it holds in reserve; what a claim does
+// not use is kept for the lane's next claims in the same window and lapses with
+// it. A lane reserves at least as many starts as it has workers at a time. Every
+// start is reserved in its window first, so each window holds at most Rate
+// starts, as before; a reserve that lapses unused (at most a lane's workers, per
+// lane and window, while its claims come back short) makes a window start fewer.
+
+// keysSetting is the transaction-local setting in which a claim's first statement
+// passes the partition keys it locked to the claim (a JSON array).
+const keysSetting = "gotp_inbox.keys"
+
+// keyLockSQL (Postgres) locks ready partition keys below l.PerPartition at now,
+// enough for want rows, for a claim in the same transaction (see above), and sets
+// keysSetting.
+func (q *Queue[T]) keyLockSQL(l Limits, now time.Time, want int) (string, []any) {
+	s := &stmt[T]{q: q}
+	n := s.arg(q.ts(now))
+	pk := col(q.c.Partition)
+	keys := "WITH RECURSIVE k(v) AS (SELECT min(" + pk + ") FROM " + q.table + " WHERE " + pk + " IS NOT NULL" +
+		" UNION ALL SELECT (SELECT min(" + pk + ") FROM " + q.table + " WHERE " + pk + " > k.v) FROM k WHERE k.v IS NOT NULL)" +
+		" SELECT k.v FROM k WHERE k.v IS NOT NULL AND EXISTS (SELECT 1 FROM " + q.table + " AS r WHERE r." + pk + " = k.v AND " + q.claimable(n) + ")" +
+		" AND (SELECT count(*) FROM " + q.table + " AS w WHERE w." + pk + " = k.v AND " + q.inWork("w", n) + ") < " + strconv.Itoa(l.PerPartition) +
+		" ORDER BY random() OFFSET 0"
+	// The single-key (bigint) advisory locks: a key space apart from the job
+	// locks (lockKey, id) of the other forms.
+	lock := "pg_try_advisory_xact_lock((" + s.arg(int64(q.lockKey())) + "::bigint << 32) | (hashtext(c.v)::bigint & 4294967295))"
+	// As many keys as the rows wanted need (each gives at most PerPartition), and
+	// one more: the fewer a claim locks, the more other claims find free.
+	m := min(want, (want+l.PerPartition-1)/l.PerPartition+1)
+	return "SELECT set_config('" + keysSetting + "', COALESCE(jsonb_agg(x.v)::text, '[]'), true) FROM (SELECT c.v FROM (" + keys + ") c WHERE " + lock +
+		" LIMIT " + s.arg(m) + ") x", s.args
+}
+
+// rateReserveSQL (Postgres) reserves up to $2 starts in window $1 of a Rate of $3,
+// and returns how many it got: the counter row is locked first (FOR UPDATE, which
+// reads its latest version), so that concurrent reserves add up.
+func (q *Queue[T]) rateReserveSQL() string {
+	lt := q.limitsTable()
+	return "WITH o AS (SELECT CASE WHEN window_start = $1::bigint THEN starts ELSE 0 END AS s FROM " + lt + " WHERE name = 'starts' FOR UPDATE)" +
+		", u AS (UPDATE " + lt + " AS l SET window_start = $1::bigint, starts = o.s + LEAST($2::bigint, $3::bigint - o.s) FROM o" +
+		" WHERE l.name = 'starts' AND o.s < $3::bigint RETURNING LEAST($2::bigint, $3::bigint - o.s) AS g)" +
+		" SELECT COALESCE((SELECT g FROM u), 0)::int"
+}
+
+// rateBudget is a lane's reserve of starts (Postgres): left of window.
+type rateBudget struct {
+	window int64
+	left   int
+}
+
+// rateTake is how many of want rows a claim at now may take under Limits.Rate,
+// reserving what the lane's budget lacks: at least as many starts as the lane has
+// workers (chunk), so that a lane draining a backlog reserves once for several
+// claims. The caller takes what it claims from rb.left.
+func (s *Subscription[T]) rateTake(ctx context.Context, rb *rateBudget, now time.Time, want, chunk int) (int, error) {
+	l := s.o.Limits
+	if w := rateWindow(now, l.Per); rb.window != w {
+		rb.window, rb.left = w, 0
 	}
-	return ", bumped AS (" + q.rateBumpSQL(s.arg(rateWindow(now, l.Per)), "(SELECT count(*) FROM claimed)") + ")"
+	if rb.left < want {
+		var g int
+		if err := s.q.pool.QueryRow(ctx, s.q.rateReserveSQL(), rb.window, max(want, chunk)-rb.left, l.Rate).Scan(&g); err != nil {
+			return 0, err
+		}
+		rb.left += g
+	}
+	return min(want, rb.left), nil
 }

@@ -24,6 +24,12 @@ import (
 //     would).
 //   - nolimit and limit40: 32 workers each (64 in all); no limit, or
 //     Limits{Concurrency: 40} across both instances.
+//   - perpart2, perpart2limit40 and rate: 32 workers each; the jobs spread
+//     round-robin over 20 partition keys (a queue with GroupColumns less the
+//     Group column), with Limits{PerPartition: 2} (40 in work at most in all),
+//     that and Concurrency: 40, or a Rate of 10,000,000 per second (which does
+//     not bind: the cost of counting starts). nolimit20 is that queue and those
+//     keys with no limit.
 //
 // One op is one drain of the whole table; jobs/s is reported. Publishing and Start
 // are outside the timer.
@@ -33,20 +39,32 @@ func BenchmarkDrainGroups(b *testing.B) {
 		groups  int // 0: a queue with DefaultColumns; else GroupColumns
 		workers int
 		limits  inbox.Limits
+		keys    int // partition keys: a queue with GroupColumns less Group
 	}{
-		{"plain", 0, 8, inbox.Limits{}},
-		{"fifo100", 100, 8, inbox.Limits{}},
-		{"nolimit", 0, 32, inbox.Limits{}},
-		{"limit40", 0, 32, inbox.Limits{Concurrency: 40}},
+		{"plain", 0, 8, inbox.Limits{}, 0},
+		{"fifo100", 100, 8, inbox.Limits{}, 0},
+		{"nolimit", 0, 32, inbox.Limits{}, 0},
+		{"limit40", 0, 32, inbox.Limits{Concurrency: 40}, 0},
+		{"nolimit20", 0, 32, inbox.Limits{}, 20},
+		{"perpart2", 0, 32, inbox.Limits{PerPartition: 2}, 20},
+		{"perpart2limit40", 0, 32, inbox.Limits{PerPartition: 2, Concurrency: 40}, 20},
+		{"rate", 0, 32, inbox.Limits{Rate: 10_000_000, Per: time.Second}, 20},
+	}
+	columns := func(groups, keys int) inbox.Columns {
+		switch {
+		case keys > 0:
+			c := inbox.GroupColumns()
+			c.Group = ""
+			return c
+		case groups > 0:
+			return inbox.GroupColumns()
+		}
+		return inbox.DefaultColumns()
 	}
 	for _, c := range cases {
 		b.Run("sqlite/"+c.name, func(b *testing.B) {
 			path := filepath.Join(b.TempDir(), "bench.db")
-			cols := inbox.DefaultColumns()
-			if c.groups > 0 {
-				cols = inbox.GroupColumns()
-			}
-			open := func() (*inbox.Queue[msg], any) {
+			open := func(cols inbox.Columns) (*inbox.Queue[msg], any) {
 				db, err := inbox.OpenSQLite(context.Background(), path)
 				if err != nil {
 					b.Fatal(err)
@@ -58,18 +76,14 @@ func BenchmarkDrainGroups(b *testing.B) {
 				}
 				return q, db
 			}
-			benchGroups(b, open, c.groups, c.workers, c.limits, benchJobs(4000))
+			benchGroups(b, open, columns(c.groups, c.keys), c.groups, c.keys, c.workers, c.limits, benchJobs(4000))
 		})
 	}
 	for _, c := range cases {
 		b.Run("postgres/"+c.name, func(b *testing.B) {
 			url := pgURL(b)
 			table := fmt.Sprintf("bench_groups_%d_%d", os.Getpid(), benchSeq.Add(1))
-			cols := inbox.DefaultColumns()
-			if c.groups > 0 {
-				cols = inbox.GroupColumns()
-			}
-			open := func() (*inbox.Queue[msg], any) {
+			open := func(cols inbox.Columns) (*inbox.Queue[msg], any) {
 				cfg, err := pgxpool.ParseConfig(url)
 				if err != nil {
 					b.Fatal(err)
@@ -95,46 +109,53 @@ func BenchmarkDrainGroups(b *testing.B) {
 					pool.Close()
 				}
 			})
-			benchGroups(b, open, c.groups, c.workers, c.limits, benchJobs(4000))
+			benchGroups(b, open, columns(c.groups, c.keys), c.groups, c.keys, c.workers, c.limits, benchJobs(4000))
 		})
 	}
 }
 
 // fillGroups inserts jobs rows with plain SQL, job i in group i % groups (none if
-// groups is 0), in one statement.
-func fillGroups(b *testing.B, q *inbox.Queue[msg], db any, jobs, groups int) {
-	grp := "NULL"
+// groups is 0) and partition key i % keys (none if keys is 0), in one statement.
+func fillGroups(b *testing.B, q *inbox.Queue[msg], db any, jobs, groups, keys int) {
+	grp, key := "NULL", "NULL"
 	if groups > 0 {
 		grp = fmt.Sprintf("'g' || (i %% %d)", groups)
+	}
+	if keys > 0 {
+		key = fmt.Sprintf("'k' || (i %% %d)", keys)
 	}
 	ctx := context.Background()
 	var err error
 	switch db := db.(type) {
 	case *sql.DB:
 		_, err = db.ExecContext(ctx, `WITH RECURSIVE s(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM s WHERE i + 1 < ?1)
-INSERT INTO "`+q.Table()+`" (payload, fifo_group) SELECT CAST('{"n":' || i || '}' AS BLOB), `+grp+` FROM s`, jobs)
+INSERT INTO "`+q.Table()+`" (payload, fifo_group, partition_key) SELECT CAST('{"n":' || i || '}' AS BLOB), `+grp+`, `+key+` FROM s`, jobs)
 	case *pgxpool.Pool:
-		_, err = db.Exec(ctx, `INSERT INTO "`+q.Table()+`" (payload, fifo_group)
-SELECT convert_to('{"n":' || i || '}', 'UTF8'), `+grp+` FROM generate_series(0, $1 - 1) AS i`, jobs)
+		_, err = db.Exec(ctx, `INSERT INTO "`+q.Table()+`" (payload, fifo_group, partition_key)
+SELECT convert_to('{"n":' || i || '}', 'UTF8'), `+grp+`, `+key+` FROM generate_series(0, $1 - 1) AS i`, jobs)
 	}
 	if err != nil {
 		b.Fatal(err)
 	}
 }
 
-func benchGroups(b *testing.B, open func() (*inbox.Queue[msg], any), groups, workers int, limits inbox.Limits, jobs int) {
+func benchGroups(b *testing.B, open func(inbox.Columns) (*inbox.Queue[msg], any), cols inbox.Columns, groups, keys, workers int, limits inbox.Limits, jobs int) {
 	ctx := context.Background()
-	q0, db := open()
-	q1, _ := open()
+	q0, db := open(cols)
+	q1, _ := open(cols)
 	qs := []*inbox.Queue[msg]{q0, q1}
-	if err := q0.CreateTable(ctx); err != nil {
+	mk := q0
+	if keys > 0 {
+		mk, _ = open(inbox.GroupColumns()) // CreateTable makes the default schemas only
+	}
+	if err := mk.CreateTable(ctx); err != nil {
 		b.Fatal(err)
 	}
 	var elapsed time.Duration
 	b.ResetTimer()
 	b.StopTimer()
 	for range b.N {
-		fillGroups(b, qs[0], db, jobs, groups)
+		fillGroups(b, qs[0], db, jobs, groups, keys)
 		var settled, bad atomic.Int64
 		all := make(chan struct{})
 		var subs []*inbox.Subscription[msg]

@@ -161,6 +161,12 @@ type lane struct {
 	chunks   chan []*leased // a batch subscription's batches, instead of jobs
 	settleCh chan settlement
 	slots    *laneSlots // the slots of Limits.Concurrency its handlers run in (slots.go); nil without
+	rate     rateBudget // its reserve of starts of Limits.Rate (Postgres; groups.go)
+	// With PerPartition on Postgres: whether the last claim that looked for rows
+	// without a key found some, and when to look again if not (pgKeyedPick).
+	keyless   bool
+	keylessAt time.Time
+	backoff   time.Duration // shortWait's last wait, while claims come back empty
 
 	nextCancelCheck time.Time // when checkCancels next looks for cancelled jobs
 	tail            int64     // the priority of the last row dispatched (dispatch)
@@ -366,7 +372,7 @@ func (s *Subscription[T]) leaseLoop(l *lane) {
 				break drain
 			}
 		}
-		if len(batch) > 0 && s.o.Limits.serial() {
+		if len(batch) > 0 && s.o.Limits.bounds() {
 			// A limited claim comes back short while the limit is reached, with
 			// rows still ready: each settlement frees a place, so claim with it
 			// (in the same statement) rather than wait for the poll.
@@ -443,7 +449,7 @@ func (s *Subscription[T]) leaseLoop(l *lane) {
 			b := slices.Clone(batch)
 			acking = true
 			ackWG.Go(func() {
-				_, lost, ok := s.cycle(b, 0)
+				_, lost, ok := s.cycle(nil, b, 0)
 				ackDone <- ackResult{batch: b, lost: lost, ok: ok}
 			})
 			s.resetExt(l, ext, inflight)
@@ -452,7 +458,7 @@ func (s *Subscription[T]) leaseLoop(l *lane) {
 		if want > 0 {
 			woken = s.w.wait() // before the claim: a publish during it wakes the next wait
 		}
-		got, lost, ok := s.cycle(batch, want)
+		got, lost, ok := s.cycle(l, batch, want)
 		if !ok {
 			return // abandoned or halted
 		}
@@ -476,7 +482,9 @@ func (s *Subscription[T]) leaseLoop(l *lane) {
 		s.dispatch(l, fresh)
 		if want > 0 && len(got) < want {
 			canClaim = false
-			poll.Reset(s.o.PollInterval)
+			poll.Reset(s.shortWait(l, len(got) == 0))
+		} else if want > 0 {
+			l.backoff = 0
 		}
 		if l.slots != nil && !canClaim {
 			// The claim came back short: give back the slots the jobs held do not need.
@@ -484,6 +492,19 @@ func (s *Subscription[T]) leaseLoop(l *lane) {
 		}
 		s.resetExt(l, ext, inflight)
 	}
+}
+
+// shortWait is how long a lane waits to claim again after a claim came back short
+// (empty if none), unless a settlement or a publish comes first: PollInterval; with
+// PerPartition on Postgres, a claim that came back empty may have found its keys
+// locked by other claims, so it tries again after slotRetry, doubling up to
+// PollInterval while claims come back empty.
+func (s *Subscription[T]) shortWait(l *lane, none bool) time.Duration {
+	if !none || s.q.dialect != Postgres || s.o.Limits.PerPartition == 0 {
+		return s.o.PollInterval
+	}
+	l.backoff = min(max(2*l.backoff, slotRetry), s.o.PollInterval)
+	return l.backoff
 }
 
 // dispatch hands claimed rows to the lane's workers (in batches of s.batch for a
@@ -621,8 +642,9 @@ func (s *Subscription[T]) extendDue(inflight map[int64]*leased) {
 // Stop has been called a retry claims nothing, so that only settlements hold Stop
 // up. A settlement the database refuses for good (a permanent error in its own
 // statement) is given up and marked failed; the others go on. It reports the rows
-// claimed and the settlements whose lease was lost.
-func (s *Subscription[T]) cycle(batch []settlement, want int) (got []*leased, lost map[int64]bool, ok bool) {
+// claimed and the settlements whose lease was lost. l is the lane that claims (nil
+// when want is 0).
+func (s *Subscription[T]) cycle(l *lane, batch []settlement, want int) (got []*leased, lost map[int64]bool, ok bool) {
 	q := s.q
 	ctx := s.ctx
 	r := newRetrier(&q.health, q.log, "table", q.name, "form", s.o.Form.String())
@@ -644,7 +666,7 @@ func (s *Subscription[T]) cycle(batch []settlement, want int) (got []*leased, lo
 		if q.dialect == SQLite {
 			got, err = s.sqliteCycle(ctx, batch, want, now, deadline, lost)
 		} else {
-			err = s.pgCycle(ctx, batch, want, now, deadline, &got, lost, split)
+			err = s.pgCycle(ctx, l, batch, want, now, deadline, &got, lost, split)
 		}
 		if err == nil {
 			r.ok()
@@ -772,7 +794,7 @@ func (s *Subscription[T]) badRow(err error) {
 
 // pgCycle is one Postgres cycle: settlements other than acks one statement each, then
 // the acks and the claim together in one statement.
-func (s *Subscription[T]) pgCycle(ctx context.Context, batch []settlement, want int, now, deadline time.Time, got *[]*leased, lost map[int64]bool, split bool) error {
+func (s *Subscription[T]) pgCycle(ctx context.Context, l *lane, batch []settlement, want int, now, deadline time.Time, got *[]*leased, lost map[int64]bool, split bool) error {
 	q := s.q
 	var ids []int64
 	var fences []time.Time
@@ -802,13 +824,28 @@ func (s *Subscription[T]) pgCycle(ctx context.Context, batch []settlement, want 
 			lost[st.j.id] = true
 		}
 	}
+	var rb *rateBudget
+	if want > 0 && s.o.Limits.Rate > 0 {
+		rb = &l.rate
+		var err error
+		if want, err = s.rateTake(ctx, rb, now, want, l.work); err != nil {
+			return err
+		}
+	}
 	if len(ids) == 0 && want == 0 {
 		return nil
 	}
 	if ids == nil {
 		ids, fences = []int64{}, []time.Time{}
 	}
-	sql, args := q.pgAckClaimSQL(s.claimLimits(), ids, fences, deadline, now, want)
+	keyless := false
+	if want > 0 && s.o.Limits.PerPartition > 0 {
+		// Rows without a key cost a read of every ready row to find (pgKeyedPick):
+		// looked for while the last look found some, else once per poll.
+		keyless = l.keyless || !now.Before(l.keylessAt)
+	}
+	keylessGot := int64(-1)
+	sql, args := q.pgAckClaimSQL(s.claimLimits(), ids, fences, deadline, now, want, keyless)
 	var out []*leased
 	acked := make(map[int64]bool, len(ids))
 	read := func(r pgx.Rows) error {
@@ -834,6 +871,10 @@ func (s *Subscription[T]) pgCycle(ctx context.Context, batch []settlement, want 
 				return nil
 			}
 			if isAck {
+				if j.id == -1 {
+					keylessGot = a // PerPartition: the rows without a key claimed
+					continue
+				}
 				acked[j.id] = true
 				continue
 			}
@@ -842,8 +883,17 @@ func (s *Subscription[T]) pgCycle(ctx context.Context, batch []settlement, want 
 		}
 		return r.Err()
 	}
-	serial := want > 0 && s.o.Limits.serial() && !s.slotted
-	if !s.o.AsyncCommit && !serial {
+	tableLock := want > 0 && s.tableLock()
+	keyLock := want > 0 && s.o.Limits.PerPartition > 0
+	if rb != nil {
+		// Whether a failed claim took rows is unknown: its reserve lapses.
+		defer func() {
+			if *got == nil && want > 0 {
+				rb.left = 0
+			}
+		}()
+	}
+	if !s.o.AsyncCommit && !tableLock && !keyLock {
 		r, err := q.pool.Query(ctx, sql, args...)
 		if err != nil {
 			return err
@@ -856,17 +906,27 @@ func (s *Subscription[T]) pgCycle(ctx context.Context, batch []settlement, want 
 		// WAL flush. An aborted batch leaves the connection in a failed transaction,
 		// which the pool closes instead of reusing.
 		//
-		// A limited claim (Limits) runs in a transaction that first takes the
-		// table's advisory lock, so that no other claim runs between its counts
-		// of the rows in work (or starts) and its claim: its snapshot is taken
-		// after the previous claim committed.
+		// A claim with PerPartition runs in a transaction that first locks the
+		// partition keys it claims for (keyLockSQL), and a batch subscription's
+		// claim with Concurrency one that first takes the table's advisory
+		// lock, so that no other claim of those keys (of the table) runs between
+		// its counts of the rows in work and its claim: its snapshot is taken
+		// after the previous such claim committed.
 		b := &pgx.Batch{}
 		b.Queue("BEGIN")
 		if s.o.AsyncCommit {
 			b.Queue("SET LOCAL synchronous_commit = off")
 		}
-		if serial {
+		if tableLock {
 			b.Queue("SELECT pg_advisory_xact_lock($1, $2)", q.lockKey(), int32(limitLockKey))
+		}
+		if keyLock {
+			// The claim's plan would be made afresh for each run: the planner
+			// never finds its generic plan cheaper, as it guesses nothing of how
+			// few keys and rows it takes. Planning it cost more than running it.
+			b.Queue("SET LOCAL plan_cache_mode = force_generic_plan")
+			ksql, kargs := q.keyLockSQL(s.o.Limits, now, want)
+			b.Queue(ksql, kargs...)
 		}
 		b.Queue(sql, args...)
 		b.Queue("COMMIT")
@@ -898,6 +958,16 @@ func (s *Subscription[T]) pgCycle(ctx context.Context, batch []settlement, want 
 		if !acked[id] {
 			lost[id] = true
 		}
+	}
+	if out == nil {
+		out = []*leased{}
+	}
+	if rb != nil {
+		rb.left -= len(out)
+	}
+	if keyless && keylessGot >= 0 {
+		l.keyless = keylessGot > 0
+		l.keylessAt = now.Add(s.o.PollInterval)
 	}
 	*got = out
 	return nil

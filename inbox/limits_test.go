@@ -296,3 +296,162 @@ func TestLimitsRefused(t *testing.T) {
 		}
 	})
 }
+
+// Fair claims of two instances (two claimers each) never take a row that another
+// claim took after their snapshot: every job of a drain runs once.
+func TestLimitsFairRunsOnce(t *testing.T) {
+	eachDB(t, func(t *testing.T, b *backend) {
+		const n = 2000
+		groupTable(t, b)
+		pub := newQueue(t, b, inbox.Config[msg]{Columns: inbox.GroupColumns()})
+		for k := range 10 {
+			jobs := make([]msg, n/10)
+			for i := range jobs {
+				jobs[i] = msg{N: k*n/10 + i}
+			}
+			if err := pub.PublishBatch(t.Context(), jobs, &inbox.PublishOpts{Partition: fmt.Sprint("k", k)}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		done := newTally(n)
+		for range 2 {
+			start(t, newQueue(t, b, inbox.Config[msg]{Columns: inbox.GroupColumns()}), func(ctx context.Context, j inbox.Job[msg]) error {
+				done.add(j.Payload.N)
+				return nil
+			}, inbox.SubscribeOptions{Workers: 8, Claimers: 2, Limits: inbox.Limits{Fair: true}, PollInterval: 10 * time.Millisecond})
+		}
+		done.wait(t, 60*time.Second)
+		done.mu.Lock()
+		defer done.mu.Unlock()
+		for id, c := range done.seen {
+			if c > 1 {
+				t.Errorf("job %d ran %d times", id, c)
+			}
+		}
+	})
+}
+
+// Limits.PerPartition (with Concurrency or not) holds each key's rows in work to
+// 2 across two instances of two claimers each, in the database itself: a sampler
+// counts each key's rows in work while they drain 600 jobs over 6 keys and some
+// without a key (which are not limited, and all run).
+func TestLimitsPerPartitionSampled(t *testing.T) {
+	for _, l := range []inbox.Limits{{PerPartition: 2}, {PerPartition: 2, Concurrency: 5}} {
+		t.Run(fmt.Sprint("concurrency", l.Concurrency), func(t *testing.T) {
+			eachDB(t, func(t *testing.T, b *backend) {
+				groupTable(t, b)
+				stop := make(chan struct{})
+				most := make(chan int64, 1)
+				go func() {
+					var m int64
+					defer func() { most <- m }()
+					for {
+						select {
+						case <-stop:
+							return
+						default:
+						}
+						n := b.queryN(t, `SELECT COALESCE(max(c), 0) FROM (SELECT count(*) AS c FROM "`+b.table+`" WHERE partition_key IS NOT NULL AND claimed_at IS NOT NULL AND locked_until > `+b.nowSQL()+` GROUP BY partition_key) s`)
+						m = max(m, n)
+					}
+				}()
+				g := drainLimitedBy(t, b, l, 600, func(i int) string {
+					if i%10 == 9 {
+						return ""
+					}
+					return fmt.Sprint("k", i%6)
+				}, 2, inbox.SubscribeOptions{Workers: 6, Claimers: 2})
+				close(stop)
+				if m := <-most; m > 2 {
+					t.Fatalf("the database had %d rows of one key in work at once, limit 2", m)
+				}
+				for k, m := range g.keyMax {
+					if k != "" && m > 2 {
+						t.Fatalf("key %s had %d jobs in work at once, limit 2", k, m)
+					}
+				}
+				if l.Concurrency > 0 && g.max > l.Concurrency {
+					t.Fatalf("%d jobs in work at once, limit %d", g.max, l.Concurrency)
+				}
+			})
+		})
+	}
+}
+
+// Limits.PerPartition holds across a crash: an instance abandoned (as in a crash)
+// while its handlers hold a key's 2 places keeps them until its leases end, so a
+// second instance starts no job of that key before; then every job runs, at most
+// 2 of the key at once.
+func TestLimitsPerPartitionCrash(t *testing.T) {
+	eachDB(t, func(t *testing.T, b *backend) {
+		groupTable(t, b)
+		const n, limit = 20, 2
+		pub := newQueue(t, b, inbox.Config[msg]{Columns: inbox.GroupColumns()})
+		for i := range n {
+			if _, err := pub.Publish(t.Context(), msg{N: i}, &inbox.PublishOpts{Partition: "k"}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		g := newGauge()
+		o := inbox.SubscribeOptions{Workers: 4, Lease: 1500 * time.Millisecond, Limits: inbox.Limits{PerPartition: limit}, PollInterval: 10 * time.Millisecond}
+		entered := make(chan struct{}, n)
+		crashed, crash := context.WithCancel(context.Background())
+		a, err := newQueue(t, b, inbox.Config[msg]{Columns: inbox.GroupColumns()}).Subscribe(func(ctx context.Context, j inbox.Job[msg]) error {
+			g.enter("k")
+			defer g.leave("k")
+			entered <- struct{}{}
+			<-ctx.Done()
+			return ctx.Err()
+		}, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := a.Start(crashed); err != nil {
+			t.Fatal(err)
+		}
+		for range limit {
+			select {
+			case <-entered:
+			case <-time.After(20 * time.Second):
+				t.Fatal("the first instance did not fill the limit")
+			}
+		}
+		crash()
+		<-a.Done()
+		// Where the crashed instance's leases end.
+		until := b.queryN(t, `SELECT min(`+b.microsSQL("locked_until")+`) FROM "`+b.table+`" WHERE claimed_at IS NOT NULL`)
+		var first atomic.Int64
+		done := newTally(n)
+		start(t, newQueue(t, b, inbox.Config[msg]{Columns: inbox.GroupColumns()}), func(ctx context.Context, j inbox.Job[msg]) error {
+			first.CompareAndSwap(0, time.Now().UnixMicro())
+			g.enter("k")
+			time.Sleep(2 * time.Millisecond)
+			g.leave("k")
+			done.add(j.Payload.N)
+			return nil
+		}, inbox.SubscribeOptions{Workers: 4, Limits: o.Limits, PollInterval: o.PollInterval})
+		done.wait(t, 60*time.Second)
+		if f := first.Load(); f < until {
+			t.Fatalf("the second instance started a job %v before the crashed instance's leases ended", time.Duration(until-f)*time.Microsecond)
+		}
+		if g.keyMax["k"] > limit {
+			t.Fatalf("%d jobs of the key in work at once, limit %d", g.keyMax["k"], limit)
+		}
+	})
+}
+
+// nowSQL is the database's time in the lock deadline's representation.
+func (b *backend) nowSQL() string {
+	if b.dialect == inbox.SQLite {
+		return "CAST((julianday('now') - 2440587.5) * 86400000000 AS INTEGER)"
+	}
+	return "now()"
+}
+
+// microsSQL is the timestamp column c in microseconds since the epoch.
+func (b *backend) microsSQL(c string) string {
+	if b.dialect == inbox.SQLite {
+		return c
+	}
+	return "CAST(extract(epoch FROM " + c + ") * 1000000 AS BIGINT)"
+}

@@ -35,24 +35,36 @@ import (
 // one per job.
 //
 // On SQLite, which has one writer, the extension and the take are two statements
-// of one write transaction. Claims with PerPartition or Rate (on Postgres under the
-// table's advisory lock), and batch subscriptions, count the rows in work instead.
+// of one write transaction. Batch subscriptions count the rows in work instead (on
+// Postgres under the table's advisory lock). PerPartition and Rate are held by
+// other means (groups.go), which go with slots.
 
 // slotted reports whether a subscription's Concurrency limit is held by slots: on
-// either database, unless PerPartition or Rate serialise the claims anyway (they then
-// count the rows in work), or it is a batch subscription.
+// either database, with PerPartition and Rate or without, unless it is a batch
+// subscription (which counts the rows in work).
 func (l Limits) slotted(batch bool) bool {
-	return !batch && l.Concurrency > 0 && l.PerPartition == 0 && l.Rate == 0
+	return !batch && l.Concurrency > 0
 }
 
-// claimLimits are the limits a claim enforces: with slots, not Concurrency, which
-// the slots hold.
+// claimLimits are the limits a claim statement enforces: with slots, not
+// Concurrency, which the slots hold; on Postgres, not Rate, which the lane's
+// reserve of starts holds (rateTake).
 func (s *Subscription[T]) claimLimits() Limits {
 	l := s.o.Limits
 	if s.slotted {
 		l.Concurrency = 0
 	}
+	if s.q.dialect == Postgres {
+		l.Rate = 0
+	}
 	return l
+}
+
+// tableLock reports whether a Postgres claim must first take the table's advisory
+// lock: a Concurrency limit held by counting the rows in work (a batch
+// subscription's).
+func (s *Subscription[T]) tableLock() bool {
+	return s.q.dialect == Postgres && s.o.Limits.Concurrency > 0 && !s.slotted
 }
 
 // slotName is the name of slot i in TABLE_limits.
@@ -67,10 +79,23 @@ func slotNames(n int) []string {
 	return out
 }
 
+// prefetches reports whether a subscription with these limits prefetches by
+// default: with Concurrency held by slots, or with Rate alone (which counts claims);
+// not where claims count the rows in work (PerPartition, a batch subscription's
+// Concurrency), which prefetched rows would fill before they run.
+func (l Limits) prefetches(batch bool) bool {
+	return (l.slotted(batch) || l.Concurrency == 0) && l.PerPartition == 0
+}
+
 // ensureSlots makes TABLE_limits if it is missing (a table of the caller's own
-// mapping: the default schema has it from version 4) and its first n slot rows,
-// unless the queue's table itself is missing.
-func (q *Queue[T]) ensureSlots(ctx context.Context, n int) error {
+// mapping: the default schema has it from version 4), its first n slot rows and,
+// if rate, the counter row of Limits.Rate, unless the queue's table itself is
+// missing.
+func (q *Queue[T]) ensureSlots(ctx context.Context, n int, rate bool) error {
+	names := slotNames(n)
+	if rate {
+		names = append(names, "starts")
+	}
 	if q.dialect == SQLite {
 		var exists int
 		if err := q.sqldb.QueryRowContext(ctx, "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = ?1", q.name).Scan(&exists); err != nil || exists == 0 {
@@ -79,7 +104,7 @@ func (q *Queue[T]) ensureSlots(ctx context.Context, n int) error {
 		if _, err := q.sqldb.ExecContext(ctx, limitsDDL(SQLite, q.name)); err != nil {
 			return err
 		}
-		_, err := q.sqldb.ExecContext(ctx, "INSERT OR IGNORE INTO "+q.limitsTable()+" (name, window_start, starts) SELECT value, 0, 0 FROM json_each(?1)", jsonNames(slotNames(n)))
+		_, err := q.sqldb.ExecContext(ctx, "INSERT OR IGNORE INTO "+q.limitsTable()+" (name, window_start, starts) SELECT value, 0, 0 FROM json_each(?1)", jsonNames(names))
 		return err
 	}
 	var exists bool
@@ -94,7 +119,7 @@ func (q *Queue[T]) ensureSlots(ctx context.Context, n int) error {
 			return err
 		}
 	}
-	_, err := q.pool.Exec(ctx, "INSERT INTO "+q.limitsTable()+" (name, window_start, starts) SELECT n, 0, 0 FROM unnest($1::text[]) AS n ON CONFLICT (name) DO NOTHING", slotNames(n))
+	_, err := q.pool.Exec(ctx, "INSERT INTO "+q.limitsTable()+" (name, window_start, starts) SELECT n, 0, 0 FROM unnest($1::text[]) AS n ON CONFLICT (name) DO NOTHING", names)
 	return err
 }
 

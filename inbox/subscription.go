@@ -239,7 +239,7 @@ func (q *Queue[T]) subscribe(h Handler[T], bh BatchHandler[T], batch int, o Subs
 		o.Prefetch = 0
 	case o.Prefetch < 0:
 		return nil, &ConfigError{Field: "Prefetch", Reason: "negative (NoPrefetch is -1)"}
-	case o.Prefetch == 0 && o.Form == Lease && (o.Limits == (Limits{}) || slotted):
+	case o.Prefetch == 0 && o.Form == Lease && (o.Limits == (Limits{}) || o.Limits.prefetches(bh != nil)):
 		o.Prefetch = DefaultPrefetch * o.Workers
 		adaptive = true
 	}
@@ -474,10 +474,22 @@ func (s *Subscription[T]) check(ctx context.Context) error {
 	add := func(sql string, _ []any) { stmts = append(stmts, sql) }
 	switch s.o.Form {
 	case Lease:
-		if s.slotted {
-			if err := q.ensureSlots(ctx, s.o.Limits.Concurrency); err != nil {
-				return fmt.Errorf("inbox: %s: make the slots of Limits.Concurrency: %w", q.name, err)
+		if s.slotted || s.o.Limits.Rate > 0 {
+			n := 0
+			if s.slotted {
+				n = s.o.Limits.Concurrency
 			}
+			if err := q.ensureSlots(ctx, n, s.o.Limits.Rate > 0); err != nil {
+				return fmt.Errorf("inbox: %s: make the table of Limits: %w", q.name, err)
+			}
+		}
+		if q.dialect == Postgres && s.o.Limits.Rate > 0 {
+			add(q.rateReserveSQL(), nil)
+		}
+		if q.dialect == Postgres && s.o.Limits.PerPartition > 0 {
+			add(q.keyLockSQL(s.o.Limits, now, 1))
+		}
+		if s.slotted {
 			if q.dialect == SQLite {
 				kept, ka, got, ga := q.sqliteSlotSQL(nil, 0, now, now, now, 1, 1)
 				add(kept, ka)
@@ -493,8 +505,8 @@ func (s *Subscription[T]) check(ctx context.Context) error {
 				add(q.rateBumpSQL("?1", "?2"), nil)
 			}
 		} else {
-			add(q.pgAckClaimSQL(s.claimLimits(), nil, nil, now, now, 1))
-			add(q.pgAckClaimSQL(s.claimLimits(), nil, nil, now, now, 0))
+			add(q.pgAckClaimSQL(s.claimLimits(), nil, nil, now, now, 1, true))
+			add(q.pgAckClaimSQL(s.claimLimits(), nil, nil, now, now, 0, false))
 		}
 		add(q.settleSQL(skExtend, 0, fence{lease: &now}, now, 0, "", now))
 		for _, k := range []settleKind{skAck, skRetry, skDead, skRelease, skSnooze} {
