@@ -3,6 +3,8 @@ package inbox
 import (
 	"context"
 	"database/sql"
+	"fmt"
+	"hash/fnv"
 	"strings"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -141,7 +143,7 @@ func migrations(d Dialect, table string) migrate.Set {
 			{Desc: "unique jobs", Up: ddl(
 				`ALTER TABLE `+qt+` ADD COLUMN unique_key TEXT`,
 				`ALTER TABLE `+qt+` ADD COLUMN unique_states INTEGER NOT NULL DEFAULT 0`,
-				`CREATE UNIQUE INDEX `+quoteIdent(strings.ReplaceAll(table, ".", "_")+"_unique")+` ON `+qt+` (unique_key) WHERE unique_key IS NOT NULL`,
+				`CREATE UNIQUE INDEX `+indexName(d, table, "_unique")+` ON `+indexTable(d, table)+` (unique_key) WHERE unique_key IS NOT NULL`,
 			)},
 			{Desc: "periodic jobs", Up: ddl(ticksDDL(d, table))},
 			{Desc: "fifo groups and limits", Up: ddl(groupsDDL(d, table)...)},
@@ -153,7 +155,7 @@ func migrations(d Dialect, table string) migrate.Set {
 // first release.
 func baseSchema(d Dialect, table string) []string {
 	qt := quoteIdent(table)
-	idx := quoteIdent(strings.ReplaceAll(table, ".", "_") + "_claim")
+	idx := indexName(d, table, "_claim") + ` ON ` + indexTable(d, table)
 	if d == SQLite {
 		return []string{
 			`CREATE TABLE ` + qt + ` (
@@ -167,7 +169,7 @@ func baseSchema(d Dialect, table string) []string {
 	created_at INTEGER NOT NULL DEFAULT (CAST((julianday('now') - 2440587.5) * 86400000000 AS INTEGER)),
 	payload BLOB NOT NULL
 )`,
-			`CREATE INDEX IF NOT EXISTS ` + idx + ` ON ` + qt + ` (priority, locked_until, id)`,
+			`CREATE INDEX IF NOT EXISTS ` + idx + ` (priority, locked_until, id)`,
 		}
 	}
 	return []string{
@@ -182,7 +184,7 @@ func baseSchema(d Dialect, table string) []string {
 	created_at TIMESTAMPTZ NOT NULL DEFAULT now(),
 	payload BYTEA NOT NULL
 )`,
-		`CREATE INDEX IF NOT EXISTS ` + idx + ` ON ` + qt + ` (priority, locked_until, id)`,
+		`CREATE INDEX IF NOT EXISTS ` + idx + ` (priority, locked_until, id)`,
 	}
 }
 
@@ -190,24 +192,57 @@ func baseSchema(d Dialect, table string) []string {
 // and the starts table of Limits.Rate.
 func groupsDDL(d Dialect, table string) []string {
 	qt := quoteIdent(table)
-	base := strings.ReplaceAll(table, ".", "_")
+	on := func(suffix string) string { return indexName(d, table, suffix) + ` ON ` + indexTable(d, table) }
 	stmts := []string{
 		`ALTER TABLE ` + qt + ` ADD COLUMN fifo_group TEXT`,
 		`ALTER TABLE ` + qt + ` ADD COLUMN partition_key TEXT`,
 		// The head of a group, and the rows that wait behind it.
-		`CREATE INDEX ` + quoteIdent(base+"_group") + ` ON ` + qt + ` (fifo_group, id) WHERE fifo_group IS NOT NULL`,
+		`CREATE INDEX ` + on("_group") + ` (fifo_group, id) WHERE fifo_group IS NOT NULL`,
 		// A partition's ready rows in claim order, and its keys.
-		`CREATE INDEX ` + quoteIdent(base+"_partition") + ` ON ` + qt + ` (partition_key, priority, locked_until, id) WHERE partition_key IS NOT NULL`,
+		`CREATE INDEX ` + on("_partition") + ` (partition_key, priority, locked_until, id) WHERE partition_key IS NOT NULL`,
 		// The rows in work, for Limits (claimed_at is set while a row is).
-		`CREATE INDEX ` + quoteIdent(base+"_inwork") + ` ON ` + qt + ` (partition_key, locked_until) WHERE claimed_at IS NOT NULL`,
+		`CREATE INDEX ` + on("_inwork") + ` (partition_key, locked_until) WHERE claimed_at IS NOT NULL`,
 		limitsDDL(d, table),
 	}
 	if d == Postgres {
 		// At most one row of a group claimed at once, whatever the snapshots of
 		// concurrent claims saw (SQLite serialises its writers).
-		stmts = append(stmts, `CREATE UNIQUE INDEX `+quoteIdent(base+"_group_work")+` ON `+qt+` (fifo_group) WHERE fifo_group IS NOT NULL AND claimed_at IS NOT NULL`)
+		stmts = append(stmts, `CREATE UNIQUE INDEX `+on("_group_work")+` (fifo_group) WHERE fifo_group IS NOT NULL AND claimed_at IS NOT NULL`)
 	}
 	return stmts
+}
+
+// maxIdentLen is Postgres's limit on an identifier, in bytes: a longer one is
+// cut to it, so two long names alike up to there would be one.
+const maxIdentLen = 63
+
+// indexName is the quoted name of the index of table with suffix: the table's
+// name (its schema's joined with "_") and the suffix, or, past maxIdentLen, a cut
+// of it with a hash of the whole, so that the indexes of a long name stay
+// apart. On SQLite it is qualified by the table's schema, which SQLite wants
+// on the index's name rather than on its table (see indexTable).
+func indexName(d Dialect, table, suffix string) string {
+	base := strings.ReplaceAll(table, ".", "_")
+	name := base + suffix
+	if len(name) > maxIdentLen {
+		h := fnv.New32a()
+		h.Write([]byte(table))
+		name = fmt.Sprintf("%s_%08x%s", base[:maxIdentLen-9-len(suffix)], h.Sum32(), suffix)
+	}
+	if i := strings.LastIndex(table, "."); i >= 0 && d == SQLite {
+		return quoteIdent(table[:i]) + "." + quoteIdent(name)
+	}
+	return quoteIdent(name)
+}
+
+// indexTable is table as the ON of its CREATE INDEX takes it: unqualified on
+// SQLite (the schema is on the index's name), as given on Postgres (where the
+// index goes to the table's schema).
+func indexTable(d Dialect, table string) string {
+	if i := strings.LastIndex(table, "."); i >= 0 && d == SQLite {
+		return quoteIdent(table[i+1:])
+	}
+	return quoteIdent(table)
 }
 
 // limitsDDL is the table in which Limits.Rate counts the starts of the current window.
