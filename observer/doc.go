@@ -74,7 +74,7 @@
 //   - gotp_pg_groups{scope}, gotp_pg_members{scope}: groups with members,
 //     and memberships, on every node.
 //   - gotp_inbox_jobs{table,state}: ready, in_work, delayed, dead, invalid,
-//     cancelled.
+//     cancelled; absent while the table's counts cannot be read.
 //   - gotp_inbox_outcomes_total{table,outcome}: jobs handled by this
 //     node's subscriptions.
 //   - gotp_inbox_handle_seconds{table,outcome}: histogram of how long this

@@ -42,7 +42,7 @@ var (
 		"Memberships (a process joined to a group, counted once per join) in each pg scope, on every node.",
 		[]string{"scope"}, nil)
 	descInbox = prometheus.NewDesc("gotp_inbox_jobs",
-		"Jobs of each inbox table by state (ready, in_work, delayed, dead, invalid, cancelled).", []string{"table", "state"}, nil)
+		"Jobs of each inbox table by state (ready, in_work, delayed, dead, invalid, cancelled); absent while the table's counts cannot be read.", []string{"table", "state"}, nil)
 	descOutcomes = prometheus.NewDesc("gotp_inbox_outcomes_total",
 		"Jobs handled by this node's subscriptions, by outcome.", []string{"table", "outcome"}, nil)
 	descInboxErrors = prometheus.NewDesc("gotp_inbox_errors_total",
@@ -197,8 +197,12 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		if !once("inbox " + t.Name) {
 			continue
 		}
-		for state, v := range map[string]int64{"ready": t.Ready, "in_work": t.InWork, "delayed": t.Delayed, "dead": t.Dead, "invalid": t.Invalid, "cancelled": t.Cancelled} {
-			gauge(descInbox, float64(v), t.Name, state)
+		// Counts that could not be read are left out, not exported as 0: an
+		// empty queue is not what a failing database looks like.
+		if t.Err == "" {
+			for state, v := range map[string]int64{"ready": t.Ready, "in_work": t.InWork, "delayed": t.Delayed, "dead": t.Dead, "invalid": t.Invalid, "cancelled": t.Cancelled} {
+				gauge(descInbox, float64(v), t.Name, state)
+			}
 		}
 		for outcome, v := range t.Outcomes {
 			counter(descOutcomes, float64(v), t.Name, outcome)
