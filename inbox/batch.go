@@ -87,19 +87,25 @@ func (e *BatchFailedError) Unwrap() error { return e.Err }
 // every job of the batch is retried with a *BatchFailedError (attempts counted) or
 // dead-lettered past MaxAttempts. The AdvisoryLock form is refused (a *FormError).
 //
-// Errors: a *ConfigError for a nil h or n < 1, and whatever Subscribe returns.
+// Errors: a *ConfigError for a nil h or an n outside 1 to MaxBatch, and whatever
+// Subscribe returns.
 func (q *Queue[T]) SubscribeBatch(h BatchHandler[T], n int, o SubscribeOptions) (*Subscription[T], error) {
 	if h == nil {
 		return nil, &ConfigError{Field: "handler", Reason: "nil"}
 	}
-	if n < 1 {
-		return nil, &ConfigError{Field: "n", Reason: "a batch holds at least one job"}
+	if n < 1 || n > MaxBatch {
+		return nil, &ConfigError{Field: "n", Reason: fmt.Sprintf("%d: a batch holds 1 to MaxBatch (%d) jobs", n, MaxBatch)}
 	}
 	if o.Form == AdvisoryLock {
 		return nil, &FormError{Form: o.Form, Dialect: q.dialect, Reason: "batches are claimed in the lease and row lock forms"}
 	}
 	return q.subscribe(nil, h, n, o)
 }
+
+// MaxBatch bounds the n of SubscribeBatch: a subscription holds room for
+// Workers × n claimed rows (and, in the row lock form, n row locks in one
+// transaction per worker).
+const MaxBatch = 10000
 
 // batchJob is one claimed row of a batch.
 type batchJob struct {

@@ -160,7 +160,7 @@
 // # Batches
 //
 // [Queue.SubscribeBatch] hands a [BatchHandler] up to n jobs at once (RustStream's
-// batch(n)); it returns nil to ack them all, [BatchErrors] to settle each on its
+// batch(n); n at most [MaxBatch]); it returns nil to ack them all, [BatchErrors] to settle each on its
 // own, or a failure (or panics) to fail every job's attempt. In the lease form each
 // job settles on its own, fenced by its own lease; in the RowLock form the batch's
 // settlements commit together in the transaction holding its rows, and a failure
