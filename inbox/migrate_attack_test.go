@@ -3,6 +3,7 @@ package inbox_test
 import (
 	"context"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -100,6 +101,56 @@ func TestMigrateLongTableName(t *testing.T) {
 		q := newQueue(t, b, inbox.Config[msg]{Table: name, Columns: inbox.GroupColumns()})
 		if _, err := q.Publish(t.Context(), msg{N: 1}, &inbox.PublishOpts{Unique: &inbox.Unique{Key: "k"}, Group: "g"}); err != nil {
 			t.Fatal(err)
+		}
+	})
+}
+
+// Four migrators at once (each its own pool) on a table at version 0 with rows
+// and a column of the user's own: one upgrades it, the others find it done; the
+// rows and the user's column are kept.
+func TestMigrateUpgradeConcurrentlyKeepsUserColumns(t *testing.T) {
+	eachDB(t, func(t *testing.T, b *backend) {
+		for _, s := range schemaAt(b.dialect, 0) {
+			b.exec(t, strings.ReplaceAll(s, "{T}", b.table))
+		}
+		b.exec(t, `ALTER TABLE "`+b.table+`" ADD COLUMN tenant TEXT NOT NULL DEFAULT 'acme'`)
+		b.exec(t, `CREATE INDEX "`+b.table+`_tenant" ON "`+b.table+`" (tenant)`)
+		for i := range 10 {
+			b.exec(t, `INSERT INTO "`+b.table+`" (payload, tenant) VALUES (`+b.ph(1)+`, 'globex')`, []byte(`{"n":`+strings.Repeat("1", i+1)+`}`))
+		}
+		var wg sync.WaitGroup
+		ms := make([]inbox.Migration, 4)
+		errs := make([]error, 4)
+		for i := range 4 {
+			db := dbOf(t, b)
+			wg.Go(func() { ms[i], errs[i] = inbox.Migrate(t.Context(), db, b.table) })
+		}
+		wg.Wait()
+		upgraded := 0
+		for i := range 4 {
+			if errs[i] != nil {
+				t.Fatalf("migrator %d: %v", i, errs[i])
+			}
+			switch ms[i] {
+			case inbox.Migration{From: 0, To: inbox.SchemaVersion}:
+				upgraded++
+			case inbox.Migration{From: inbox.SchemaVersion, To: inbox.SchemaVersion}:
+			default:
+				t.Errorf("migrator %d: %+v", i, ms[i])
+			}
+		}
+		if upgraded != 1 {
+			t.Fatalf("%d migrators upgraded the table, want 1", upgraded)
+		}
+		if n := b.queryN(t, `SELECT count(*) FROM "`+b.table+`" WHERE tenant = 'globex'`); n != 10 {
+			t.Fatalf("%d rows with the user's column, want 10", n)
+		}
+		q := newQueue(t, b, inbox.Config[msg]{})
+		if _, err := q.Publish(t.Context(), msg{N: 1}, &inbox.PublishOpts{Unique: &inbox.Unique{Key: "k"}}); err != nil {
+			t.Fatal(err)
+		}
+		if n := b.queryN(t, `SELECT count(*) FROM "`+b.table+`" WHERE tenant = 'acme'`); n != 1 {
+			t.Fatalf("the user's default: %d rows", n)
 		}
 	})
 }
