@@ -274,9 +274,9 @@ func serverAndClients(ctx context.Context, c config, out io.Writer) error {
 		peak()
 		return err
 	}
-	cpuBefore := cpuTime()
+	cpuBefore, rtBefore := cpuTime(), readRuntime()
 	result, err := next("RESULT ")
-	serverCPU := cpuTime() - cpuBefore
+	serverCPU, rtAfter := cpuTime()-cpuBefore, readRuntime()
 	pprof.StopCPUProfile()
 	peakRSS := peak()
 	if err != nil {
@@ -296,6 +296,9 @@ func serverAndClients(ctx context.Context, c config, out io.Writer) error {
 	if clientCPU, msgs := cpuOfResult(result); msgs > 0 {
 		fmt.Fprintf(out, "CPU per message: server %.1f µs, clients %.1f µs (user+system, over the load)\n",
 			float64(serverCPU.Microseconds())/float64(msgs), float64(clientCPU.Microseconds())/float64(msgs))
+	}
+	if _, msgs := cpuOfResult(result); msgs > 0 {
+		reportRuntime(out, rtBefore, rtAfter, msgs)
 	}
 	per := func(a, b uint64) float64 { return (float64(b) - float64(a)) / float64(c.users+c.flood) }
 	fmt.Fprintf(out, "server bytes per connection: %.0f heap+stack (heap %.0f, stack %.0f), %.0f RSS; goroutines +%.2f per connection\n",
