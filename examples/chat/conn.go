@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	"github.com/gotp/gotp"
@@ -19,6 +20,10 @@ type Delivery struct {
 	From, To, Text string
 	Origin         string
 	Time           time.Time // when the sender's node accepted it
+
+	// mailed: sent by this node's history owner to the connection's
+	// mailbox and counted in its mailed (see historyOwner.deliver).
+	mailed bool
 }
 
 // inbound is a command (or a protocol error) read by a connection's
@@ -71,7 +76,19 @@ type conn struct {
 	rooms   []string
 	watch   gotp.Ref // the monitor of the online registry
 	held    int      // messages handled since the output was last flushed
+	self    gotp.PID
+
+	// mailed counts the Deliveries this node's history owner sent to the
+	// process's mailbox that it has not handled yet: while there are any,
+	// the owner sends the next ones the same way, so that a user's
+	// messages reach the client in the order they were committed (see
+	// historyOwner.deliver).
+	mailed atomic.Int32
 }
+
+// slowNow tells a connection that the history owner could not queue a
+// message for its client (see deliverDirect): it is a slow consumer.
+type slowNow struct{}
 
 // sending is a SEND in flight: its message is with the history owner,
 // and the connection answers it (and runs the commands after it) once the
@@ -94,6 +111,8 @@ const connMailboxLimit = 1 << 16
 func (c *conn) Init(ctx context.Context, p *gotp.Process) error {
 	n, self := p.Node(), p.Self()
 	p.SetMailboxLimit(connMailboxLimit, gotp.OverflowKill)
+	c.self = self
+	c.svc.local.Store(self, c)
 	if h := c.svc.cfg.onConn; h != nil {
 		h(self, c)
 	}
@@ -133,6 +152,7 @@ func (c *conn) Init(ctx context.Context, p *gotp.Process) error {
 // finish ends the connection's I/O: the reader stops, and what the outbox
 // holds is written before the close.
 func (c *conn) finish() {
+	c.svc.local.CompareAndDelete(c.self, c)
 	c.w.stopRead()
 	c.out.end(nil, closeShutdown, false)
 }
@@ -172,11 +192,16 @@ func (c *conn) handleInfo(p *gotp.Process, msg any) error {
 	case outFailed:
 		return server.StopReason(nil) // the client is gone
 	case Delivery:
+		if m.mailed {
+			c.mailed.Add(-1)
+		}
 		if m.Origin != p.Node().Name() {
 			// Kept on the recipient's node too, so both users see it in HISTORY.
 			c.svc.appendHistory(p.Context(), Message{From: m.From, To: m.To, Text: m.Text, Time: m.Time})
 		}
 		return c.push(Msg{From: m.From, Text: m.Text, Time: m.Time})
+	case slowNow:
+		return c.slow()
 	case pg.Message:
 		if rm, ok := m.Payload.(RoomMsg); ok {
 			c.keepRoomMsg(p, rm)
@@ -277,7 +302,11 @@ func (c *conn) startSend(p *gotp.Process, s Send) error {
 	}
 	c.sending = &sending{ref: p.Node().MakeRef(), send: s}
 	m := Message{From: c.name, To: s.To, Text: s.Text, Time: time.Now().UTC()}
-	p.Send(owner, appendReq{m: m, pid: p.Self(), ref: c.sending.ref, to: to})
+	var toc *conn
+	if v, ok := c.svc.local.Load(to); ok {
+		toc = v.(*conn)
+	}
+	p.Send(owner, appendReq{m: m, pid: p.Self(), ref: c.sending.ref, to: to, toc: toc})
 	return nil
 }
 
@@ -305,6 +334,30 @@ func (c *conn) push(r Reply) error {
 	if c.out.event(c.w.format(r)) {
 		return nil
 	}
+	return c.slow()
+}
+
+// deliverDirect queues a committed message for the client and starts
+// writing it, on the calling goroutine (the history owner's), without
+// going through the process: for a client that keeps up, the MSG goes to
+// its socket in one system call by the goroutine that committed it. It
+// never waits. A client too far behind for it is ended by its process,
+// told by slowNow (the outbox refuses every later event meanwhile).
+//
+// The outbox keeps the order of what is queued, and the owner sends a
+// connection's messages this way only while none it mailed is still in
+// the mailbox (mailed), so messages reach the client in commit order.
+func (c *conn) deliverDirect(m Msg) {
+	if c.out.event(c.w.format(m)) {
+		c.out.flush()
+		return
+	}
+	c.svc.n.Send(c.self, slowNow{})
+}
+
+// slow ends the connection as a slow consumer: ERROR slow_consumer, its
+// user offline as after QUIT, its queued output dropped.
+func (c *conn) slow() error {
 	c.svc.slowConsumers.Add(1)
 	if h := c.svc.cfg.onSlow; h != nil {
 		h(c.name)

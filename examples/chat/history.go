@@ -451,6 +451,7 @@ type appendReq struct {
 	pid gotp.PID
 	ref gotp.Ref
 	to  gotp.PID
+	toc *conn // to's connection, if on this node (nil in tests without a service)
 }
 
 // appended is the answer to an appendMsg, an appendRoomMsg or an
@@ -471,6 +472,7 @@ type pendingAppend struct {
 	pid  gotp.PID
 	ref  gotp.Ref
 	to   gotp.PID
+	toc  *conn
 }
 
 // size is the length of the append's text.
@@ -562,7 +564,8 @@ func (h *historyOwner) commitNext(p *gotp.Process) error {
 
 // commit commits batch in one transaction, then answers each append of
 // it and hands each committed direct message to its recipient's
-// connection.
+// connection (see deliver: a small batch's messages the owner queues in
+// their recipients' outboxes itself, and starts writing).
 //
 // The answers and deliveries of one batch go out as a gotp.Batch: the
 // connections they wake (hundreds, flat out) are handled by a goroutine
@@ -599,11 +602,43 @@ func (h *historyOwner) commit(p *gotp.Process, batch []pendingAppend) error {
 			// events it causes.
 			b.Send(a.pid, appended{ref: a.ref, err: err})
 			if err == nil && !a.to.IsZero() {
-				b.Send(a.to, Delivery{From: a.m.From, To: a.m.To, Text: a.m.Text, Origin: origin, Time: a.m.Time})
+				h.deliver(b, a, origin, len(batch) <= maxDirect)
 			}
 		}
 	})
 	return err
+}
+
+// maxDirect is the largest batch whose messages the history owner may
+// write to their recipients' clients itself (see deliver). A small batch
+// is a quiet chat, where the hop through the recipient's process is most
+// of a message's time on the server; in a busy one's large batches the
+// owner's time is the commits', and the recipients' processes write in
+// parallel on the Batch's goroutines.
+const maxDirect = 8
+
+// deliver hands the committed message of a to its recipient. With direct
+// set, a recipient on this node other than the sender, with no message of
+// the owner's still in its mailbox, gets it queued in its outbox and
+// written at once by the owner (conn.deliverDirect): one goroutine
+// hand-off less, and the MSG goes out before the Batch's goroutines start
+// (the sender's SENT follows; the server answers the sender once the
+// message is committed either way). Otherwise it goes as a Delivery to the
+// recipient's mailbox, counted in its mailed while it waits there. A user
+// who sends to itself always gets the Delivery: its SENT comes first.
+func (h *historyOwner) deliver(b *gotp.Batch, a *pendingAppend, origin string, direct bool) {
+	if c := a.toc; c != nil && a.to != a.pid {
+		if direct && c.mailed.Load() == 0 {
+			c.deliverDirect(Msg{From: a.m.From, Text: a.m.Text, Time: a.m.Time})
+			c.svc.directs.Add(1)
+			return
+		}
+		c.mailed.Add(1)
+		c.svc.mails.Add(1)
+		b.Send(a.to, Delivery{From: a.m.From, To: a.m.To, Text: a.m.Text, Origin: origin, Time: a.m.Time, mailed: true})
+		return
+	}
+	b.Send(a.to, Delivery{From: a.m.From, To: a.m.To, Text: a.m.Text, Origin: origin, Time: a.m.Time})
 }
 
 // HandleInfo handles a message, then commits the pending appends if it
@@ -618,7 +653,7 @@ func (h *historyOwner) HandleInfo(p *gotp.Process, msg any) error {
 
 func (h *historyOwner) handleInfo(p *gotp.Process, msg any) error {
 	if m, ok := msg.(appendReq); ok {
-		h.pending = append(h.pending, pendingAppend{m: m.m, pid: m.pid, ref: m.ref, to: m.to})
+		h.pending = append(h.pending, pendingAppend{m: m.m, pid: m.pid, ref: m.ref, to: m.to, toc: m.toc})
 		return nil
 	}
 	return h.Defaults.HandleInfo(p, msg)

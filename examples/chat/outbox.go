@@ -28,7 +28,9 @@ const maxWrite = 64 << 10
 const coalesceMax = 4 << 10
 
 // outbox is the output side of one connection. The connection's process
-// queues encoded replies and events without ever waiting; a goroutine of
+// (and, for the messages it commits, the history owner: see
+// conn.deliverDirect) queues encoded replies and events without ever
+// waiting; a goroutine of
 // the outbox's own, started when there is something to write and gone
 // when there is not, writes them to the wire. It is what bounds the output
 // a connection holds (Config.MaxOutput):
@@ -64,6 +66,7 @@ type outbox struct {
 	writing  bool    // the writer goroutine runs
 	waiting  bool    // the process waits for room (ready is owed)
 	ending   *ending // set by end: write the queue, then last, then close
+	refused  bool    // an event was refused (the client is a slow consumer): every later one is too
 	finished bool    // the wire is closed, or the writer is closing it
 }
 
@@ -125,15 +128,17 @@ func (o *outbox) flush() {
 
 // event queues an event unless the client is too slow for it: the events
 // already queued and it would exceed the limit. It never waits; false
-// means the connection must end (slow_consumer). An event alone larger
-// than the limit is queued when no other event is.
+// means the connection must end (slow_consumer), and so does every later
+// call once one has returned false. An event alone larger than the limit
+// is queued when no other event is.
 func (o *outbox) event(b []byte) bool {
 	o.mu.Lock()
 	if o.ending != nil {
 		o.mu.Unlock()
 		return true // the connection is ending anyway
 	}
-	if o.events > 0 && o.events+len(b) > o.limit {
+	if o.refused || o.events > 0 && o.events+len(b) > o.limit {
+		o.refused = true
 		o.mu.Unlock()
 		return false
 	}
@@ -221,8 +226,11 @@ func (o *outbox) startLocked() {
 			}
 		}
 		if b != nil {
-			// Only the process appends to the queue, and it is here; end
-			// (from another goroutine) does not touch the queue.
+			// Whoever appends meanwhile (the process, or the history
+			// owner delivering a message) holds o.mu and finds writing
+			// set: what it queues is left for the writer started below.
+			// An end that drops the queue meanwhile leaves nothing for
+			// consumedLocked to take.
 			o.mu.Unlock()
 			n := tw.tryWrite(b)
 			o.mu.Lock()

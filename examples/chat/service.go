@@ -161,10 +161,13 @@ type Service struct {
 	whoMu sync.Mutex // guards who
 	who   whoCache
 
+	local         sync.Map      // gotp.PID → *conn: this node's connection processes, for the history owner's direct deliveries
 	conns         atomic.Int64  // connections open (a process, or being started)
 	slowConsumers atomic.Uint64 // connections ended with slow_consumer
 	commits       atomic.Uint64 // history transactions committed
 	committed     atomic.Uint64 // messages in them
+	directs       atomic.Uint64 // committed messages the history owner queued in their recipient's outbox itself
+	mails         atomic.Uint64 // and those it sent to their recipient's mailbox as a Delivery
 
 	mu       sync.Mutex // guards stopping and err
 	stopping bool

@@ -1,0 +1,108 @@
+//go:build unix
+
+package chat
+
+import (
+	"bytes"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+)
+
+// While a Delivery the history owner mailed to a connection is still in
+// its mailbox, the owner mails the next one too instead of queueing it in
+// the outbox itself, or the second would reach the client first; with
+// none outstanding it queues it itself. A user who sends to itself always
+// gets its message mailed (uncounted: nothing else can overtake it), after
+// its SENT.
+func TestDirectDeliveryWaitsForMailedOnes(t *testing.T) {
+	var ct connTracker
+	ts := startServiceConfig(t, Config{onConn: ct.add})
+	a := connect(t, ts, "a")
+	r := connect(t, ts, "r")
+	_, rc := ct.of(t, ts, "r")
+
+	rc.mailed.Add(1) // as if a Delivery were waiting in r's mailbox
+	a.expect("SEND r one", "SENT r")
+	if got := r.line(); got != "MSG a one" {
+		t.Fatalf("r got %q", got)
+	}
+	if d, m := ts.directs.Load(), ts.mails.Load(); d != 0 || m != 1 {
+		t.Fatalf("with a Delivery outstanding: %d direct, %d mailed; want 0, 1", d, m)
+	}
+	if n := rc.mailed.Load(); n != 1 {
+		t.Fatalf("mailed = %d once the mailed one was handled, want 1 (the one the test added)", n)
+	}
+
+	rc.mailed.Add(-1)
+	a.expect("SEND r two", "SENT r")
+	if got := r.line(); got != "MSG a two" {
+		t.Fatalf("r got %q", got)
+	}
+	if d, m := ts.directs.Load(), ts.mails.Load(); d != 1 || m != 1 {
+		t.Fatalf("with none outstanding: %d direct, %d mailed; want 1, 1", d, m)
+	}
+
+	r.expect("SEND r self", "SENT r")
+	if got := r.line(); got != "MSG r self" {
+		t.Fatalf("r got %q after its SENT", got)
+	}
+	if d, m := ts.directs.Load(), ts.mails.Load(); d != 1 || m != 1 {
+		t.Fatalf("after a send to itself: %d direct, %d mailed (counted); want 1, 1: its Delivery goes uncounted", d, m)
+	}
+}
+
+// Many users pipelining messages to one recipient make batches large
+// (mailed) and small (queued by the owner itself) in turn; the recipient
+// gets every message once, each sender's in the order sent.
+func TestDeliveriesKeepEachSendersOrder(t *testing.T) {
+	ts := startService(t, t.TempDir())
+	const senders, each = 24, 40
+	r := connect(t, ts, "r")
+	clients := make([]*client, senders)
+	for i := range clients {
+		clients[i] = connect(t, ts, fmt.Sprintf("s%d", i))
+	}
+	for round := 0; ; round++ {
+		var wg sync.WaitGroup
+		for i, c := range clients {
+			wg.Go(func() {
+				var b bytes.Buffer
+				for k := range each {
+					fmt.Fprintf(&b, "SEND r %d %d\n", i, k)
+				}
+				c.c.Write(b.Bytes())
+			})
+		}
+		wg.Wait()
+		next := make([]int, senders)
+		for range senders * each {
+			l := r.line()
+			f := strings.Fields(l)
+			if len(f) != 4 || f[0] != "MSG" {
+				t.Fatalf("r got %q", l)
+			}
+			i, _ := strconv.Atoi(f[2])
+			k, _ := strconv.Atoi(f[3])
+			if f[1] != fmt.Sprintf("s%d", i) || k != next[i] {
+				t.Fatalf("round %d: r got %q, want message %d of s%d next", round, l, next[i], i)
+			}
+			next[i]++
+		}
+		for i, c := range clients {
+			for range each {
+				if got := c.line(); got != "SENT r" {
+					t.Fatalf("s%d got %q", i, got)
+				}
+			}
+		}
+		if ts.directs.Load() > 0 && ts.mails.Load() > 0 {
+			return
+		}
+		if round == 20 {
+			t.Fatalf("after %d rounds: %d direct, %d mailed; the test wants both ways taken", round+1, ts.directs.Load(), ts.mails.Load())
+		}
+	}
+}
