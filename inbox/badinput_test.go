@@ -56,6 +56,7 @@ func TestPublishRefusesKeysTheDatabaseCannotHold(t *testing.T) {
 		ctx := t.Context()
 		bad := map[string]string{
 			"nul":      "a\x00b",
+			"control":  "\x01k",
 			"bad utf8": "a\xffb",
 			"too long": strings.Repeat("k", inbox.MaxKeyLen+1),
 		}

@@ -72,7 +72,8 @@
 // processed; [Unique.Period] limits the key to a period. A unique index on the
 // UniqueKey column enforces it (INSERT ... ON CONFLICT DO NOTHING), so concurrent
 // publishes from any number of instances insert one job; a settlement that
-// finishes a job outside its States frees the key in the same statement. A queue
+// finishes a job outside its States frees the key in the same statement, and a
+// requeue of that job (Requeue, RetryJob) takes it back if no other job has. A queue
 // or table without the uniqueness columns or their index is a [*ColumnError].
 //
 // # Periodic jobs

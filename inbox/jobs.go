@@ -340,8 +340,8 @@ func (q *Queue[T]) adminTx(ctx context.Context, id int64, op string, f func(db q
 }
 
 // RetryJob makes job id ready now: a delayed job (waiting for its run time or
-// backoff) keeps its attempts; a dead letter or a cancelled job has them reset, as
-// Requeue does. A
+// backoff) keeps its attempts; a dead letter or a cancelled job has them reset, and
+// a unique one its key back, as Requeue does. A
 // ready job is left as it is. A job in work, processed or invalid is a
 // *JobStateError, as is a delayed job on a table without a ClaimedAt column (where a
 // job in work looks delayed); an unknown id matches ErrNoJob. It wakes this
@@ -371,10 +371,13 @@ func (q *Queue[T]) RetryJob(ctx context.Context, id int64) error {
 			if q.c.CancelledAt != "" {
 				set += ", " + col(q.c.CancelledAt) + " = NULL"
 			}
+			if r := q.restoreKey(); r != "" {
+				set += ", " + r
+			}
 		default:
 			return refuse("")
 		}
-		if _, err := db.exec(ctx, "UPDATE "+q.table+" SET "+set+" WHERE "+col(q.c.ID)+" = "+q.p(2), q.ts(time.Unix(0, 0)), id); err != nil {
+		if _, err := db.exec(ctx, "UPDATE "+q.table+" AS u SET "+set+" WHERE "+col(q.c.ID)+" = "+q.p(2), q.ts(time.Unix(0, 0)), id); err != nil {
 			return fmt.Errorf("inbox: retry %s job %d: %w", q.name, id, err)
 		}
 		woke = true

@@ -299,7 +299,7 @@ func (q *Queue[T]) pgAckClaimSQL(l Limits, ids []int64, fences []time.Time, dead
 			set += ", " + col(c.ClaimedAt) + " = NULL"
 		}
 		if q.hasUnique() {
-			set += ", " + q.keepKey(UniqueProcessed)
+			set += ", " + q.keepKeyOf("t", UniqueProcessed)
 		}
 		ack = "UPDATE " + q.table + " AS t SET " + set + match
 	}

@@ -115,8 +115,9 @@ func (q *Queue[T]) DeadLetters(ctx context.Context, limit int) ([]DeadJob, error
 }
 
 // Requeue makes the given dead-lettered or cancelled jobs ready again with their attempts reset,
-// and reports how many it requeued (ids that are not dead letters are skipped). It
-// wakes this process's subscriptions.
+// and reports how many it requeued (ids that are not dead letters are skipped). A
+// unique job takes back the key it gave up (see Unique). It wakes this process's
+// subscriptions.
 func (q *Queue[T]) Requeue(ctx context.Context, ids ...int64) (int64, error) {
 	var total int64
 	set := col(q.c.LockedUntil) + " = " + q.p(1)
@@ -129,11 +130,14 @@ func (q *Queue[T]) Requeue(ctx context.Context, ids ...int64) (int64, error) {
 	if q.c.CancelledAt != "" {
 		set += ", " + col(q.c.CancelledAt) + " = NULL"
 	}
+	if r := q.restoreKey(); r != "" {
+		set += ", " + r
+	}
 	where := col(q.c.ID) + " = " + q.p(2) + " AND " + col(q.c.LockedUntil) + " >= " + q.p(3)
 	if q.c.ProcessedAt != "" {
 		where += " AND " + col(q.c.ProcessedAt) + " IS NULL"
 	}
-	stmt := "UPDATE " + q.table + " SET " + set + " WHERE " + where
+	stmt := "UPDATE " + q.table + " AS u SET " + set + " WHERE " + where
 	for _, id := range ids {
 		n, err := q.db().exec(ctx, stmt, q.ts(time.Unix(0, 0)), id, q.ts(farFuture()))
 		if err != nil {

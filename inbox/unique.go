@@ -16,10 +16,13 @@ import (
 //
 // A job holds its key while it is ready, delayed or in work, and after it finishes
 // in one of the States given; a job acked on a table without a ProcessedAt column
-// is deleted, and its key with it.
+// is deleted, and its key with it. A finished job that gave its key up takes it
+// back when it is requeued (Requeue, RetryJob), unless another job holds it by
+// then: the requeued job then runs without it.
 type Unique struct {
 	// Key is the uniqueness key: jobs with equal keys are duplicates. Required,
-	// at most MaxKeyLen bytes of UTF-8 without NUL (else a *ConfigError).
+	// at most MaxKeyLen bytes of UTF-8 without control characters (else a
+	// *ConfigError).
 	Key string
 	// Period, if positive, makes the key hold within periods of this length only
 	// (counted from the Unix epoch, by the publisher's clock): a job published in
@@ -46,8 +49,9 @@ const (
 // Unique.Key, PublishOpts.Group and PublishOpts.Partition (and
 // PeriodicJob.Kind, bounded lower still). A Postgres index entry has a size
 // limit, a few kilobytes; past this bound a key is refused with a *ConfigError
-// on both databases, as is a key that is not valid UTF-8 or holds a NUL byte
-// (which Postgres text cannot store).
+// on both databases, as is a key that is not valid UTF-8 or holds a control
+// character (Postgres text cannot store NUL; the others are kept for the
+// inbox's own use).
 const MaxKeyLen = 1024
 
 // checkKey refuses a key a text column of either database could not store or
@@ -58,8 +62,8 @@ func checkKey(field, key string) error {
 		return &ConfigError{Field: field, Reason: fmt.Sprintf("%d bytes, longer than MaxKeyLen (%d)", len(key), MaxKeyLen)}
 	case !utf8.ValidString(key):
 		return &ConfigError{Field: field, Reason: "not valid UTF-8"}
-	case strings.IndexByte(key, 0) >= 0:
-		return &ConfigError{Field: field, Reason: "holds a NUL byte"}
+	case strings.ContainsFunc(key, func(r rune) bool { return r < 0x20 }):
+		return &ConfigError{Field: field, Reason: "holds a control character (NUL, or one below space)"}
 	}
 	return nil
 }
@@ -73,10 +77,54 @@ func (u *Unique) storedKey(now time.Time) string {
 	return u.Key + "@" + strconv.FormatInt(start, 10)
 }
 
+// A finished row that gives its key up keeps it in the key column in released
+// form, \x01 id \x01 key: distinct from every user key (those hold no control
+// character) and from every other row's, so the unique index lets a new job take
+// the key, and Requeue or RetryJob can give it back (restoreKey).
+
+// chr1 is the SQL of the released form's mark, \x01.
+func (q *Queue[T]) chr1() string {
+	if q.dialect == SQLite {
+		return "char(1)"
+	}
+	return "chr(1)"
+}
+
 // keepKey is the SQL of the uniqueness key after a row enters finished state bit:
-// kept if the row's states include it, else NULL (free for a new job).
-func (q *Queue[T]) keepKey(bit UniqueStates) string {
-	return col(q.c.UniqueKey) + " = CASE WHEN " + col(q.c.UniqueStates) + " & " + strconv.Itoa(int(bit)) + " <> 0 THEN " + col(q.c.UniqueKey) + " END"
+// kept if the row's states include it (or it is released already, or NULL), else
+// released (free for a new job).
+func (q *Queue[T]) keepKey(bit UniqueStates) string { return q.keepKeyOf("", bit) }
+
+// keepKeyOf is keepKey in an UPDATE whose target has alias a ("" for none): an
+// UPDATE ... FROM has other id columns.
+func (q *Queue[T]) keepKeyOf(a string, bit UniqueStates) string {
+	if a != "" {
+		a += "."
+	}
+	k, id := col(q.c.UniqueKey), a+col(q.c.ID)
+	if q.dialect == Postgres {
+		id += "::text"
+	}
+	ak := a + k
+	return k + " = CASE WHEN " + a + col(q.c.UniqueStates) + " & " + strconv.Itoa(int(bit)) + " <> 0 OR substr(" + ak + ", 1, 1) = " + q.chr1() +
+		" THEN " + ak + " ELSE " + q.chr1() + " || " + id + " || " + q.chr1() + " || " + ak + " END"
+}
+
+// restoreKey is the SQL that gives a requeued row (of the UPDATE's target, as
+// alias u) its released key back, unless another row holds that key by then:
+// the requeued job then runs without it. "" without uniqueness columns.
+func (q *Queue[T]) restoreKey() string {
+	if !q.hasUnique() {
+		return ""
+	}
+	k := col(q.c.UniqueKey)
+	find := "instr"
+	if q.dialect == Postgres {
+		find = "strpos"
+	}
+	orig := "substr(u." + k + ", " + find + "(substr(u." + k + ", 2), " + q.chr1() + ") + 2)"
+	return k + " = CASE WHEN substr(u." + k + ", 1, 1) = " + q.chr1() + " AND NOT EXISTS (SELECT 1 FROM " + q.table + " AS o WHERE o." + k + " = " + orig + ")" +
+		" THEN " + orig + " ELSE u." + k + " END"
 }
 
 // hasUnique reports whether the queue maps the uniqueness columns.
