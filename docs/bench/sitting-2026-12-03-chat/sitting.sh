@@ -10,6 +10,7 @@
 #   OUT=/tmp/sit FIRST=5 ROUNDS=4 docs/bench/sitting-2026-12-03-chat/sitting.sh   # a second part, under its own lock
 #   docs/bench/sitting-2026-12-03-chat/summarize.py /tmp/sit
 #
+# IDLE=1: then 10,000 idle connections over TCP and over the WebSocket (binary $CHAT_LOAD, server gotp).
 # Defaults: RATE arms bare-sqlite, gotp, control, bare; HOSTILE arms gotp, control; FLAT arms gotp, control, bare-sqlite.
 B=${CHAT_LOAD:-/tmp/chat-load}
 C=${CHAT_LOAD_CONTROL:-/tmp/chat-load-control}
@@ -37,4 +38,8 @@ for r in $(seq $FIRST $((FIRST+ROUNDS-1))); do
   for a in $(rotate $r "$RATE_ARMS"); do run rate $r $a -messages $MSGS -rate 2000; done
   for a in $(rotate $r "$HOSTILE_ARMS"); do run hostile $r $a -messages $MSGS -rate 2000 -flood 10; done
 done
+if [ -n "$IDLE" ]; then # 10,000 idle connections (bytes per connection), TCP and WebSocket
+  $B -server gotp -users 10000 -messages 0 > $O/idle-tcp.txt 2>&1
+  $B -server gotp -users 10000 -ws 10000 -messages 0 > $O/idle-ws.txt 2>&1
+fi
 { date -u; uptime; } >> $O/log.txt
