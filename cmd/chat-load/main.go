@@ -78,7 +78,9 @@ type config struct {
 	flood                   int // flooding clients
 	floodRead               int // bytes/s each flooding client reads
 	floodCmd                string
-	sendBuffer              int // the gotp server's Config.SendBuffer
+	sendBuffer              int     // the gotp server's Config.SendBuffer
+	commandRate             float64 // the gotp server's Config.CommandRate
+	commandBurst            int     // and CommandBurst
 	addr, httpAddr          string
 	data                    string
 	timeout                 time.Duration
@@ -99,6 +101,8 @@ func run(args []string, out io.Writer) error {
 	fs.IntVar(&c.floodRead, "flood-read", 64<<10, "bytes per second each flooding client reads")
 	fs.StringVar(&c.floodCmd, "flood-cmd", "WHO", "the command flooding clients repeat")
 	fs.IntVar(&c.sendBuffer, "send-buffer", chat.DefaultSendBuffer, "the gotp server's socket send buffer per connection, bytes (negative: the kernel's autotuned default)")
+	fs.Float64Var(&c.commandRate, "command-rate", 0, "the gotp server's flood control: commands a second per connection beyond -command-burst (0: none)")
+	fs.IntVar(&c.commandBurst, "command-burst", chat.DefaultCommandBurst, "the gotp server's flood control: commands a connection may send at once")
 	fs.StringVar(&c.cpuProfile, "cpuprofile", "", "write the server's CPU profile during the load to this file")
 	fs.StringVar(&c.memProfile, "memprofile", "", "write the server's heap profile, with the users connected and idle, to this file")
 	fs.StringVar(&c.allocProfile, "allocprofile", "", "write the server's allocations profile (all allocations since it started, the load's included) after the load to this file")
@@ -202,7 +206,7 @@ func serverAndClients(ctx context.Context, c config, out io.Writer) error {
 		defer os.RemoveAll(d)
 		dir = d
 	}
-	srv, err := startServer(ctx, c.server, dir, c.users+c.flood+16, c.sendBuffer)
+	srv, err := startServer(ctx, c.server, dir, c.users+c.flood+16, c)
 	if err != nil {
 		return err
 	}
@@ -308,7 +312,7 @@ func serverAndClients(ctx context.Context, c config, out io.Writer) error {
 		mb(before.heap+before.stack), mb(after.heap+after.stack), c.users+c.flood, mb(loaded.heap+loaded.stack), mb(before.rss), mb(after.rss), mb(loaded.rss))
 	fmt.Fprintf(out, "server RSS peak: %.1f MB (sampled every 50 ms from the first connection to the last message)\n", mb(peakRSS))
 	if srv.slow != nil {
-		fmt.Fprintf(out, "server: %d slow consumers disconnected\n", srv.slow())
+		fmt.Fprintf(out, "server: %d slow consumers disconnected, %d commands held back by -command-rate %g/s (burst %d)\n", srv.slow(), srv.throttled(), c.commandRate, c.commandBurst)
 	}
 	return nil
 }
@@ -318,11 +322,12 @@ type server struct {
 	addr, httpAddr string // httpAddr is empty for the bare servers
 	stop           func()
 	slow           func() uint64 // slow consumers disconnected, for gotp
+	throttled      func() uint64 // commands that waited for the flood control, for gotp
 }
 
 // startServer starts the server under test for up to conns connections;
-// sendBuffer is the gotp server's Config.SendBuffer.
-func startServer(ctx context.Context, kind, dir string, conns, sendBuffer int) (*server, error) {
+// c's sendBuffer, commandRate and commandBurst are the gotp server's.
+func startServer(ctx context.Context, kind, dir string, conns int, c config) (*server, error) {
 	switch kind {
 	case "bare", "bare-sqlite":
 		s, err := startBare(ctx, dir, kind == "bare-sqlite")
@@ -332,7 +337,8 @@ func startServer(ctx context.Context, kind, dir string, conns, sendBuffer int) (
 		return &server{addr: s.addr(), stop: func() { s.stop() }}, nil
 	}
 	n := gotp.NewNode(gotp.Options{Name: "chat-load", Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))})
-	svc, err := chat.Start(ctx, n, chat.Config{DataDir: dir, TCPAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", MaxConnections: conns, SendBuffer: sendBuffer})
+	svc, err := chat.Start(ctx, n, chat.Config{DataDir: dir, TCPAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", MaxConnections: conns, SendBuffer: c.sendBuffer,
+		CommandRate: c.commandRate, CommandBurst: c.commandBurst})
 	if err != nil {
 		n.Stop(context.Background())
 		return nil, err
@@ -346,7 +352,8 @@ func startServer(ctx context.Context, kind, dir string, conns, sendBuffer int) (
 			svc.Stop(ctx)
 			n.Stop(ctx)
 		},
-		slow: svc.SlowConsumers,
+		slow:      svc.SlowConsumers,
+		throttled: svc.ThrottledCommands,
 	}, nil
 }
 

@@ -11,6 +11,7 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/gotp/gotp/examples/chat"
 	"github.com/gotp/gotp/internal/fdlimit"
 )
 
@@ -147,7 +148,7 @@ func BenchmarkH1Chat(b *testing.B) {
 			for b.Loop() {
 				b.StopTimer()
 				ctx := b.Context()
-				srv, err := startServer(ctx, server, b.TempDir(), users+16, 0)
+				srv, err := startServer(ctx, server, b.TempDir(), users+16, config{commandBurst: chat.DefaultCommandBurst})
 				if err != nil {
 					b.Fatal(err)
 				}

@@ -87,6 +87,8 @@ func run(args []string) int {
 		readTimeout  = fs.Duration("read-timeout", chat.DefaultReadTimeout, "how long a partly received line or WebSocket message may take to complete (then ERROR read_timeout); negative: no limit")
 		idleTimeout  = fs.Duration("idle-timeout", 0, "close a connection that sends nothing for this long, with ERROR idle_timeout (0, the default: never)")
 		writeTimeout = fs.Duration("write-timeout", chat.DefaultWriteTimeout, "disconnect a client that reads nothing for this long")
+		cmdRate      = fs.Float64("command-rate", 0, "flood control: commands a second each connection may send beyond -command-burst; a faster client waits (its connection stops reading), nothing is refused (0, the default: no limit)")
+		cmdBurst     = fs.Int("command-burst", chat.DefaultCommandBurst, "flood control: commands a connection may send at once before -command-rate holds it back")
 		sendBuffer   = fs.Int("send-buffer", chat.DefaultSendBuffer, "socket send buffer of each connection, bytes (SO_SNDBUF): how far replies may run ahead of a client that reads slowly, beyond -max-output; negative: the kernel's autotuned default")
 	)
 	fs.Usage = func() {
@@ -189,6 +191,8 @@ func run(args []string) int {
 		IdleTimeout:    *idleTimeout,
 		WriteTimeout:   *writeTimeout,
 		SendBuffer:     *sendBuffer,
+		CommandRate:    *cmdRate,
+		CommandBurst:   *cmdBurst,
 		Mount: func(mux *http.ServeMux, s *chat.Service) {
 			obs := observer.Mount(mux, n, observer.Options{
 				Token:       *obsToken,

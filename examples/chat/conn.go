@@ -124,9 +124,19 @@ func (c *conn) Init(ctx context.Context, p *gotp.Process) error {
 	// and the outbox writes what it holds, then closes the connection.
 	context.AfterFunc(pctx, c.finish)
 	c.svc.goroutines.Add(1)
+	flood := newCommandBucket(c.svc.cfg.CommandRate, c.svc.cfg.CommandBurst)
 	go func() {
 		defer c.svc.goroutines.Done()
 		why := c.w.read(func(in inbound) bool {
+			if flood != nil {
+				waited, ok := flood.wait(pctx)
+				if waited {
+					c.svc.throttled.Add(1)
+				}
+				if !ok {
+					return false
+				}
+			}
 			select {
 			case c.slots <- struct{}{}:
 			case <-pctx.Done():

@@ -102,6 +102,18 @@ type Config struct {
 	// kernel's default (autotuned).
 	SendBuffer int
 
+	// CommandRate, if positive, is each connection's flood control: the
+	// commands a second it may send beyond a burst of CommandBurst. A
+	// client that sends faster waits: its connection stops reading until
+	// the next command is due (TCP then holds the client back), nothing is
+	// refused or dropped, and every command that waited counts in
+	// ThrottledCommands. Zero (the default) means no limit beyond the
+	// others here (MaxPending commands read ahead, the replies' room).
+	CommandRate float64
+	// CommandBurst is how many commands a connection may send at once
+	// before CommandRate holds it back. Defaults to DefaultCommandBurst.
+	CommandBurst int
+
 	onConn func(gotp.PID, *conn) // tests: told of every connection process as it starts
 	onSlow func(name string)     // tests: told of every slow consumer as it is cut off, before its last words are queued
 }
@@ -113,6 +125,7 @@ const (
 	DefaultReadTimeout    = 30 * time.Second
 	DefaultWriteTimeout   = 10 * time.Second
 	DefaultSendBuffer     = 64 << 10
+	DefaultCommandBurst   = 20
 )
 
 // withDefaults returns c with the defaults of its zero fields.
@@ -134,6 +147,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.SendBuffer == 0 {
 		c.SendBuffer = DefaultSendBuffer
+	}
+	if c.CommandBurst <= 0 {
+		c.CommandBurst = DefaultCommandBurst
 	}
 	return c
 }
@@ -164,6 +180,7 @@ type Service struct {
 	local         sync.Map      // gotp.PID → *conn: this node's connection processes, for the history owner's direct deliveries
 	conns         atomic.Int64  // connections open (a process, or being started)
 	slowConsumers atomic.Uint64 // connections ended with slow_consumer
+	throttled     atomic.Uint64 // commands that waited for Config.CommandRate
 	commits       atomic.Uint64 // history transactions committed
 	committed     atomic.Uint64 // messages in them
 	directs       atomic.Uint64 // committed messages the history owner queued in their recipient's outbox itself
@@ -289,6 +306,11 @@ func (s *Service) HTTPAddr() net.Addr {
 // SlowConsumers returns how many connections the service has ended with
 // ERROR slow_consumer since it started.
 func (s *Service) SlowConsumers() uint64 { return s.slowConsumers.Load() }
+
+// ThrottledCommands returns how many commands have waited for their
+// connection's flood control (Config.CommandRate) since the service
+// started. It is safe from any goroutine.
+func (s *Service) ThrottledCommands() uint64 { return s.throttled.Load() }
 
 // Users returns the registry of the users connected to this node.
 func (s *Service) Users() *registry.Registry[string, struct{}] { return s.users }
