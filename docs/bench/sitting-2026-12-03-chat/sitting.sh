@@ -1,7 +1,7 @@
 #!/bin/bash
 # H1 sitting, one script for every part (sittings X and Y, 2026-12-03): arms of the rate phase
 # (2,000 msg/s offered), the hostile mix (the same + 10 flooders) and the closed loop, interleaved,
-# their order rotated from round to round. An arm is name=binary:server, binary a build of
+# their order rotated from round to round. An arm is name=binary:server[:extra,flags], binary a build of
 # cmd/chat-load (so gotp arms may be builds of different commits: the code under test and a control).
 #
 #   go build -o /tmp/chat-load ./cmd/chat-load              # the code under test
@@ -18,20 +18,22 @@ O=${OUT:-/tmp/chat-sitting}
 FIRST=${FIRST:-1}
 ROUNDS=${ROUNDS:-4}
 MSGS=${MSGS:-10}
-RATE_ARMS=${RATE_ARMS:-"bare-sqlite=$B:bare-sqlite gotp=$B:gotp control=$C:gotp bare=$B:bare"}
-HOSTILE_ARMS=${HOSTILE_ARMS:-"gotp=$B:gotp control=$C:gotp"}
-FLAT_ARMS=${FLAT_ARMS:-"gotp=$B:gotp control=$C:gotp bare-sqlite=$B:bare-sqlite"}
+RATE_ARMS=${RATE_ARMS-"bare-sqlite=$B:bare-sqlite gotp=$B:gotp control=$C:gotp bare=$B:bare"}
+HOSTILE_ARMS=${HOSTILE_ARMS-"gotp=$B:gotp control=$C:gotp"}
+FLAT_ARMS=${FLAT_ARMS-"gotp=$B:gotp control=$C:gotp bare-sqlite=$B:bare-sqlite"}
+# An empty list skips its phase (FLAT_ARMS= ...).
 mkdir -p $O
 { echo "part: rounds $FIRST..$((FIRST+ROUNDS-1))"; date -u; uptime; } >> $O/log.txt
 rotate() { # rotate the words of $2 left by $1
-  local a=($2) n k; n=${#a[@]}; k=$(( $1 % n ))
+  local a=($2) n k; n=${#a[@]}; [ $n -gt 0 ] || return 0; k=$(( $1 % n ))
   echo "${a[@]:$k} ${a[@]:0:$k}"
 }
 run() { # phase round arm-spec extra-args...
   local phase=$1 r=$2 spec=$3; shift 3
   local name=${spec%%=*} rest=${spec#*=}
-  local bin=${rest%%:*} srv=${rest#*:}
-  $bin -server $srv "$@" > $O/$phase-$name-$r.txt 2>&1
+  local bin=${rest%%:*} srv=${rest#*:} more=
+  case $srv in *:*) more=${srv#*:}; srv=${srv%%:*};; esac # name=binary:server:extra,flags
+  $bin -server $srv "$@" ${more//,/ } > $O/$phase-$name-$r.txt 2>&1
 }
 for r in $(seq $FIRST $((FIRST+ROUNDS-1))); do
   for a in $(rotate $r "$FLAT_ARMS"); do run flat $r $a -messages 50; done

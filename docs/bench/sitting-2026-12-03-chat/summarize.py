@@ -63,10 +63,13 @@ for a in arms:
     ratios('flat', a, 'flat', 'bare-sqlite', 'rate', f'flat {a}/bare-sqlite msg/s')
     ratios('rate', a, 'rate', 'bare-sqlite', 'p99', f'rate p99 {a}/bare-sqlite')
     ratios('rate', a, 'rate', 'bare-sqlite', 'p50', f'rate p50 {a}/bare-sqlite')
-    ratios('hostile', a, 'rate', a, 'p99', f'hostile p99 {a}/its rate p99')
+    base = a if ('rate', a) in runs else 'gotp'
+    ratios('hostile', a, 'rate', base, 'p99', f'hostile p99 {a}/rate p99 of {base}')
 for a in arms:
     if a.startswith('bare') or a == 'gotp':
         continue
     for phase in ('rate', 'hostile'):
+        if (phase, a) not in runs or (phase, 'gotp') not in runs:
+            continue
         ratios(phase, a, phase, 'gotp', 'p99', f'{phase} p99 {a}/gotp')
         ratios(phase, a, phase, 'gotp', 'p50', f'{phase} p50 {a}/gotp')
