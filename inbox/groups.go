@@ -190,34 +190,34 @@ func (q *Queue[T]) pickSQL(s *stmt[T], l Limits, at time.Time, now, extra, limit
 	return "SELECT " + id + " FROM " + q.table + " WHERE " + id + " IN (" + sel + ") AND " + q.claimable(now) + lock
 }
 
-// pgKeyedPick is the pick of a Postgres claim with PerPartition (pgAckClaimSQL): of
-// each key its transaction locked (keyLockSQL), as many first rows as the key's
-// jobs in work leave (counted by the key's own rows in work), with the rows
-// without a key if keyless (an SQL boolean); taken turn by turn (a row's turn is
-// its place among its key's), keys level in turn in a random order (by priority
-// first), and locked FOR UPDATE SKIP LOCKED. It is an SQL array of ids (ARRAY(...)),
-// so that the plan looks them up by id whatever it guesses of their number.
+// pgKeyedPick is the pick of a Postgres claim with PerPartition (pgAckClaimSQL):
+// the first rows of each of the keys keys (an SQL text[]), as many as ns (int[])
+// says, and the rows without a key if keyless (an SQL boolean); taken turn by turn
+// (a row's turn is its place among its key's), keys level in turn in a random
+// order (by priority first). It is an SQL array of ids (ARRAY(...)), so that the plan
+// looks them up by id whatever it guesses of their number.
 //
 // Rows without a key have no index of their own (the partition index leaves them
 // out): finding them reads every ready row. A lane therefore looks for them only
 // while its last look found some, and otherwise once per PollInterval (leaseLoop),
-// so that a keyless job on a table claimed with PerPartition may wait up to a poll.
-func (q *Queue[T]) pgKeyedPick(l Limits, now, where, limit, keyless string) string {
+// so that a job without a key on a table claimed with PerPartition may wait up to
+// a poll.
+func (q *Queue[T]) pgKeyedPick(now, where, limit, keys, ns, keyless string) string {
 	id, pk := col(q.c.ID), col(q.c.Partition)
 	prio := "0"
 	if q.c.Priority != "" {
 		prio = "r." + col(q.c.Priority)
 	}
-	keys := "jsonb_array_elements_text(COALESCE(NULLIF(current_setting('" + keysSetting + "', true), ''), '[]')::jsonb) AS k(v)"
-	left := "GREATEST(0, " + strconv.Itoa(l.PerPartition) + " - (SELECT count(*) FROM " + q.table + " AS w WHERE w." + pk + " = k.v AND " + q.inWork("w", now) + "))"
+	// Each key's rows are locked as they are read (SKIP LOCKED passes over the rows
+	// another claim is taking, to the key's next ones), which also rechecks that
+	// each is still claimable in its latest version.
 	first := func(cond, lim string) string {
 		return "SELECT z.id, z.prio, row_number() OVER () AS turn FROM (SELECT r." + id + " AS id, " + prio + " AS prio FROM " + q.table + " AS r WHERE " + cond + " AND " + where +
-			" ORDER BY " + q.order() + " LIMIT " + lim + ") z"
+			" ORDER BY " + q.order() + " LIMIT " + lim + " FOR UPDATE SKIP LOCKED) z"
 	}
-	cand := "SELECT c.* FROM " + keys + " CROSS JOIN LATERAL (" + first("r."+pk+" = k.v", left) + ") c" +
-		" UNION ALL " + first(keyless+" AND r."+pk+" IS NULL", limit)
-	sel := "SELECT x.id FROM (" + cand + ") x ORDER BY x.turn, x.prio, random() LIMIT " + limit
-	return "ARRAY(SELECT " + id + " FROM " + q.table + " WHERE " + id + " = ANY(ARRAY(" + sel + ")) AND " + q.claimable(now) + " FOR UPDATE SKIP LOCKED)"
+	cand := "SELECT c.* FROM unnest(" + keys + "::text[], " + ns + "::int[]) AS k(v, n) CROSS JOIN LATERAL (" + first("r."+pk+" = k.v", "k.n") + ") c" +
+		" UNION ALL " + first(keyless+"::boolean AND r."+pk+" IS NULL", limit)
+	return "ARRAY(SELECT x.id FROM (" + cand + ") x ORDER BY x.turn, x.prio, random() LIMIT " + limit + ")"
 }
 
 // orderOf is the claim order on the columns of alias a.
@@ -322,54 +322,15 @@ AND position($3 in coalesce(pg_get_expr(i.indpred, i.indrelid), '')) > 0`, q.tab
 	return nil
 }
 
-// Claims without one lock (Postgres).
-//
-// PerPartition: a claim's transaction first locks some partition keys, each with a
-// transaction-scoped advisory lock of its own (pg_try_advisory_xact_lock, which
-// never waits: a key another claim holds is passed over), and the claim, the next
-// statement of the transaction and so with a snapshot taken after the locks, takes
-// rows of those keys only, counting each key's rows in work. Claims of different
-// keys never wait for each other, and a claim sees the rows in work of every
-// earlier claim of its keys: each key's count is exact. The keys a claim locks are
-// ready keys below the limit (by a count of the snapshot before the locks: a hint),
-// in a random order, as many as the rows it wants need; the claim then takes turns
-// between them as a fair claim does. Rows without a key are not limited and are
-// claimed with them.
-//
-// Rate: a lane reserves starts of the current window from its counter row in
-// TABLE_limits with one statement (rateReserveSQL: the row is locked for that
-// statement only) and claims no more than it holds in reserve; what a claim does
-// not use is kept for the lane's next claims in the same window and lapses with
-// it. A lane reserves at least as many starts as it has workers at a time. Every
-// start is reserved in its window first, so each window holds at most Rate
-// starts, as before; a reserve that lapses unused (at most a lane's workers, per
-// lane and window, while its claims come back short) makes a window start fewer.
-
-// keysSetting is the transaction-local setting in which a claim's first statement
-// passes the partition keys it locked to the claim (a JSON array).
-const keysSetting = "gotp_inbox.keys"
-
-// keyLockSQL (Postgres) locks ready partition keys below l.PerPartition at now,
-// enough for want rows, for a claim in the same transaction (see above), and sets
-// keysSetting.
-func (q *Queue[T]) keyLockSQL(l Limits, now time.Time, want int) (string, []any) {
-	s := &stmt[T]{q: q}
-	n := s.arg(q.ts(now))
-	pk := col(q.c.Partition)
-	keys := "WITH RECURSIVE k(v) AS (SELECT min(" + pk + ") FROM " + q.table + " WHERE " + pk + " IS NOT NULL" +
-		" UNION ALL SELECT (SELECT min(" + pk + ") FROM " + q.table + " WHERE " + pk + " > k.v) FROM k WHERE k.v IS NOT NULL)" +
-		" SELECT k.v FROM k WHERE k.v IS NOT NULL AND EXISTS (SELECT 1 FROM " + q.table + " AS r WHERE r." + pk + " = k.v AND " + q.claimable(n) + ")" +
-		" AND (SELECT count(*) FROM " + q.table + " AS w WHERE w." + pk + " = k.v AND " + q.inWork("w", n) + ") < " + strconv.Itoa(l.PerPartition) +
-		" ORDER BY random() OFFSET 0"
-	// The single-key (bigint) advisory locks: a key space apart from the job
-	// locks (lockKey, id) of the other forms.
-	lock := "pg_try_advisory_xact_lock((" + s.arg(int64(q.lockKey())) + "::bigint << 32) | (hashtext(c.v)::bigint & 4294967295))"
-	// As many keys as the rows wanted need (each gives at most PerPartition), and
-	// one more: the fewer a claim locks, the more other claims find free.
-	m := min(want, (want+l.PerPartition-1)/l.PerPartition+1)
-	return "SELECT set_config('" + keysSetting + "', COALESCE(jsonb_agg(x.v)::text, '[]'), true) FROM (SELECT c.v FROM (" + keys + ") c WHERE " + lock +
-		" LIMIT " + s.arg(m) + ") x", s.args
-}
+// Rate without a lock (Postgres): a lane reserves starts of the current window
+// from its counter row in TABLE_limits with one statement (rateReserveSQL: the row
+// is locked for that statement only) and claims no more than it holds in reserve;
+// what a claim does not use is kept for the lane's next claims in the same window
+// and lapses with it. A lane reserves at least as many starts as it has workers at
+// a time. Every start is reserved in its window first, so each window holds at
+// most Rate starts, as before; a reserve that lapses unused (at most a lane's
+// workers, per lane and window, while its claims come back short) makes a window
+// start fewer. PerPartition on Postgres is held by places (keyslots.go).
 
 // rateReserveSQL (Postgres) reserves up to $2 starts in window $1 of a Rate of $3,
 // and returns how many it got: the counter row is locked first (FOR UPDATE, which

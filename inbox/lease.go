@@ -162,11 +162,12 @@ type lane struct {
 	settleCh chan settlement
 	slots    *laneSlots // the slots of Limits.Concurrency its handlers run in (slots.go); nil without
 	rate     rateBudget // its reserve of starts of Limits.Rate (Postgres; groups.go)
+	keys     *keySlots  // the places of Limits.PerPartition it holds (Postgres; keyslots.go); nil without
 	// With PerPartition on Postgres: whether the last claim that looked for rows
 	// without a key found some, and when to look again if not (pgKeyedPick).
 	keyless   bool
 	keylessAt time.Time
-	backoff   time.Duration // shortWait's last wait, while claims come back empty
+	kc        keyClaim // what the lane's next claim may take of each key (keys)
 
 	nextCancelCheck time.Time // when checkCancels next looks for cancelled jobs
 	tail            int64     // the priority of the last row dispatched (dispatch)
@@ -233,7 +234,13 @@ func (s *Subscription[T]) leaseWorker(l *lane) {
 			l.giveBack(j)
 			continue
 		}
+		if l.keys != nil && j.meta.keyed {
+			l.keys.enter(j)
+		}
 		if l.slots != nil && !l.slots.gate.enter(j, s.stopClaim) {
+			if l.keys != nil {
+				l.keys.leave(j)
+			}
 			// No slot before its lease ran out, or stopping: as above.
 			if s.ctx.Err() != nil {
 				j.finish()
@@ -247,6 +254,9 @@ func (s *Subscription[T]) leaseWorker(l *lane) {
 		dur := max(time.Since(began), 1)
 		if l.slots != nil {
 			l.slots.gate.leave(j)
+		}
+		if l.keys != nil {
+			l.keys.leave(j)
 		}
 		j.finish()
 		if s.ctx.Err() != nil {
@@ -275,6 +285,9 @@ func (s *Subscription[T]) leaseLoop(l *lane) {
 	inflight := make(map[int64]*leased, n)
 	if l.slots != nil {
 		defer s.freeSlots(l)
+	}
+	if l.keys != nil {
+		defer s.freeKeys(l)
 	}
 	defer func() {
 		if len(inflight) > 0 {
@@ -329,7 +342,8 @@ func (s *Subscription[T]) leaseLoop(l *lane) {
 		batch = append(batch[:0], exhausted...)
 		exhausted = exhausted[:0]
 		n = s.claimLimit(l)
-		if len(batch) == 0 && (stopping || !canClaim || len(inflight) >= n) && !l.slots.due(l, canClaim && !stopping) {
+		idle := stopping || !canClaim || len(inflight) >= n || (l.keys != nil && s.keysIdle(l))
+		if len(batch) == 0 && idle && !l.slots.due(l, canClaim && !stopping) {
 			select {
 			case st := <-l.settleCh:
 				batch = append(batch, st)
@@ -414,6 +428,12 @@ func (s *Subscription[T]) leaseLoop(l *lane) {
 			}
 		}
 		l.note(batch)
+		if l.keys != nil {
+			// The places of the rows this cycle settles are free for its claim.
+			for _, st := range batch {
+				l.keys.settled(st.j)
+			}
+		}
 		n = s.limit(l)
 		s.checkCancels(l, inflight)
 		s.extendDue(inflight)
@@ -423,9 +443,15 @@ func (s *Subscription[T]) leaseLoop(l *lane) {
 			s.syncSlots(l, s.slotNeed(l, len(inflight)-len(batch), canClaim && !stopping))
 			n = s.claimLimit(l)
 		}
+		if l.keys != nil {
+			s.syncKeys(l, canClaim && !stopping)
+		}
 		want := 0
 		if canClaim && !stopping {
 			want = n - (len(inflight) - len(batch))
+		}
+		if l.keys != nil && want > 0 {
+			want = s.keyedWant(l, want)
 		}
 		if len(batch) == 0 && want == 0 {
 			s.resetExt(l, ext, inflight)
@@ -480,31 +506,30 @@ func (s *Subscription[T]) leaseLoop(l *lane) {
 			fresh = append(fresh, j)
 		}
 		s.dispatch(l, fresh)
-		if want > 0 && len(got) < want {
-			canClaim = false
-			poll.Reset(s.shortWait(l, len(got) == 0))
-		} else if want > 0 {
-			l.backoff = 0
+		if l.keys != nil && want > 0 {
+			l.keys.claimed(l.kc.keys, l.kc.ns, got)
+			if l.kc.keyless {
+				found := false
+				for _, j := range got {
+					found = found || !j.meta.keyed
+				}
+				l.keyless, l.keylessAt = found, time.Now().Add(s.o.PollInterval)
+			}
 		}
+		if want > 0 && len(got) < want && l.keys == nil {
+			canClaim = false
+			poll.Reset(s.o.PollInterval)
+		}
+		// With places of PerPartition a short claim leaves canClaim: the places'
+		// keys found dry are given back, and keysIdle holds the loop back until
+		// more places may be asked for (the asks back off while they come back
+		// short) or a look for rows without a key is due.
 		if l.slots != nil && !canClaim {
 			// The claim came back short: give back the slots the jobs held do not need.
 			s.syncSlots(l, s.slotNeed(l, len(inflight), false))
 		}
 		s.resetExt(l, ext, inflight)
 	}
-}
-
-// shortWait is how long a lane waits to claim again after a claim came back short
-// (empty if none), unless a settlement or a publish comes first: PollInterval; with
-// PerPartition on Postgres, a claim that came back empty may have found its keys
-// locked by other claims, so it tries again after slotRetry, doubling up to
-// PollInterval while claims come back empty.
-func (s *Subscription[T]) shortWait(l *lane, none bool) time.Duration {
-	if !none || s.q.dialect != Postgres || s.o.Limits.PerPartition == 0 {
-		return s.o.PollInterval
-	}
-	l.backoff = min(max(2*l.backoff, slotRetry), s.o.PollInterval)
-	return l.backoff
 }
 
 // dispatch hands claimed rows to the lane's workers (in batches of s.batch for a
@@ -586,6 +611,9 @@ func (s *Subscription[T]) resetExt(l *lane, t *time.Timer, inflight map[int64]*l
 	}
 	if l.slots != nil {
 		next = l.slots.slotWait(now, next)
+	}
+	if l.keys != nil {
+		next = l.keys.keyWait(now, next, true, l.n)
 	}
 	t.Reset(next)
 }
@@ -838,14 +866,11 @@ func (s *Subscription[T]) pgCycle(ctx context.Context, l *lane, batch []settleme
 	if ids == nil {
 		ids, fences = []int64{}, []time.Time{}
 	}
-	keyless := false
-	if want > 0 && s.o.Limits.PerPartition > 0 {
-		// Rows without a key cost a read of every ready row to find (pgKeyedPick):
-		// looked for while the last look found some, else once per poll.
-		keyless = l.keyless || !now.Before(l.keylessAt)
+	var kc *keyClaim
+	if want > 0 && l.keys != nil {
+		kc = &l.kc
 	}
-	keylessGot := int64(-1)
-	sql, args := q.pgAckClaimSQL(s.claimLimits(), ids, fences, deadline, now, want, keyless)
+	sql, args := q.pgAckClaimSQL(s.claimLimits(), ids, fences, deadline, now, want, kc)
 	var out []*leased
 	acked := make(map[int64]bool, len(ids))
 	read := func(r pgx.Rows) error {
@@ -871,10 +896,6 @@ func (s *Subscription[T]) pgCycle(ctx context.Context, l *lane, batch []settleme
 				return nil
 			}
 			if isAck {
-				if j.id == -1 {
-					keylessGot = a // PerPartition: the rows without a key claimed
-					continue
-				}
 				acked[j.id] = true
 				continue
 			}
@@ -884,7 +905,7 @@ func (s *Subscription[T]) pgCycle(ctx context.Context, l *lane, batch []settleme
 		return r.Err()
 	}
 	tableLock := want > 0 && s.tableLock()
-	keyLock := want > 0 && s.o.Limits.PerPartition > 0
+	keyLock := kc != nil
 	if rb != nil {
 		// Whether a failed claim took rows is unknown: its reserve lapses.
 		defer func() {
@@ -906,12 +927,10 @@ func (s *Subscription[T]) pgCycle(ctx context.Context, l *lane, batch []settleme
 		// WAL flush. An aborted batch leaves the connection in a failed transaction,
 		// which the pool closes instead of reusing.
 		//
-		// A claim with PerPartition runs in a transaction that first locks the
-		// partition keys it claims for (keyLockSQL), and a batch subscription's
-		// claim with Concurrency one that first takes the table's advisory
-		// lock, so that no other claim of those keys (of the table) runs between
-		// its counts of the rows in work and its claim: its snapshot is taken
-		// after the previous such claim committed.
+		// A batch subscription's claim with Concurrency runs in a transaction
+		// that first takes the table's advisory lock, so that no other claim
+		// runs between its count of the rows in work and its claim: its snapshot
+		// is taken after the previous such claim committed.
 		b := &pgx.Batch{}
 		b.Queue("BEGIN")
 		if s.o.AsyncCommit {
@@ -925,8 +944,6 @@ func (s *Subscription[T]) pgCycle(ctx context.Context, l *lane, batch []settleme
 			// never finds its generic plan cheaper, as it guesses nothing of how
 			// few keys and rows it takes. Planning it cost more than running it.
 			b.Queue("SET LOCAL plan_cache_mode = force_generic_plan")
-			ksql, kargs := q.keyLockSQL(s.o.Limits, now, want)
-			b.Queue(ksql, kargs...)
 		}
 		b.Queue(sql, args...)
 		b.Queue("COMMIT")
@@ -965,10 +982,43 @@ func (s *Subscription[T]) pgCycle(ctx context.Context, l *lane, batch []settleme
 	if rb != nil {
 		rb.left -= len(out)
 	}
-	if keyless && keylessGot >= 0 {
-		l.keyless = keylessGot > 0
-		l.keylessAt = now.Add(s.o.PollInterval)
-	}
 	*got = out
 	return nil
+}
+
+// keyClaim is what a claim with PerPartition on Postgres may take: up to ns[i] rows
+// of keys[i] (the lane's free places), and rows without a key if keyless.
+type keyClaim struct {
+	keys    []string
+	ns      []int
+	keyless bool
+}
+
+// keylessDue reports whether the lane's next claim looks for rows without a key.
+func (l *lane) keylessDue(now time.Time) bool { return l.keyless || !now.Before(l.keylessAt) }
+
+// keyedWant sets the lane's next keyClaim and bounds want by it.
+func (s *Subscription[T]) keyedWant(l *lane, want int) int {
+	keys, ns, total := l.keys.caps()
+	l.kc = keyClaim{keys: keys, ns: ns, keyless: l.keylessDue(time.Now())}
+	if !l.kc.keyless {
+		want = min(want, total)
+	}
+	return want
+}
+
+// keysIdle reports whether a lane with PerPartition places has nothing to claim
+// (no free place, no look for rows without a key due) and nothing to ask for
+// (as many places as workers, or its last ask too recent).
+func (s *Subscription[T]) keysIdle(l *lane) bool {
+	now := time.Now()
+	_, _, total := l.keys.caps()
+	if total > 0 || l.keylessDue(now) {
+		return false
+	}
+	need := l.n
+	if l.slots != nil {
+		need = min(need, len(l.slots.names))
+	}
+	return l.keys.count() >= need || now.Before(l.keys.retryAt)
 }

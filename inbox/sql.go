@@ -281,10 +281,9 @@ func (q *Queue[T]) leaseClaimSQL(l Limits, deadline, now time.Time, limit int) (
 // pairs: an id may come more than once, with each deadline its row may hold. Result
 // rows are (acked bool, id, attempts, payload).
 //
-// With PerPartition the claim takes rows of the keys its transaction locked
-// (pgKeyedPick), and rows without a key only if keyless; it then returns one more
-// row, (true, -1, the rows without a key it claimed, NULL...).
-func (q *Queue[T]) pgAckClaimSQL(l Limits, ids []int64, fences []time.Time, deadline, now time.Time, limit int, keyless bool) (string, []any) {
+// With PerPartition (kc not nil) the claim takes rows of the keys and up to the
+// numbers kc names (pgKeyedPick), and rows without a key only if kc.keyless.
+func (q *Queue[T]) pgAckClaimSQL(l Limits, ids []int64, fences []time.Time, deadline, now time.Time, limit int, kc *keyClaim) (string, []any) {
 	s := &stmt[T]{q: q}
 	c := q.c
 	idsA := s.arg(ids)
@@ -309,17 +308,18 @@ func (q *Queue[T]) pgAckClaimSQL(l Limits, ids []int64, fences []time.Time, dead
 		n := s.arg(q.ts(now))
 		set := append([]string{col(c.LockedUntil) + " = " + dl}, q.claimSet(s, n)...)
 		extra := " AND " + col(c.ID) + " <> ALL(" + idsA + "::bigint[])"
-		if l.PerPartition > 0 {
-			pick := q.pgKeyedPick(l, n, q.claimable(n)+q.groupReady("r")+extra, s.arg(limit), s.arg(keyless)+"::boolean")
-			sql += ", claimed AS (UPDATE " + q.table + " SET " + strings.Join(set, ", ") +
-				" WHERE " + col(c.ID) + " = ANY(" + pick + ")" +
-				" RETURNING " + col(c.ID) + ", " + q.attemptsCol() + ", " + col(c.Payload) + q.metaCols() + ", " + col(c.Partition) + " IS NULL AS inbox_keyless)" +
-				" SELECT true, id, 0, NULL" + q.metaNulls() + " FROM acked UNION ALL SELECT false, " + col(c.ID) + ", " + q.attemptsCol() + ", " + col(c.Payload) + q.metaRefs() + " FROM claimed" +
-				" UNION ALL SELECT true, -1, (SELECT count(*) FROM claimed WHERE inbox_keyless), NULL" + q.metaNulls()
-			return sql, s.args
+		var where string
+		if kc != nil {
+			keys, ns := kc.keys, kc.ns
+			if keys == nil {
+				keys, ns = []string{}, []int{}
+			}
+			where = " = ANY(" + q.pgKeyedPick(n, q.claimable(n)+q.groupReady("r")+extra, s.arg(limit), s.arg(keys), s.arg(ns), s.arg(kc.keyless)) + ")"
+		} else {
+			where = " IN (" + q.pickSQL(s, l, now, n, extra, s.arg(limit), true) + ")"
 		}
 		sql += ", claimed AS (UPDATE " + q.table + " SET " + strings.Join(set, ", ") +
-			" WHERE " + col(c.ID) + " IN (" + q.pickSQL(s, l, now, n, extra, s.arg(limit), true) + ")" +
+			" WHERE " + col(c.ID) + where +
 			" RETURNING " + col(c.ID) + ", " + q.attemptsCol() + ", " + col(c.Payload) + q.metaCols() + ")" +
 			" SELECT true, id, 0, NULL" + q.metaNulls() + " FROM acked UNION ALL SELECT false, " + col(c.ID) + ", " + q.attemptsCol() + ", " + col(c.Payload) + q.metaRefs() + " FROM claimed"
 	} else {

@@ -371,6 +371,9 @@ func (s *Subscription[T]) launch(ctx context.Context) bool {
 			if s.slotted {
 				l.slots = newLaneSlots()
 			}
+			if q := s.q; q.dialect == Postgres && s.o.Limits.PerPartition > 0 {
+				l.keys = newKeySlots()
+			}
 			for range l.n {
 				if s.bh != nil {
 					wg.Go(func() { s.leaseBatchWorker(l) })
@@ -487,7 +490,11 @@ func (s *Subscription[T]) check(ctx context.Context) error {
 			add(q.rateReserveSQL(), nil)
 		}
 		if q.dialect == Postgres && s.o.Limits.PerPartition > 0 {
-			add(q.keyLockSQL(s.o.Limits, now, 1))
+			if err := q.ensureSlots(ctx, 0, false); err != nil {
+				return fmt.Errorf("inbox: %s: make the table of Limits: %w", q.name, err)
+			}
+			add(q.keyTakeSQL(nil, 0, now, now, now, 1, 1))
+			add(q.keyDropSQL(nil, now, 1))
 		}
 		if s.slotted {
 			if q.dialect == SQLite {
@@ -505,8 +512,12 @@ func (s *Subscription[T]) check(ctx context.Context) error {
 				add(q.rateBumpSQL("?1", "?2"), nil)
 			}
 		} else {
-			add(q.pgAckClaimSQL(s.claimLimits(), nil, nil, now, now, 1, true))
-			add(q.pgAckClaimSQL(s.claimLimits(), nil, nil, now, now, 0, false))
+			var kc *keyClaim
+			if s.o.Limits.PerPartition > 0 {
+				kc = &keyClaim{}
+			}
+			add(q.pgAckClaimSQL(s.claimLimits(), nil, nil, now, now, 1, kc))
+			add(q.pgAckClaimSQL(s.claimLimits(), nil, nil, now, now, 0, nil))
 		}
 		add(q.settleSQL(skExtend, 0, fence{lease: &now}, now, 0, "", now))
 		for _, k := range []settleKind{skAck, skRetry, skDead, skRelease, skSnooze} {

@@ -135,11 +135,13 @@ type jobMeta struct {
 	created time.Time
 	trace   string
 	prio    int64 // Columns.Priority: the lease form starts prefetched rows by it
+	key     string // Columns.Partition: PerPartition's places are per key
+	keyed   bool   // key is set (not NULL)
 }
 
 // hasMeta reports whether claims return meta columns.
 func (q *Queue[T]) hasMeta() bool {
-	return q.c.CreatedAt != "" || q.c.Trace != "" || q.c.Priority != ""
+	return q.c.CreatedAt != "" || q.c.Trace != "" || q.c.Priority != "" || q.c.Partition != ""
 }
 
 // metaCols is the tail of a claim's select list: ", created, trace, priority" for
@@ -164,6 +166,9 @@ func (q *Queue[T]) metaCols() string {
 		}
 		out += ", CAST(" + col(c) + " AS " + t + ") AS inbox_prio"
 	}
+	if c := q.c.Partition; c != "" {
+		out += ", CAST(" + col(c) + " AS TEXT) AS inbox_key"
+	}
 	return out
 }
 
@@ -178,6 +183,9 @@ func (q *Queue[T]) metaRefs() string {
 	}
 	if q.c.Priority != "" {
 		out += ", inbox_prio"
+	}
+	if q.c.Partition != "" {
+		out += ", inbox_key"
 	}
 	return out
 }
@@ -194,6 +202,9 @@ func (q *Queue[T]) metaNulls() string {
 	if q.c.Priority != "" {
 		out += ", NULL::bigint"
 	}
+	if q.c.Partition != "" {
+		out += ", NULL::text"
+	}
 	return out
 }
 
@@ -203,6 +214,7 @@ type metaScan struct {
 	pgTime  *time.Time
 	trace   sql.NullString
 	prio    sql.NullInt64
+	key     sql.NullString
 }
 
 // metaDest returns the scan destinations of a claim row with meta: base, then the
@@ -221,6 +233,9 @@ func (q *Queue[T]) metaDest(m *metaScan, base ...any) []any {
 	if q.c.Priority != "" {
 		base = append(base, &m.prio)
 	}
+	if q.c.Partition != "" {
+		base = append(base, &m.key)
+	}
 	return base
 }
 
@@ -235,6 +250,7 @@ func (m *metaScan) meta() jobMeta {
 	}
 	j.trace = m.trace.String
 	j.prio = m.prio.Int64
+	j.key, j.keyed = m.key.String, m.key.Valid
 	return j
 }
 

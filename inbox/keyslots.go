@@ -1,0 +1,378 @@
+package inbox
+
+import (
+	"context"
+	"math/rand/v2"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Key slots: how Limits.PerPartition holds on Postgres without claims waiting for
+// each other or counting rows in work.
+//
+// TABLE_limits has, for each partition key that has had ready rows, PerPartition
+// rows named "p I KEY" (I from 0), made on demand. A lane holds some of them under
+// a lease of its own, as with the slots of Concurrency (slots.go): window_start is
+// the lane's tag and starts the lease's deadline in microseconds since the Unix
+// epoch; a row whose deadline has passed is free. A lane claims rows of a key only
+// for the places of that key it holds and that no row it holds fills, so at most
+// PerPartition rows of a key are held across every instance, by the lanes that hold
+// its places; rows without a key are not limited.
+//
+// A lane takes free places of keys with ready rows (FOR UPDATE SKIP LOCKED, in a
+// random order, so that each key with ready rows gets its turn, and one key's
+// backlog cannot hold more than its PerPartition places) while it has workers to
+// spare, extends the lease of all it holds in the same statement every third of a
+// lease, and gives back the places of a key that its last claim found no more
+// ready rows for. The statement that takes also makes the rows of keys that have
+// none; the rows of a key whose places are all free and that has no unfinished
+// row are deleted when a lane gives its places back. A lane whose places' lease is
+// about to end unextended (a tenth of a lease before) cancels the handlers of its
+// keyed jobs and holds none; a crashed instance's places come free when their
+// lease ends. The cost of the limit is a statement when a lane's keys change, not
+// one per claim.
+
+// keySlots is a lane's holding of places of Limits.PerPartition (Postgres). Only
+// the lane's loop uses it; running and the expiry timer are shared with the
+// workers.
+type keySlots struct {
+	tag      int64
+	held     map[string][]string // the places held, by key
+	inflight map[string]int      // the lane's rows held, by key
+	dry      map[string]bool     // keys the last claim found no more ready rows of
+	until    time.Time           // the places' lease deadline
+	extendAt time.Time
+	retryAt  time.Time // no new places asked for before (the last ask came back short)
+	backoff  time.Duration
+	timer    *time.Timer
+	expired  chan struct{} // a token from the timer: the lease is about to end unextended
+
+	mu      sync.Mutex
+	running map[*leased]struct{} // keyed jobs whose handlers run
+}
+
+func newKeySlots() *keySlots {
+	return &keySlots{
+		tag: rand.Int64(), held: map[string][]string{}, inflight: map[string]int{}, dry: map[string]bool{},
+		expired: make(chan struct{}, 1), running: map[*leased]struct{}{},
+	}
+}
+
+// enter and leave record a keyed job's handler as running.
+func (ks *keySlots) enter(j *leased) {
+	ks.mu.Lock()
+	ks.running[j] = struct{}{}
+	ks.mu.Unlock()
+}
+
+func (ks *keySlots) leave(j *leased) {
+	ks.mu.Lock()
+	delete(ks.running, j)
+	ks.mu.Unlock()
+}
+
+// stopAll cancels every running keyed handler with cause.
+func (ks *keySlots) stopAll(cause error) {
+	ks.mu.Lock()
+	defer ks.mu.Unlock()
+	for j := range ks.running {
+		j.cancel(cause)
+	}
+}
+
+// count is how many places the lane holds.
+func (ks *keySlots) count() int {
+	n := 0
+	for _, ns := range ks.held {
+		n += len(ns)
+	}
+	return n
+}
+
+// names are every place held.
+func (ks *keySlots) names() []string {
+	out := []string{}
+	for _, ns := range ks.held {
+		out = append(out, ns...)
+	}
+	return out
+}
+
+// caps are the keys the lane may claim rows of now and how many of each: its
+// places less its rows, in a random order.
+func (ks *keySlots) caps() (keys []string, ns []int, total int) {
+	keys, ns = []string{}, []int{}
+	for k, h := range ks.held {
+		if c := len(h) - ks.inflight[k]; c > 0 {
+			keys = append(keys, k)
+			ns = append(ns, c)
+			total += c
+		}
+	}
+	return keys, ns, total
+}
+
+// claimed notes the rows a claim took of the keys in caps: a key of which it took
+// fewer than it could has no more ready rows for now.
+func (ks *keySlots) claimed(keys []string, ns []int, got []*leased) {
+	took := map[string]int{}
+	for _, j := range got {
+		if j.meta.keyed {
+			ks.inflight[j.meta.key]++
+			took[j.meta.key]++
+		}
+	}
+	for i, k := range keys {
+		ks.dry[k] = took[k] < ns[i]
+	}
+}
+
+// settled notes a keyed row the lane held no more.
+func (ks *keySlots) settled(j *leased) {
+	if !j.meta.keyed {
+		return
+	}
+	if ks.inflight[j.meta.key]--; ks.inflight[j.meta.key] <= 0 {
+		delete(ks.inflight, j.meta.key)
+	}
+}
+
+// placeName is the name of place i of key k in TABLE_limits.
+func placeName(i int, k string) string { return "p " + strconv.Itoa(i) + " " + k }
+
+// placeKey is the key of a place's name.
+func placeKey(name string) string {
+	_, rest, _ := strings.Cut(name, " ")
+	_, k, _ := strings.Cut(rest, " ")
+	return k
+}
+
+// keyTakeSQL extends the lease of the places a lane holds (names, under tag and
+// the deadline until) to deadline, takes up to k free places of keys with ready
+// rows at now, and makes the places of ready keys that have fewer than n. Result
+// rows are (name, held): true for a place held already, false for one taken, NULL
+// for one made (free: taken by a later call).
+func (q *Queue[T]) keyTakeSQL(names []string, tag int64, until, deadline, now time.Time, k, n int) (string, []any) {
+	s := &stmt[T]{q: q}
+	lt := q.limitsTable()
+	pk := col(q.c.Partition)
+	nowTs := s.arg(q.ts(now))
+	namesA, tagA, untilA, dlA := s.arg(names), s.arg(tag), s.arg(until.UnixMicro()), s.arg(deadline.UnixMicro())
+	nowA, kA, nA := s.arg(now.UnixMicro()), s.arg(k), s.arg(n)
+	sql := "WITH RECURSIVE k(v) AS (SELECT min(" + pk + ") FROM " + q.table + " WHERE " + pk + " IS NOT NULL" +
+		" UNION ALL SELECT (SELECT min(" + pk + ") FROM " + q.table + " WHERE " + pk + " > k.v) FROM k WHERE k.v IS NOT NULL)" +
+		", ready AS (SELECT k.v FROM k WHERE k.v IS NOT NULL AND " + kA + "::int > 0 AND EXISTS (SELECT 1 FROM " + q.table + " AS r WHERE r." + pk + " = k.v AND " + q.claimable(nowTs) + "))" +
+		", cand AS (SELECT 'p ' || i || ' ' || ready.v AS name FROM ready CROSS JOIN generate_series(0, " + nA + "::int - 1) AS i)" +
+		", kept AS (UPDATE " + lt + " SET starts = " + dlA + "::bigint WHERE name = ANY(" + namesA + "::text[]) AND window_start = " + tagA + "::bigint AND starts = " + untilA + "::bigint RETURNING name)" +
+		", got AS (UPDATE " + lt + " SET window_start = " + tagA + "::bigint, starts = " + dlA + "::bigint WHERE name IN (SELECT l.name FROM " + lt + " AS l JOIN cand ON cand.name = l.name" +
+		" WHERE l.name <> ALL(" + namesA + "::text[]) AND l.starts <= " + nowA + "::bigint ORDER BY random() LIMIT " + kA + "::int FOR UPDATE OF l SKIP LOCKED) RETURNING name)" +
+		", made AS (INSERT INTO " + lt + " (name, window_start, starts) SELECT cand.name, 0, 0 FROM cand" +
+		" WHERE NOT EXISTS (SELECT 1 FROM " + lt + " AS l WHERE l.name = cand.name) ON CONFLICT (name) DO NOTHING RETURNING name)" +
+		" SELECT name, true FROM kept UNION ALL SELECT name, false FROM got UNION ALL SELECT name, NULL::boolean FROM made"
+	return sql, s.args
+}
+
+// keyDropSQL deletes the places of keys (up to n each) whose places are all free
+// at now and that have no unfinished row: keys gone idle.
+func (q *Queue[T]) keyDropSQL(keys []string, now time.Time, n int) (string, []any) {
+	s := &stmt[T]{q: q}
+	lt := q.limitsTable()
+	pk := col(q.c.Partition)
+	keysA, nowA, nA := s.arg(keys), s.arg(now.UnixMicro()), s.arg(n)
+	idle := "SELECT d.v FROM unnest(" + keysA + "::text[]) AS d(v) WHERE NOT EXISTS (SELECT 1 FROM " + q.table + " AS r WHERE r." + pk + " = d.v AND " + q.live("r") + ")" +
+		" AND NOT EXISTS (SELECT 1 FROM " + lt + " AS l WHERE l.name IN (SELECT 'p ' || i || ' ' || d.v FROM generate_series(0, " + nA + "::int - 1) AS i) AND l.starts > " + nowA + "::bigint)"
+	return "DELETE FROM " + lt + " WHERE name IN (SELECT 'p ' || i || ' ' || x.v FROM (" + idle + ") x CROSS JOIN generate_series(0, " + nA + "::int - 1) AS i) AND starts <= " + nowA + "::bigint", s.args
+}
+
+// syncKeys brings the lane's places towards what it needs: it gives back the idle
+// places of keys its last claim found dry (deleting the rows of keys gone idle),
+// and asks for more, extending the lease of those it holds in the same statement,
+// while it claims (claiming) and holds fewer places than it has workers, or when
+// the lease is due for extension. Failures are logged and tried again later; the
+// expiry timer stops the keyed handlers if the lease cannot be extended in time.
+func (s *Subscription[T]) syncKeys(l *lane, claiming bool) {
+	ks := l.keys
+	select {
+	case <-ks.expired:
+		clear(ks.held)
+	default:
+	}
+	now := time.Now()
+	n := s.o.Limits.PerPartition
+	// The places the lane can use: one per worker, and with Concurrency no more
+	// than the slots it holds (a place it cannot use would keep its key's rows
+	// from the lanes that can).
+	need := l.n
+	if l.slots != nil {
+		need = min(need, len(l.slots.names))
+	}
+	var back, gone []string
+	giveBack := func(k string, idle int) {
+		h := ks.held[k]
+		back = append(back, h[len(h)-idle:]...)
+		if idle == len(h) {
+			delete(ks.held, k)
+			gone = append(gone, k)
+		} else {
+			ks.held[k] = slices.Clip(h[:len(h)-idle])
+		}
+	}
+	for k, dry := range ks.dry {
+		if idle := len(ks.held[k]) - ks.inflight[k]; dry && idle > 0 {
+			giveBack(k, idle)
+		}
+		delete(ks.dry, k)
+	}
+	if over := ks.count() - need; over > 0 {
+		for k, h := range ks.held {
+			if idle := min(len(h)-ks.inflight[k], over); idle > 0 {
+				giveBack(k, idle)
+				if over -= idle; over == 0 {
+					break
+				}
+			}
+		}
+	}
+	if len(back) > 0 {
+		sql, args := s.q.slotFreeSQL(back, ks.tag, ks.until)
+		if _, err := s.q.db().exec(s.ctx, sql, args...); err != nil {
+			s.q.log.Warn("inbox: giving back places of Limits.PerPartition failed; they come free when their lease ends", "table", s.q.name, "err", err)
+		} else if len(gone) > 0 {
+			sql, args := s.q.keyDropSQL(gone, trunc(now), n)
+			_, _ = s.q.db().exec(s.ctx, sql, args...) // best effort: the rows are made again on demand
+		}
+		s.q.Wake() // another lane of this process may be waiting for places
+	}
+	held := ks.count()
+	k := 0
+	if claiming && held < need && !now.Before(ks.retryAt) {
+		k = need - held
+	}
+	if k == 0 && (held == 0 || now.Before(ks.extendAt)) {
+		return
+	}
+	deadline := trunc(now.Add(s.o.Lease))
+	names := ks.names()
+	sql, args := s.q.keyTakeSQL(names, ks.tag, ks.until, deadline, trunc(now), k, n)
+	var kept, got []string
+	made := 0
+	err := func() error {
+		r, err := s.q.pool.Query(s.ctx, sql, args...)
+		if err != nil {
+			return err
+		}
+		defer r.Close()
+		for r.Next() {
+			var name string
+			var isHeld *bool
+			if err := r.Scan(&name, &isHeld); err != nil {
+				return err
+			}
+			switch {
+			case isHeld == nil:
+				made++
+			case *isHeld:
+				kept = append(kept, name)
+			default:
+				got = append(got, name)
+			}
+		}
+		return r.Err()
+	}()
+	if err != nil {
+		s.q.health.noteErr(err)
+		if s.ctx.Err() != nil {
+			return
+		}
+		if isPgError(err) {
+			s.q.log.Warn("inbox: places of Limits.PerPartition not extended; trying again", "table", s.q.name, "err", err)
+			ks.extendAt, ks.retryAt = now.Add(s.o.Lease/10), now.Add(slotRetry)
+			return
+		}
+		s.q.log.Warn("inbox: places of Limits.PerPartition in doubt; holding none until their lease ends", "table", s.q.name, "err", err)
+		clear(ks.held)
+		ks.until, ks.retryAt = time.Time{}, now.Add(s.o.Lease)
+		s.armKeys(ks)
+		ks.stopAll(&LeaseLostError{Table: s.q.name, Op: "slot lost"})
+		return
+	}
+	lost := len(kept) < len(names)
+	clear(ks.held)
+	for _, name := range append(kept, got...) {
+		key := placeKey(name)
+		ks.held[key] = append(ks.held[key], name)
+	}
+	ks.until = deadline
+	ks.extendAt = now.Add(s.o.Lease / 3)
+	switch {
+	case made > 0:
+		ks.backoff, ks.retryAt = 0, now // new keys' places: take them at once
+	case len(got) < k:
+		ks.backoff = min(max(2*ks.backoff, slotRetry), s.o.PollInterval)
+		ks.retryAt = now.Add(ks.backoff)
+	default:
+		ks.backoff = 0
+	}
+	s.armKeys(ks)
+	if lost {
+		// Places held no more (their lease ended before this extension): their
+		// keys' handlers may run beside another lane's.
+		for key, c := range ks.inflight {
+			if len(ks.held[key]) < c {
+				ks.stopAll(&LeaseLostError{Table: s.q.name, Op: "slot lost"})
+				break
+			}
+		}
+	}
+}
+
+// armKeys (re)starts the timer that stops the lane's keyed handlers a tenth of a
+// lease before the places' lease ends unextended.
+func (s *Subscription[T]) armKeys(ks *keySlots) {
+	if ks.timer != nil {
+		ks.timer.Stop()
+	}
+	select {
+	case <-ks.expired:
+	default:
+	}
+	if len(ks.held) == 0 {
+		return
+	}
+	ks.timer = time.AfterFunc(s.untilExpiry(ks.until), func() {
+		ks.stopAll(&LeaseLostError{Table: s.q.name, Op: "slot expired"})
+		select {
+		case ks.expired <- struct{}{}:
+		default:
+		}
+	})
+}
+
+// keyWait is how long from now the loop may sleep before syncKeys has work.
+func (ks *keySlots) keyWait(now time.Time, next time.Duration, claiming bool, workers int) time.Duration {
+	if len(ks.held) > 0 {
+		next = min(next, max(ks.extendAt.Sub(now), time.Millisecond))
+	}
+	if claiming && ks.count() < workers {
+		next = min(next, max(ks.retryAt.Sub(now), time.Millisecond))
+	}
+	return next
+}
+
+// freeKeys gives back every place of a lane whose loop ends (best effort), unless
+// the subscription was abandoned or halted, as in a crash.
+func (s *Subscription[T]) freeKeys(l *lane) {
+	ks := l.keys
+	if ks.timer != nil {
+		ks.timer.Stop()
+	}
+	if len(ks.held) == 0 || s.ctx.Err() != nil {
+		return
+	}
+	sql, args := s.q.slotFreeSQL(ks.names(), ks.tag, ks.until)
+	_, _ = s.q.db().exec(context.WithoutCancel(s.ctx), sql, args...)
+	clear(ks.held)
+}
