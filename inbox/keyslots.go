@@ -50,28 +50,82 @@ type keySlots struct {
 	timer    *time.Timer
 	expired  chan struct{} // a token from the timer: the lease is about to end unextended
 
+	// The gate of the workers: a keyed job's handler runs only while its key has
+	// fewer handlers running in the lane than places held (caps).
 	mu      sync.Mutex
+	caps    map[string]int       // places held, by key (a copy of held's counts)
+	run     map[string]int       // handlers running, by key
 	running map[*leased]struct{} // keyed jobs whose handlers run
+	wake    chan struct{}        // closed (and replaced) when a handler may start
 }
 
 func newKeySlots() *keySlots {
 	return &keySlots{
 		tag: rand.Int64(), held: map[string][]string{}, inflight: map[string]int{}, dry: map[string]bool{},
-		expired: make(chan struct{}, 1), running: map[*leased]struct{}{},
+		expired: make(chan struct{}, 1), caps: map[string]int{}, run: map[string]int{}, running: map[*leased]struct{}{},
+		wake: make(chan struct{}),
 	}
 }
 
-// enter and leave record a keyed job's handler as running.
-func (ks *keySlots) enter(j *leased) {
-	ks.mu.Lock()
-	ks.running[j] = struct{}{}
-	ks.mu.Unlock()
+// enter waits until keyed job j's handler may run (a place of its key free in the
+// lane): false if j's context ends first or stop is closed.
+func (ks *keySlots) enter(j *leased, stop <-chan struct{}) bool {
+	k := j.meta.key
+	for {
+		ks.mu.Lock()
+		if ks.run[k] < ks.caps[k] {
+			ks.run[k]++
+			ks.running[j] = struct{}{}
+			ks.mu.Unlock()
+			return true
+		}
+		w := ks.wake
+		ks.mu.Unlock()
+		select {
+		case <-w:
+		case <-j.ctx.Done():
+			return false
+		case <-stop:
+			return false
+		}
+	}
 }
 
+// leave records that keyed job j's handler returned.
 func (ks *keySlots) leave(j *leased) {
 	ks.mu.Lock()
+	defer ks.mu.Unlock()
 	delete(ks.running, j)
-	ks.mu.Unlock()
+	if ks.run[j.meta.key]--; ks.run[j.meta.key] <= 0 {
+		delete(ks.run, j.meta.key)
+	}
+	ks.signalLocked()
+}
+
+func (ks *keySlots) signalLocked() {
+	close(ks.wake)
+	ks.wake = make(chan struct{})
+}
+
+// publish gives the workers' gate the places held now. A key whose places fell
+// below its running handlers (places lost) has every keyed handler cancelled with
+// cause (which handler runs in which place is not known).
+func (ks *keySlots) publish(cause error) {
+	ks.mu.Lock()
+	defer ks.mu.Unlock()
+	clear(ks.caps)
+	for k, h := range ks.held {
+		ks.caps[k] = len(h)
+	}
+	for k, r := range ks.run {
+		if r > ks.caps[k] {
+			for j := range ks.running {
+				j.cancel(cause)
+			}
+			break
+		}
+	}
+	ks.signalLocked()
 }
 
 // stopAll cancels every running keyed handler with cause.
@@ -101,12 +155,13 @@ func (ks *keySlots) names() []string {
 	return out
 }
 
-// caps are the keys the lane may claim rows of now and how many of each: its
-// places less its rows, in a random order.
-func (ks *keySlots) caps() (keys []string, ns []int, total int) {
+// free are the keys the lane may claim rows of now and how many of each: its
+// places times its rows per worker (per, of workers: its prefetch) less its rows,
+// in a random order.
+func (ks *keySlots) free(per, workers int) (keys []string, ns []int, total int) {
 	keys, ns = []string{}, []int{}
 	for k, h := range ks.held {
-		if c := len(h) - ks.inflight[k]; c > 0 {
+		if c := len(h)*per/workers - ks.inflight[k]; c > 0 {
 			keys = append(keys, k)
 			ns = append(ns, c)
 			total += c
@@ -139,9 +194,6 @@ func (ks *keySlots) settled(j *leased) {
 		delete(ks.inflight, j.meta.key)
 	}
 }
-
-// placeName is the name of place i of key k in TABLE_limits.
-func placeName(i int, k string) string { return "p " + strconv.Itoa(i) + " " + k }
 
 // placeKey is the key of a place's name.
 func placeKey(name string) string {
@@ -198,6 +250,7 @@ func (s *Subscription[T]) syncKeys(l *lane, claiming bool) {
 	select {
 	case <-ks.expired:
 		clear(ks.held)
+		ks.publish(&LeaseLostError{Table: s.q.name, Op: "slot expired"})
 	default:
 	}
 	now := time.Now()
@@ -237,6 +290,7 @@ func (s *Subscription[T]) syncKeys(l *lane, claiming bool) {
 		}
 	}
 	if len(back) > 0 {
+		ks.publish(nil) // the places given back are idle: no handler runs in them
 		sql, args := s.q.slotFreeSQL(back, ks.tag, ks.until)
 		if _, err := s.q.db().exec(s.ctx, sql, args...); err != nil {
 			s.q.log.Warn("inbox: giving back places of Limits.PerPartition failed; they come free when their lease ends", "table", s.q.name, "err", err)
@@ -296,10 +350,9 @@ func (s *Subscription[T]) syncKeys(l *lane, claiming bool) {
 		clear(ks.held)
 		ks.until, ks.retryAt = time.Time{}, now.Add(s.o.Lease)
 		s.armKeys(ks)
-		ks.stopAll(&LeaseLostError{Table: s.q.name, Op: "slot lost"})
+		ks.publish(&LeaseLostError{Table: s.q.name, Op: "slot lost"})
 		return
 	}
-	lost := len(kept) < len(names)
 	clear(ks.held)
 	for _, name := range append(kept, got...) {
 		key := placeKey(name)
@@ -317,16 +370,9 @@ func (s *Subscription[T]) syncKeys(l *lane, claiming bool) {
 		ks.backoff = 0
 	}
 	s.armKeys(ks)
-	if lost {
-		// Places held no more (their lease ended before this extension): their
-		// keys' handlers may run beside another lane's.
-		for key, c := range ks.inflight {
-			if len(ks.held[key]) < c {
-				ks.stopAll(&LeaseLostError{Table: s.q.name, Op: "slot lost"})
-				break
-			}
-		}
-	}
+	// Places held no more (their lease ended before this extension) stop their
+	// keys' handlers, which may run beside another lane's.
+	ks.publish(&LeaseLostError{Table: s.q.name, Op: "slot lost"})
 }
 
 // armKeys (re)starts the timer that stops the lane's keyed handlers a tenth of a
@@ -343,6 +389,11 @@ func (s *Subscription[T]) armKeys(ks *keySlots) {
 		return
 	}
 	ks.timer = time.AfterFunc(s.untilExpiry(ks.until), func() {
+		// Stop the handlers now (the loop may be waiting on the database) and
+		// start none until the loop holds places again.
+		ks.mu.Lock()
+		clear(ks.caps)
+		ks.mu.Unlock()
 		ks.stopAll(&LeaseLostError{Table: s.q.name, Op: "slot expired"})
 		select {
 		case ks.expired <- struct{}{}:
@@ -373,6 +424,97 @@ func (s *Subscription[T]) freeKeys(l *lane) {
 		return
 	}
 	sql, args := s.q.slotFreeSQL(ks.names(), ks.tag, ks.until)
-	_, _ = s.q.db().exec(context.WithoutCancel(s.ctx), sql, args...)
+	_, _ = s.q.db().exec(s.ctx, sql, args...)
 	clear(ks.held)
+}
+
+// PerPartition on SQLite, which has one writer: a claim counts each ready key's
+// rows in work in its write transaction (keyFreeSQL), so the counts are exact, and
+// then takes of each key as many first rows as its count leaves (sqliteKeyedClaimSQL),
+// one index scan per key rather than a ranking of every ready row.
+
+// keyFreeSQL (SQLite) lists the keys with ready rows at now and how many more rows
+// of each PerPartition allows in work.
+func (q *Queue[T]) keyFreeSQL(l Limits, now time.Time) (string, []any) {
+	s := &stmt[T]{q: q}
+	n := s.arg(q.ts(now))
+	pk := col(q.c.Partition)
+	return "WITH RECURSIVE k(v) AS (SELECT min(" + pk + ") FROM " + q.table + " WHERE " + pk + " IS NOT NULL" +
+		" UNION ALL SELECT (SELECT min(" + pk + ") FROM " + q.table + " WHERE " + pk + " > k.v) FROM k WHERE k.v IS NOT NULL)" +
+		" SELECT v, f FROM (SELECT k.v AS v, " + strconv.Itoa(l.PerPartition) + " - (SELECT count(*) FROM " + q.table + " AS w WHERE w." + pk + " = k.v AND " + q.inWork("w", n) + ") AS f" +
+		" FROM k WHERE k.v IS NOT NULL AND EXISTS (SELECT 1 FROM " + q.table + " AS r WHERE r." + pk + " = k.v AND " + q.claimable(n) + ")) WHERE f > 0", s.args
+}
+
+// sqliteKeyedClaimSQL (SQLite) is leaseClaimSQL with PerPartition: up to limit rows,
+// of each of keys up to ns rows (first in claim order), and rows without a key if
+// keyless; taken turn by turn, keys level in turn in a random order (by priority
+// first).
+func (q *Queue[T]) sqliteKeyedClaimSQL(l Limits, keys []string, ns []int, keyless bool, deadline, now time.Time, limit int) (string, []any) {
+	s := &stmt[T]{q: q}
+	dl := s.arg(q.ts(deadline))
+	n := s.arg(q.ts(now))
+	set := append([]string{col(q.c.LockedUntil) + " = " + dl}, q.claimSet(s, n)...)
+	id, pk := col(q.c.ID), col(q.c.Partition)
+	prio := "0"
+	if q.c.Priority != "" {
+		prio = col(q.c.Priority)
+	}
+	lim := q.limitedBy(s, l, now, n, s.arg(limit))
+	where := q.claimable(n) + q.groupReady("r")
+	first := func(cond, lim string) string {
+		return "SELECT id, prio, row_number() OVER () AS turn FROM (SELECT r." + id + " AS id, " + prio + " AS prio FROM " + q.table + " AS r WHERE " + cond + " AND " + where +
+			" ORDER BY " + q.order() + " LIMIT " + lim + ")"
+	}
+	var parts []string
+	for i, k := range keys {
+		parts = append(parts, first("r."+pk+" = "+s.arg(k), s.arg(ns[i])))
+	}
+	if keyless {
+		parts = append(parts, first("r."+pk+" IS NULL", lim))
+	}
+	if len(parts) == 0 {
+		parts = append(parts, "SELECT NULL AS id, 0 AS prio, 0 AS turn WHERE 0")
+	}
+	sql := "UPDATE " + q.table + " SET " + strings.Join(set, ", ") +
+		" WHERE " + id + " IN (SELECT id FROM (" + strings.Join(parts, " UNION ALL ") + ") ORDER BY turn, prio, random() LIMIT " + lim + ")" +
+		" RETURNING " + id + ", " + q.attemptsCol() + ", " + col(q.c.Payload) + q.metaCols()
+	return sql, s.args
+}
+
+// sqliteKeyedClaim runs a SQLite claim with PerPartition in the write transaction
+// of db: the keys' free counts, then the claim.
+func (s *Subscription[T]) sqliteKeyedClaim(ctx context.Context, db querier, l *lane, deadline, now time.Time, want int) ([]*leased, error) {
+	q := s.q
+	fsql, fargs := q.keyFreeSQL(s.o.Limits, now)
+	r, err := db.query(ctx, fsql, fargs...)
+	if err != nil {
+		return nil, err
+	}
+	var keys []string
+	var ns []int
+	for r.Next() {
+		var k string
+		var f int64
+		if err := r.Scan(&k, &f); err != nil {
+			r.Close()
+			return nil, err
+		}
+		keys = append(keys, k)
+		ns = append(ns, int(f))
+	}
+	r.Close()
+	if err := r.Err(); err != nil {
+		return nil, err
+	}
+	keyless := l.keylessDue(now)
+	sql, args := q.sqliteKeyedClaimSQL(s.claimLimits(), keys, ns, keyless, deadline, now, want)
+	got, err := s.scanClaim(ctx, db, sql, args)
+	if err == nil && keyless {
+		found := false
+		for _, j := range got {
+			found = found || !j.meta.keyed
+		}
+		l.keyless, l.keylessAt = found, now.Add(s.o.PollInterval)
+	}
+	return got, err
 }

@@ -234,11 +234,18 @@ func (s *Subscription[T]) leaseWorker(l *lane) {
 			l.giveBack(j)
 			continue
 		}
-		if l.keys != nil && j.meta.keyed {
-			l.keys.enter(j)
+		keyed := l.keys != nil && j.meta.keyed
+		if keyed && !l.keys.enter(j, s.stopClaim) {
+			// No place of its key before its lease ran out, or stopping.
+			if s.ctx.Err() != nil {
+				j.finish()
+			} else {
+				l.giveBack(j)
+			}
+			continue
 		}
 		if l.slots != nil && !l.slots.gate.enter(j, s.stopClaim) {
-			if l.keys != nil {
+			if keyed {
 				l.keys.leave(j)
 			}
 			// No slot before its lease ran out, or stopping: as above.
@@ -255,7 +262,7 @@ func (s *Subscription[T]) leaseWorker(l *lane) {
 		if l.slots != nil {
 			l.slots.gate.leave(j)
 		}
-		if l.keys != nil {
+		if keyed {
 			l.keys.leave(j)
 		}
 		j.finish()
@@ -692,7 +699,7 @@ func (s *Subscription[T]) cycle(l *lane, batch []settlement, want int) (got []*l
 		deadline := trunc(now.Add(s.o.Lease))
 		var err error
 		if q.dialect == SQLite {
-			got, err = s.sqliteCycle(ctx, batch, want, now, deadline, lost)
+			got, err = s.sqliteCycle(ctx, l, batch, want, now, deadline, lost)
 		} else {
 			err = s.pgCycle(ctx, l, batch, want, now, deadline, &got, lost, split)
 		}
@@ -739,7 +746,7 @@ func (s *Subscription[T]) cycle(l *lane, batch []settlement, want int) (got []*l
 
 // sqliteCycle is one SQLite cycle: every settlement, then the claim, in one immediate
 // transaction.
-func (s *Subscription[T]) sqliteCycle(ctx context.Context, batch []settlement, want int, now, deadline time.Time, lost map[int64]bool) (got []*leased, err error) {
+func (s *Subscription[T]) sqliteCycle(ctx context.Context, l *lane, batch []settlement, want int, now, deadline time.Time, lost map[int64]bool) (got []*leased, err error) {
 	q := s.q
 	// The statements inside the transaction run on a context that cannot be
 	// cancelled: the transaction holds the write lock, so none of them waits for
@@ -765,9 +772,13 @@ func (s *Subscription[T]) sqliteCycle(ctx context.Context, batch []settlement, w
 			}
 		}
 		if want > 0 {
-			sql, args := q.leaseClaimSQL(s.claimLimits(), deadline, now, want)
 			var err error
-			got, err = s.scanClaim(ctx, db, sql, args)
+			if s.o.Limits.PerPartition > 0 {
+				got, err = s.sqliteKeyedClaim(ctx, db, l, deadline, now, want)
+			} else {
+				sql, args := q.leaseClaimSQL(s.claimLimits(), deadline, now, want)
+				got, err = s.scanClaim(ctx, db, sql, args)
+			}
 			if err != nil {
 				return err
 			}
@@ -999,7 +1010,7 @@ func (l *lane) keylessDue(now time.Time) bool { return l.keyless || !now.Before(
 
 // keyedWant sets the lane's next keyClaim and bounds want by it.
 func (s *Subscription[T]) keyedWant(l *lane, want int) int {
-	keys, ns, total := l.keys.caps()
+	keys, ns, total := l.keys.free(s.keyPer(l), l.n)
 	l.kc = keyClaim{keys: keys, ns: ns, keyless: l.keylessDue(time.Now())}
 	if !l.kc.keyless {
 		want = min(want, total)
@@ -1012,7 +1023,7 @@ func (s *Subscription[T]) keyedWant(l *lane, want int) int {
 // (as many places as workers, or its last ask too recent).
 func (s *Subscription[T]) keysIdle(l *lane) bool {
 	now := time.Now()
-	_, _, total := l.keys.caps()
+	_, _, total := l.keys.free(s.keyPer(l), l.n)
 	if total > 0 || l.keylessDue(now) {
 		return false
 	}
@@ -1021,4 +1032,15 @@ func (s *Subscription[T]) keysIdle(l *lane) bool {
 		need = min(need, len(l.slots.names))
 	}
 	return l.keys.count() >= need || now.Before(l.keys.retryAt)
+}
+
+// keyPer is how many rows per worker a lane may hold for its places of
+// PerPartition: its rows per worker (with prefetch more than one: the workers'
+// gate keeps the handlers to the places); one in a batch subscription, whose
+// handlers run every row they hold.
+func (s *Subscription[T]) keyPer(l *lane) int {
+	if s.bh != nil {
+		return l.n
+	}
+	return s.limit(l)
 }

@@ -80,11 +80,15 @@ func slotNames(n int) []string {
 }
 
 // prefetches reports whether a subscription with these limits prefetches by
-// default: with Concurrency held by slots, or with Rate alone (which counts claims);
-// not where claims count the rows in work (PerPartition, a batch subscription's
+// default: with Concurrency held by slots, with Rate (which counts claims), and
+// with PerPartition on Postgres (held by places, keyslots.go); not where claims
+// count the rows in work (PerPartition on SQLite, a batch subscription's
 // Concurrency), which prefetched rows would fill before they run.
-func (l Limits) prefetches(batch bool) bool {
-	return (l.slotted(batch) || l.Concurrency == 0) && l.PerPartition == 0
+func (l Limits) prefetches(batch bool, d Dialect) bool {
+	if l.Concurrency > 0 && !l.slotted(batch) {
+		return false
+	}
+	return l.PerPartition == 0 || (d == Postgres && !batch)
 }
 
 // ensureSlots makes TABLE_limits if it is missing (a table of the caller's own

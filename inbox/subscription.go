@@ -239,7 +239,7 @@ func (q *Queue[T]) subscribe(h Handler[T], bh BatchHandler[T], batch int, o Subs
 		o.Prefetch = 0
 	case o.Prefetch < 0:
 		return nil, &ConfigError{Field: "Prefetch", Reason: "negative (NoPrefetch is -1)"}
-	case o.Prefetch == 0 && o.Form == Lease && (o.Limits == (Limits{}) || o.Limits.prefetches(bh != nil)):
+	case o.Prefetch == 0 && o.Form == Lease && (o.Limits == (Limits{}) || o.Limits.prefetches(bh != nil, q.dialect)):
 		o.Prefetch = DefaultPrefetch * o.Workers
 		adaptive = true
 	}
@@ -505,6 +505,10 @@ func (s *Subscription[T]) check(ctx context.Context) error {
 				add(q.slotSyncSQL(nil, 0, now, now, now, 1, 1))
 			}
 			add(q.slotFreeSQL(nil, 0, now))
+		}
+		if q.dialect == SQLite && s.o.Limits.PerPartition > 0 {
+			add(q.keyFreeSQL(s.o.Limits, now))
+			add(q.sqliteKeyedClaimSQL(s.claimLimits(), []string{""}, []int{1}, true, now, now, 1))
 		}
 		if q.dialect == SQLite {
 			add(q.leaseClaimSQL(s.claimLimits(), now, now, 1))

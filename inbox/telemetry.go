@@ -134,7 +134,7 @@ func traceArg(trace string) any {
 type jobMeta struct {
 	created time.Time
 	trace   string
-	prio    int64 // Columns.Priority: the lease form starts prefetched rows by it
+	prio    int64  // Columns.Priority: the lease form starts prefetched rows by it
 	key     string // Columns.Partition: PerPartition's places are per key
 	keyed   bool   // key is set (not NULL)
 }
