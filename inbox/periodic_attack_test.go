@@ -1,7 +1,9 @@
 package inbox_test
 
 import (
+	"context"
 	"errors"
+	"os"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -93,4 +95,55 @@ func TestPeriodicClockAheadOfDatabaseTakesNoTick(t *testing.T) {
 	if _, err := inbox.RunDue(t.Context(), ahead, now.Add(30*time.Second)); err != nil {
 		t.Fatalf("a clock 30 s ahead: %v", err)
 	}
+}
+
+// Three instances run their Periodic loops in real time on a schedule of every
+// minute for a bit over two minutes, one of them stopped and a new one started
+// in its place midway (a restart): every tick after the first sight is inserted
+// exactly once. Long (two minutes and more): behind INBOX_FAULT=1.
+func TestPeriodicLoopsThreeInstancesRealTime(t *testing.T) {
+	if os.Getenv("INBOX_FAULT") == "" {
+		t.Skip("a run of two minutes and more: set INBOX_FAULT=1")
+	}
+	eachDB(t, func(t *testing.T, b *backend) {
+		qs := []*inbox.Queue[msg]{defaultTable(t, b), newQueue(t, b, inbox.Config[msg]{}), newQueue(t, b, inbox.Config[msg]{})}
+		var ps []*inbox.Periodic[msg]
+		stop := func(p *inbox.Periodic[msg]) {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			if err := p.Stop(ctx); err != nil {
+				t.Errorf("stop: %v", err)
+			}
+		}
+		for _, q := range qs {
+			p := periodic(t, q, "* * * * *")
+			if err := p.Start(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			ps = append(ps, p)
+		}
+		began := time.Now()
+		time.Sleep(70 * time.Second)
+		stop(ps[1])
+		ps[1] = periodic(t, newQueue(t, b, inbox.Config[msg]{}), "* * * * *")
+		if err := ps[1].Start(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(time.Until(began.Truncate(time.Minute).Add(3*time.Minute + 5*time.Second)))
+		for _, p := range ps {
+			stop(p)
+		}
+		jobs, err := qs[0].Jobs(t.Context(), inbox.ListOptions{Limit: 100})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ticks := map[string]int{}
+		for _, j := range jobs {
+			ticks[string(j.Payload)]++
+		}
+		// The minutes after the first sight, up to the last: two or three.
+		if len(jobs) < 2 || len(jobs) > 3 || len(ticks) != len(jobs) {
+			t.Fatalf("%d jobs for %d distinct ticks: %v", len(jobs), len(ticks), ticks)
+		}
+	})
 }
