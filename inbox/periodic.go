@@ -20,8 +20,9 @@ type PeriodicJob[T any] struct {
 	Schedule string
 	// Job makes the job for a tick (the time it was due, in PeriodicOptions.Location).
 	Job func(tick time.Time) T
-	// Opts are the publish options of each job (Priority; RunAt and Unique are
-	// refused: the tick is the run time, and the tick is what is unique).
+	// Opts are the publish options of each job (Priority, Group, Partition;
+	// RunAt and Unique are refused: the tick is the run time, and the tick is
+	// what is unique).
 	Opts *PublishOpts
 }
 
@@ -74,8 +75,9 @@ const maxKindLen = 200
 
 // Periodic makes a Periodic of jobs on the queue. It parses every schedule: one
 // that does not parse or never fires is a *CronError; a missing Job, an empty,
-// repeated or overlong Kind (or one with a NUL byte or invalid UTF-8), or Opts
-// with RunAt or Unique is a *ConfigError.
+// repeated or overlong Kind (or one with a control character or invalid UTF-8),
+// or Opts with RunAt or Unique, or with a Group or Partition the queue has no
+// column for or cannot store, is a *ConfigError.
 func (q *Queue[T]) Periodic(jobs []PeriodicJob[T], o PeriodicOptions) (*Periodic[T], error) {
 	p := &Periodic[T]{q: q, jobs: jobs, loc: o.Location, stop: make(chan struct{}), done: make(chan struct{})}
 	if p.loc == nil {
@@ -102,6 +104,18 @@ func (q *Queue[T]) Periodic(jobs []PeriodicJob[T], o PeriodicOptions) (*Periodic
 			return nil, &ConfigError{Field: "PeriodicJob.Job", Reason: "nil for kind " + j.Kind}
 		case j.Opts != nil && (!j.Opts.RunAt.IsZero() || j.Opts.Unique != nil):
 			return nil, &ConfigError{Field: "PeriodicJob.Opts", Reason: "RunAt and Unique are the tick's"}
+		case j.Opts != nil && j.Opts.Group != "" && q.c.Group == "":
+			return nil, &ConfigError{Field: "PeriodicJob.Opts.Group", Reason: "the queue's Columns name no Group column"}
+		case j.Opts != nil && j.Opts.Partition != "" && q.c.Partition == "":
+			return nil, &ConfigError{Field: "PeriodicJob.Opts.Partition", Reason: "the queue's Columns name no Partition column"}
+		}
+		if j.Opts != nil {
+			if err := checkKey("PeriodicJob.Opts.Group", j.Opts.Group); err != nil {
+				return nil, err
+			}
+			if err := checkKey("PeriodicJob.Opts.Partition", j.Opts.Partition); err != nil {
+				return nil, err
+			}
 		}
 		seen[j.Kind] = true
 		c, err := ParseCron(j.Schedule)
@@ -236,7 +250,7 @@ func (p *Periodic[T]) claimTick(ctx context.Context, j PeriodicJob[T], tick time
 	q := p.q
 	opts := PublishOpts{RunAt: tick}
 	if j.Opts != nil {
-		opts.Priority = j.Opts.Priority
+		opts.Priority, opts.Group, opts.Partition = j.Opts.Priority, j.Opts.Group, j.Opts.Partition
 	}
 	body := func(db querier) (won bool, err error) {
 		// A Job (or codec) that panics fails the tick, which is tried again: the

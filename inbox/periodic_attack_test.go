@@ -147,3 +147,38 @@ func TestPeriodicLoopsThreeInstancesRealTime(t *testing.T) {
 		}
 	})
 }
+
+// PeriodicJob.Opts with a Group or a Partition: the tick's job was published
+// without them (only Priority was kept), so a schedule meant to run in a FIFO
+// group ran outside it. They are kept now, and a queue without the column
+// refuses them when the Periodic is made (a *ConfigError), not at every tick.
+func TestPeriodicKeepsGroupAndPartition(t *testing.T) {
+	eachDB(t, func(t *testing.T, b *backend) {
+		q := groupTable(t, b)
+		p, err := q.Periodic([]inbox.PeriodicJob[msg]{{
+			Kind: "report", Schedule: "*/5 * * * *",
+			Job:  func(tick time.Time) msg { return msg{N: 1} },
+			Opts: &inbox.PublishOpts{Priority: 3, Group: "ledger", Partition: "acme"},
+		}}, inbox.PeriodicOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t0 := time.Date(2026, 3, 4, 10, 1, 0, 0, time.UTC)
+		if _, err := inbox.RunDue(t.Context(), p, t0); err != nil {
+			t.Fatal(err)
+		}
+		if n, err := inbox.RunDue(t.Context(), p, t0.Add(5*time.Minute)); n != 1 || err != nil {
+			t.Fatalf("tick: %d, %v", n, err)
+		}
+		if n := b.queryN(t, `SELECT count(*) FROM "`+b.table+`" WHERE fifo_group = 'ledger' AND partition_key = 'acme' AND priority = 3`); n != 1 {
+			t.Fatalf("%d jobs in the group and partition, with the priority; want 1", n)
+		}
+		plain := newQueue(t, b, inbox.Config[msg]{})
+		var ce *inbox.ConfigError
+		for _, opts := range []*inbox.PublishOpts{{Group: "ledger"}, {Partition: "acme"}} {
+			if _, err := plain.Periodic([]inbox.PeriodicJob[msg]{{Kind: "k", Schedule: "* * * * *", Job: func(time.Time) msg { return msg{} }, Opts: opts}}, inbox.PeriodicOptions{}); !errors.As(err, &ce) {
+				t.Errorf("%+v on a queue without the column: %v, want a *ConfigError", opts, err)
+			}
+		}
+	})
+}
