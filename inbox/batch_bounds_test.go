@@ -42,3 +42,32 @@ func TestSubscribeBatchBoundsN(t *testing.T) {
 		}
 	})
 }
+
+// Workers or a Prefetch past MaxHeld (Prefetch: math.MaxInt made Start's
+// makechan panic on the overflowed size; 1<<40 ran out of memory) is refused
+// with a *ConfigError by Subscribe and SubscribeBatch.
+func TestSubscribeBoundsRowsHeld(t *testing.T) {
+	b := sqliteBackend(t)
+	q := defaultTable(t, b)
+	h := func(context.Context, inbox.Job[msg]) error { return nil }
+	bh := func(context.Context, []inbox.Job[msg]) error { return nil }
+	for _, o := range []inbox.SubscribeOptions{
+		{Prefetch: math.MaxInt},
+		{Prefetch: 1 << 40},
+		{Workers: inbox.MaxHeld + 1},
+		{Workers: math.MaxInt},
+		{Workers: 1000, Prefetch: inbox.MaxHeld},
+	} {
+		var ce *inbox.ConfigError
+		if _, err := q.Subscribe(h, o); !errors.As(err, &ce) {
+			t.Errorf("Subscribe(Workers %d, Prefetch %d): %v, want a *ConfigError", o.Workers, o.Prefetch, err)
+		}
+	}
+	var ce *inbox.ConfigError
+	if _, err := q.SubscribeBatch(bh, inbox.MaxBatch, inbox.SubscribeOptions{Workers: inbox.MaxHeld/inbox.MaxBatch + 1}); !errors.As(err, &ce) {
+		t.Errorf("SubscribeBatch past MaxHeld: %v, want a *ConfigError", err)
+	}
+	if _, err := q.SubscribeBatch(bh, inbox.MaxBatch, inbox.SubscribeOptions{Workers: 8}); err != nil {
+		t.Errorf("SubscribeBatch of 8 x MaxBatch: %v", err)
+	}
+}

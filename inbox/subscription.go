@@ -61,9 +61,15 @@ const (
 	PrefetchBelow = 10 * time.Millisecond
 )
 
+// MaxHeld bounds the rows a subscription holds at once, in work or prefetched:
+// Workers × the batch size (1, or SubscribeBatch's n) + Prefetch. Its buffers
+// are sized for them when it starts; more is refused with a *ConfigError.
+const MaxHeld = 1 << 20
+
 // SubscribeOptions configure a Subscription. The zero value is valid.
 type SubscribeOptions struct {
 	// Workers is how many jobs this subscription has in work at once. Defaults to 1.
+	// Workers (times the batch size) and Prefetch together hold at most MaxHeld rows.
 	Workers int
 	// Form is the claim form. Defaults to Lease.
 	Form Form
@@ -242,6 +248,9 @@ func (q *Queue[T]) subscribe(h Handler[T], bh BatchHandler[T], batch int, o Subs
 	case o.Prefetch == 0 && o.Form == Lease && (o.Limits == (Limits{}) || o.Limits.prefetches(bh != nil, q.dialect)):
 		o.Prefetch = DefaultPrefetch * o.Workers
 		adaptive = true
+	}
+	if o.Workers > MaxHeld/batch || o.Prefetch > MaxHeld-o.Workers*batch {
+		return nil, &ConfigError{Field: "Workers", Reason: fmt.Sprintf("%d workers of %d jobs each and a Prefetch of %d hold more than MaxHeld (%d) rows", o.Workers, batch, o.Prefetch, MaxHeld)}
 	}
 	if o.Claimers < 0 {
 		return nil, &ConfigError{Field: "Claimers", Reason: "negative"}
