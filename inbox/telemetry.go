@@ -3,8 +3,10 @@ package inbox
 import (
 	"context"
 	"database/sql"
+	"strings"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 )
 
 // Hooks wrap a queue's publishes and handler calls, as middleware: enough for a
@@ -17,7 +19,8 @@ type Hooks struct {
 	// must call next once, with the context the insert runs under and the trace
 	// text to store in the Columns.Trace column of every row it inserts (ignored
 	// without one; "" stores NULL), and return what next returned (it may add to
-	// the error). next returns the new row's id, 0 for a batch. A hook that
+	// the error). next returns the new row's id, 0 for a batch; a trace that is
+	// not valid UTF-8 or holds a NUL byte gets a *HookError. A hook that
 	// returns nil without calling next gets a *HookError back instead: nothing is
 	// ever reported published that was not; a second call of next inserts nothing
 	// and returns a *HookError.
@@ -80,6 +83,9 @@ func (q *Queue[T]) hookPublish(ctx context.Context, p PublishInfo, insert func(c
 			return 0, &HookError{Hook: "publish", Reason: "called next twice; the second inserted nothing"}
 		}
 		called = true
+		if q.c.Trace != "" && (!utf8.ValidString(trace) || strings.IndexByte(trace, 0) >= 0) {
+			return 0, &HookError{Hook: "publish", Reason: "passed a trace the Trace column cannot hold (a NUL byte or invalid UTF-8): nothing was published"}
+		}
 		return insert(ctx, trace)
 	})
 	if !called && err == nil {
