@@ -76,6 +76,11 @@
 //     HISTORY replies at most HistoryLimit messages and HistoryMaxBytes.
 //   - Count: Config.MaxConnections (10,000) at once; one more is answered
 //     ERROR unavailable (HTTP 503 on the WebSocket).
+//   - Rate (flood control, off by default): with Config.CommandRate, a
+//     connection's commands beyond CommandBurst (20) at once and
+//     CommandRate a second wait in its reader, which stops reading the
+//     socket meanwhile; nothing is refused, and each command that waited
+//     counts in Service.ThrottledCommands.
 //
 // A connection process also carries a mailbox limit (65,536 messages, see
 // gotp.MailboxLimit) that kills it if it ever falls that far behind: a
