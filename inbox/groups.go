@@ -20,11 +20,17 @@ type Limits struct {
 	// the most rows claimed at once.
 	Concurrency int
 	// PerPartition, if positive, is the most jobs of one partition key
-	// (Columns.Partition) in work (claimed) at once, across every instance. Rows
+	// (Columns.Partition) in work at once, across every instance. On Postgres
+	// that is the most handlers of a key running at once, each in one of the
+	// key's PerPartition places that subscriptions lease in TABLE_limits (made
+	// for a key when it has ready rows, deleted when it has none), so that
+	// claims need not wait for each other nor count (a subscription may hold
+	// more rows of a key, prefetched for the places it has; a batch
+	// subscription holds one row per place). On SQLite it is the most rows of a
+	// key claimed at once, counted by each claim in its write transaction. Rows
 	// without a key are not limited by it (on Postgres a claimer looks for them
-	// while it finds some and otherwise once per PollInterval: they have no index
-	// of their own). It makes claims fair (as Fair does). On Postgres a claim
-	// locks the keys it claims for, each on its own, rather than the table.
+	// while it finds some and otherwise once per PollInterval: they have no
+	// index of their own). It makes claims fair (as Fair does).
 	PerPartition int
 	// Fair makes claims take turns between partition keys, so that one key's
 	// backlog cannot starve the others: a job's turn is its place among its
