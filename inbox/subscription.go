@@ -378,10 +378,10 @@ func (s *Subscription[T]) launch(ctx context.Context) bool {
 			l.chunks = make(chan []*leased, l.max)
 			l.settleCh = make(chan settlement, l.max)
 			if s.slotted {
-				l.slots = newLaneSlots()
+				l.slots = newLaneSlots(&s.q.health.limitWaiting)
 			}
 			if q := s.q; q.dialect == Postgres && s.o.Limits.PerPartition > 0 {
-				l.keys = newKeySlots()
+				l.keys = newKeySlots(&s.q.health.limitWaiting)
 			}
 			for range l.n {
 				if s.bh != nil {
