@@ -496,7 +496,7 @@ func (s *Subscription[T]) check(ctx context.Context) error {
 			}
 		}
 		if q.dialect == Postgres && s.o.Limits.Rate > 0 {
-			add(q.rateReserveSQL(), nil)
+			add(q.rateReserveSQL(s.o.Limits.Per), nil)
 		}
 		if q.dialect == Postgres && s.o.Limits.PerPartition > 0 {
 			if err := q.ensureSlots(ctx, 0, false); err != nil {
@@ -522,7 +522,7 @@ func (s *Subscription[T]) check(ctx context.Context) error {
 		if q.dialect == SQLite {
 			add(q.leaseClaimSQL(s.claimLimits(), now, now, 1))
 			if s.o.Limits.Rate > 0 {
-				add(q.rateBumpSQL("?1", "?2"), nil)
+				add(q.rateBumpSQL("?1", "?2", s.o.Limits.Per), nil)
 			}
 		} else {
 			var kc *keyClaim
