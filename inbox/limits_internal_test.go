@@ -45,7 +45,7 @@ func TestRateReserveConcurrent(t *testing.T) {
 		wg.Go(func() {
 			for {
 				var g int
-				if err := pool.QueryRow(ctx, q.rateReserveSQL(), window, 3, rate).Scan(&g); err != nil {
+				if err := pool.QueryRow(ctx, q.rateReserveSQL(time.Second), window, 3, rate).Scan(&g); err != nil {
 					t.Error(err)
 					return
 				}
@@ -69,7 +69,7 @@ func TestRateReserveConcurrent(t *testing.T) {
 	}
 	// The next window starts afresh.
 	var g int
-	if err := pool.QueryRow(ctx, q.rateReserveSQL(), window+1, 3, rate).Scan(&g); err != nil || g != 3 {
+	if err := pool.QueryRow(ctx, q.rateReserveSQL(time.Second), window+1, 3, rate).Scan(&g); err != nil || g != 3 {
 		t.Fatalf("next window: %d, %v", g, err)
 	}
 }
