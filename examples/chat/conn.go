@@ -68,7 +68,9 @@ type conn struct {
 	out     *outbox
 	slots   chan struct{} // one per command read and not yet answered
 	waiting []any         // inbound and readEnd messages waiting for room in the outbox, or for a send in flight, in order
-	sending *sending      // the SEND whose message the history owner is committing
+	sending *sending      // the SEND whose message the history owner is committing (&sendBuf, or nil)
+	sendBuf sending       // what sending points to: one SEND in flight at a time, no allocation each
+	sendReq appendReq     // the history owner's copy of the SEND in flight (see appendReq)
 	history gotp.PID      // the history owner this connection monitors
 	histMon gotp.Ref      // that monitor
 	name    string
@@ -209,7 +211,7 @@ func (c *conn) handleInfo(p *gotp.Process, msg any) error {
 			// Kept on the recipient's node too, so both users see it in HISTORY.
 			c.svc.appendHistory(p.Context(), Message{From: m.From, To: m.To, Text: m.Text, Time: m.Time})
 		}
-		return c.push(Msg{From: m.From, Text: m.Text, Time: m.Time})
+		return c.pushEncoded(c.w.formatMsg(Msg{From: m.From, Text: m.Text, Time: m.Time}))
 	case slowNow:
 		return c.slow()
 	case pg.Message:
@@ -310,13 +312,15 @@ func (c *conn) startSend(p *gotp.Process, s Send) error {
 		}
 		c.history, c.histMon = owner, p.Monitor(owner)
 	}
-	c.sending = &sending{ref: p.Node().MakeRef(), send: s}
+	c.sendBuf = sending{ref: p.Node().MakeRef(), send: s}
+	c.sending = &c.sendBuf
 	m := Message{From: c.name, To: s.To, Text: s.Text, Time: time.Now().UTC()}
 	var toc *conn
 	if v, ok := c.svc.local.Load(to); ok {
 		toc = v.(*conn)
 	}
-	p.Send(owner, appendReq{m: m, pid: p.Self(), ref: c.sending.ref, to: to, toc: toc})
+	c.sendReq = appendReq{m: m, pid: p.Self(), ref: c.sending.ref, to: to, toc: toc}
+	p.Send(owner, &c.sendReq)
 	return nil
 }
 
@@ -331,7 +335,7 @@ func (c *conn) sent(p *gotp.Process, err error) {
 		c.reply(Error{Reason: Unavailable})
 		return
 	}
-	c.reply(Sent{To: s.send.To})
+	c.out.reply(c.w.formatSent(s.send.To))
 }
 
 // reply queues r for the client.
@@ -340,8 +344,11 @@ func (c *conn) reply(r Reply) { c.out.reply(c.w.format(r)) }
 // push queues an event for the client, or ends the connection with ERROR
 // slow_consumer if the client is too far behind: its user goes offline as
 // after QUIT, and nobody else waits for it.
-func (c *conn) push(r Reply) error {
-	if c.out.event(c.w.format(r)) {
+func (c *conn) push(r Reply) error { return c.pushEncoded(c.w.format(r)) }
+
+// pushEncoded is push of an event already encoded for the wire.
+func (c *conn) pushEncoded(b []byte) error {
+	if c.out.event(b) {
 		return nil
 	}
 	return c.slow()
@@ -358,7 +365,7 @@ func (c *conn) push(r Reply) error {
 // connection's messages this way only while none it mailed is still in
 // the mailbox (mailed), so messages reach the client in commit order.
 func (c *conn) deliverDirect(m Msg) {
-	if c.out.event(c.w.format(m)) {
+	if c.out.event(c.w.formatMsg(m)) {
 		c.out.flush()
 		return
 	}

@@ -62,6 +62,8 @@ type Store struct {
 	mu      sync.Mutex        // guards inserts
 	inserts map[int]*sql.Stmt // INSERT statements of n rows, prepared on first use
 
+	args sync.Pool // of *[]any: AppendBatch's arguments, each taken by one call and put back empty
+
 	wrote chan struct{} // a token when a commit has added to the log
 	stop  chan struct{} // closed by Close
 	done  chan struct{} // closed when the checkpointer has returned
@@ -268,7 +270,16 @@ func (s *Store) AppendBatch(ctx context.Context, ms []Message, rooms []RoomMsg) 
 			return err
 		}
 	}
-	args := make([]any, 0, 5*full)
+	ap, _ := s.args.Get().(*[]any)
+	if ap == nil {
+		ap = new([]any)
+	}
+	args := (*ap)[:0]
+	defer func() {
+		clear(args[:cap(args)]) // let the messages go
+		*ap = args[:0]
+		s.args.Put(ap)
+	}()
 	if len(rooms) == 0 && len(ms) > 0 && len(ms) <= rowsPerInsert {
 		// One statement is a transaction of its own: no BEGIN and COMMIT
 		// to run, which a quiet chat (one message per commit) notices.
@@ -434,6 +445,13 @@ type historyOwner struct {
 	deferred int             // messages handled since the pending appends could have gone
 	ms       []Message       // the direct messages of the batch being committed
 	rooms    []RoomMsg       // and its room messages
+
+	// What commit hands p.Batch: answer, made once, and the batch it
+	// answers (set only while p.Batch runs it, on the owner's goroutine).
+	answerFn  func(*gotp.Batch)
+	answering []pendingAppend
+	answerErr error
+	origin    string
 }
 
 type appendMsg struct{ m Message }
@@ -446,6 +464,11 @@ type roomReq struct{ room string }
 // sends without waiting in a call (appendMsg is the call). Once m is
 // committed, the owner also hands it to the recipient's connection to
 // (when to is not zero) as a Delivery, just after the answer.
+//
+// A connection sends a *appendReq, its own (conn.sendReq), which the
+// owner copies when it handles it: the connection rewrites it only for
+// its next SEND, after the owner's appended or Down, so one SEND boxes
+// nothing in the message.
 type appendReq struct {
 	m   Message
 	pid gotp.PID
@@ -589,24 +612,34 @@ func (h *historyOwner) commit(p *gotp.Process, batch []pendingAppend) error {
 		h.svc.commits.Add(1)
 		h.svc.committed.Add(uint64(len(batch)))
 	}
-	origin := p.Node().Name()
-	p.Batch(func(b *gotp.Batch) {
-		for i := range batch {
-			a := &batch[i]
-			if a.pid.IsZero() {
-				server.Reply(a.from, appended{err: err})
-				continue
-			}
-			// The answer first: a user who sends to itself reads SENT,
-			// then the MSG, as the reply to a command comes before the
-			// events it causes.
-			b.Send(a.pid, appended{ref: a.ref, err: err})
-			if err == nil && !a.to.IsZero() {
-				h.deliver(b, a, origin, len(batch) <= maxDirect)
-			}
-		}
-	})
+	if h.answerFn == nil {
+		h.answerFn, h.origin = h.answer, p.Node().Name()
+	}
+	h.answering, h.answerErr = batch, err
+	p.Batch(h.answerFn)
+	h.answering, h.answerErr = nil, nil
 	return err
+}
+
+// answer is commit's function for p.Batch (made once, so that a commit
+// does not allocate a closure): it answers the appends of h.answering,
+// committed or not as h.answerErr says.
+func (h *historyOwner) answer(b *gotp.Batch) {
+	batch, err := h.answering, h.answerErr
+	for i := range batch {
+		a := &batch[i]
+		if a.pid.IsZero() {
+			server.Reply(a.from, appended{err: err})
+			continue
+		}
+		// The answer first: a user who sends to itself reads SENT,
+		// then the MSG, as the reply to a command comes before the
+		// events it causes.
+		b.Send(a.pid, appended{ref: a.ref, err: err})
+		if err == nil && !a.to.IsZero() {
+			h.deliver(b, a, h.origin, len(batch) <= maxDirect)
+		}
+	}
 }
 
 // maxDirect is the largest batch whose messages the history owner may
@@ -652,7 +685,11 @@ func (h *historyOwner) HandleInfo(p *gotp.Process, msg any) error {
 }
 
 func (h *historyOwner) handleInfo(p *gotp.Process, msg any) error {
-	if m, ok := msg.(appendReq); ok {
+	switch m := msg.(type) {
+	case *appendReq:
+		h.pending = append(h.pending, pendingAppend{m: m.m, pid: m.pid, ref: m.ref, to: m.to, toc: m.toc})
+		return nil
+	case appendReq:
 		h.pending = append(h.pending, pendingAppend{m: m.m, pid: m.pid, ref: m.ref, to: m.to, toc: m.toc})
 		return nil
 	}

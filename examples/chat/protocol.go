@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"strconv"
 	"strings"
 	"time"
@@ -320,38 +319,82 @@ func Validate(c Command) error {
 
 // FormatReply writes r as lines of the TCP protocol, each ending in "\n".
 func FormatReply(r Reply) []byte {
-	var b bytes.Buffer
 	switch r := r.(type) {
 	case OK, Joined:
-		b.WriteString("OK\n")
+		return []byte("OK\n")
 	case Sent:
-		fmt.Fprintf(&b, "SENT %s\n", r.To)
+		return formatSent(r.To)
 	case HistoryReply:
-		b.WriteString("HISTORY " + strconv.Itoa(len(r.Messages)) + "\n")
+		n := len("HISTORY \n") + 20
 		for _, m := range r.Messages {
-			fmt.Fprintf(&b, "%s %s\n", m.From, m.Text)
+			n += len(m.From) + len(m.Text) + 2
 		}
+		b := make([]byte, 0, n)
+		b = append(b, "HISTORY "...)
+		b = strconv.AppendInt(b, int64(len(r.Messages)), 10)
+		b = append(b, '\n')
+		for _, m := range r.Messages {
+			b = append(append(append(append(b, m.From...), ' '), m.Text...), '\n')
+		}
+		return b
 	case Online:
-		b.WriteString("ONLINE " + strconv.Itoa(len(r.Names)))
-		for _, n := range r.Names {
-			b.WriteString(" " + n)
+		n := len("ONLINE \n") + 20
+		for _, name := range r.Names {
+			n += len(name) + 1
 		}
-		b.WriteString("\n")
+		b := make([]byte, 0, n)
+		b = append(b, "ONLINE "...)
+		b = strconv.AppendInt(b, int64(len(r.Names)), 10)
+		for _, name := range r.Names {
+			b = append(append(b, ' '), name...)
+		}
+		return append(b, '\n')
 	case HelpReply:
-		b.WriteString("HELP " + strconv.Itoa(len(r.Lines)) + "\n")
+		n := len("HELP \n") + 20
 		for _, l := range r.Lines {
-			b.WriteString(l + "\n")
+			n += len(l) + 1
 		}
+		b := make([]byte, 0, n)
+		b = append(b, "HELP "...)
+		b = strconv.AppendInt(b, int64(len(r.Lines)), 10)
+		b = append(b, '\n')
+		for _, l := range r.Lines {
+			b = append(append(b, l...), '\n')
+		}
+		return b
 	case Bye:
-		b.WriteString("BYE\n")
+		return []byte("BYE\n")
 	case Error:
-		fmt.Fprintf(&b, "ERROR %s\n", r.Reason)
+		return line("ERROR", string(r.Reason))
 	case Msg:
-		fmt.Fprintf(&b, "MSG %s %s\n", r.From, r.Text)
+		return formatMsg(r.From, r.Text)
 	case RoomMsg:
-		fmt.Fprintf(&b, "ROOM %s %s %s\n", r.Room, r.From, r.Text)
+		return line("ROOM", r.Room, r.From, r.Text)
 	}
-	return b.Bytes()
+	return nil
+}
+
+// formatSent is FormatReply(Sent{To: to}) in one allocation: the reply
+// to every SEND, formatted without boxing a Sent in a Reply.
+func formatSent(to string) []byte { return line("SENT", to) }
+
+// formatMsg is FormatReply(Msg{From: from, Text: text}) in one
+// allocation.
+func formatMsg(from, text string) []byte { return line("MSG", from, text) }
+
+// line returns verb and each of fields after a space, and "\n", in a
+// slice of its own (one allocation).
+func line(verb string, fields ...string) []byte {
+	n := len(verb) + 1
+	for _, f := range fields {
+		n += 1 + len(f)
+	}
+	b := make([]byte, 0, n)
+	b = append(b, verb...)
+	for _, f := range fields {
+		b = append(append(b, ' '), f...)
+	}
+	return append(b, '\n')
 }
 
 // jsonCommand is the JSON form of a command on the WebSocket:

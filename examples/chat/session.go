@@ -30,6 +30,11 @@ type wire interface {
 	read(deliver func(inbound) bool) Reason
 	// format encodes one reply or event.
 	format(r Reply) []byte
+	// formatSent and formatMsg are format(Sent{To: to}) and format(m),
+	// the reply and the event of every message, without boxing them in a
+	// Reply.
+	formatSent(to string) []byte
+	formatMsg(m Msg) []byte
 	// write writes chunks (each one encoded reply) by the deadline, and
 	// returns how many bytes it wrote.
 	write(chunks [][]byte, deadline time.Time) (int64, error)
@@ -103,6 +108,16 @@ type lineWire struct {
 	dl  readDeadlines
 	st  stopper
 	wd  writeDeadline
+	try tryState // tryWrite's (on unix)
+}
+
+// tryState is what a tryWrite writes and how far it got, and the function
+// it hands the RawConn, kept by the wire so that a write allocates none
+// of them. Only the goroutine in tryWrite uses it (see lineWire.tryWrite).
+type tryState struct {
+	b  []byte
+	n  int
+	fn func(uintptr) bool
 }
 
 // writeDeadline sets the write deadlines of the writer's writes, and lets
@@ -211,6 +226,10 @@ func (w *lineWire) read(deliver func(inbound) bool) Reason {
 
 func (w *lineWire) format(r Reply) []byte { return FormatReply(r) }
 
+func (w *lineWire) formatSent(to string) []byte { return formatSent(to) }
+
+func (w *lineWire) formatMsg(m Msg) []byte { return formatMsg(m.From, m.Text) }
+
 func (w *lineWire) write(chunks [][]byte, deadline time.Time) (int64, error) {
 	w.wd.set(deadline)
 	bufs := net.Buffers(chunks)
@@ -310,6 +329,10 @@ func (w *webSocketWire) readFailed(err error, inMessage bool) Reason {
 }
 
 func (w *webSocketWire) format(r Reply) []byte { return FormatJSON(r) }
+
+func (w *webSocketWire) formatSent(to string) []byte { return FormatJSON(Sent{To: to}) }
+
+func (w *webSocketWire) formatMsg(m Msg) []byte { return FormatJSON(m) }
 
 func (w *webSocketWire) write(chunks [][]byte, deadline time.Time) (int64, error) {
 	ctx, cancel := context.WithDeadline(context.Background(), deadline)
