@@ -3,7 +3,6 @@ package inbox
 import (
 	"context"
 	"errors"
-	"sync/atomic"
 	"testing"
 )
 
@@ -18,7 +17,7 @@ func gateJob() *leased {
 // running count cancels them and drops their tokens as they return, so that new
 // handlers start only within the new size; a resize up repays what it owes first.
 func TestSlotGate(t *testing.T) {
-	g := newSlotGate(new(atomic.Int64))
+	g := newSlotGate()
 	stop := make(chan struct{})
 	g.resize(2, nil)
 	a, b, c := gateJob(), gateJob(), gateJob()
