@@ -20,11 +20,17 @@ type Limits struct {
 	// the most rows claimed at once.
 	Concurrency int
 	// PerPartition, if positive, is the most jobs of one partition key
-	// (Columns.Partition) in work (claimed) at once, across every instance. Rows
+	// (Columns.Partition) in work at once, across every instance. On Postgres
+	// that is the most handlers of a key running at once, each in one of the
+	// key's PerPartition places that subscriptions lease in TABLE_limits (made
+	// for a key when it has ready rows, deleted when it has none), so that
+	// claims need not wait for each other nor count (a subscription may hold
+	// more rows of a key, prefetched for the places it has; a batch
+	// subscription holds one row per place). On SQLite it is the most rows of a
+	// key claimed at once, counted by each claim in its write transaction. Rows
 	// without a key are not limited by it (on Postgres a claimer looks for them
-	// while it finds some and otherwise once per PollInterval: they have no index
-	// of their own). It makes claims fair (as Fair does). On Postgres a claim
-	// locks the keys it claims for, each on its own, rather than the table.
+	// while it finds some and otherwise once per PollInterval: they have no
+	// index of their own). It makes claims fair (as Fair does).
 	PerPartition int
 	// Fair makes claims take turns between partition keys, so that one key's
 	// backlog cannot starve the others: a job's turn is its place among its
@@ -35,7 +41,12 @@ type Limits struct {
 	Fair bool
 	// Rate, if positive, is the most claims (starts of an attempt) per Per,
 	// across every instance: counted in windows of Per from the Unix epoch, by
-	// the host clock, in the table TABLE_limits (schema version 4).
+	// the host clock, in the table TABLE_limits (schema version 4). The counter
+	// never goes back to an earlier window: a claimer whose clock reads a window
+	// before the counter's (its claim was late, or its clock is behind) claims
+	// nothing under Rate until its clock reaches that window, so the hosts'
+	// clocks should agree far closer than Per. A change of Per starts the count
+	// afresh.
 	//
 	// The windows are fixed, not sliding: each window of Per holds at most Rate
 	// starts, but the starts of one window may fall at its end and those of the
@@ -238,7 +249,8 @@ func (q *Queue[T]) limitedBy(s *stmt[T], l Limits, at time.Time, now, limit stri
 	}
 	if l.Rate > 0 {
 		w := s.arg(rateWindow(at, l.Per))
-		terms = append(terms, strconv.Itoa(l.Rate)+" - COALESCE((SELECT starts FROM "+q.limitsTable()+" WHERE name = 'starts' AND window_start = "+w+"), 0)")
+		// A counter already in a later window (rateAhead) leaves nothing.
+		terms = append(terms, strconv.Itoa(l.Rate)+" - COALESCE((SELECT CASE WHEN window_start = "+w+" THEN starts WHEN "+rateAhead("window_start", w, l.Per)+" THEN "+strconv.Itoa(l.Rate)+" ELSE 0 END FROM "+q.limitsTable()+" WHERE name = 'starts'), 0)")
 	}
 	if len(terms) == 0 {
 		return limit
@@ -250,17 +262,31 @@ func (q *Queue[T]) limitedBy(s *stmt[T], l Limits, at time.Time, now, limit stri
 	return "(SELECT " + greatest + "(0, " + least + "(" + limit + ", " + strings.Join(terms, ", ") + ")))"
 }
 
-// rateWindow is the number of the Rate window that t falls in.
-func rateWindow(t time.Time, per time.Duration) int64 { return t.UnixNano() / int64(per) }
+// rateWindow is the Rate window that t falls in, as its start in nanoseconds
+// since the Unix epoch (a multiple of per).
+func rateWindow(t time.Time, per time.Duration) int64 { return t.UnixNano() / int64(per) * int64(per) }
+
+// rateAhead is the SQL of a counter row's window c being later than window w (an
+// SQL expression) of the same Per: a claimer whose now is past this one's moved
+// it there, so that this one's window's count is gone, and moving the row back to
+// w would lose the count of c (every claimer in c would then start Rate more).
+// A window start that is no multiple of per was counted under another Per (Per
+// changed): it is not ahead, and the row starts afresh.
+func rateAhead(c, w string, per time.Duration) string {
+	p := strconv.FormatInt(int64(per), 10)
+	return "(" + c + " > " + w + " AND " + c + " % " + p + " = 0)"
+}
 
 // limitsTable is the quoted table that counts starts for Limits.Rate.
 func (q *Queue[T]) limitsTable() string { return quoteIdent(q.name + "_limits") }
 
-// rateBumpSQL counts n starts (an SQL expression) in window w of Limits.Rate.
-func (q *Queue[T]) rateBumpSQL(w, n string) string {
+// rateBumpSQL counts n starts (an SQL expression) in window w of Limits.Rate
+// of period per, unless the counter is ahead of w (rateAhead).
+func (q *Queue[T]) rateBumpSQL(w, n string, per time.Duration) string {
 	lt := q.limitsTable()
 	return "INSERT INTO " + lt + " AS l (name, window_start, starts) SELECT 'starts', " + w + ", " + n +
-		" ON CONFLICT (name) DO UPDATE SET starts = CASE WHEN l.window_start = excluded.window_start THEN l.starts + excluded.starts ELSE excluded.starts END, window_start = excluded.window_start"
+		" ON CONFLICT (name) DO UPDATE SET starts = CASE WHEN l.window_start = excluded.window_start THEN l.starts + excluded.starts ELSE excluded.starts END, window_start = excluded.window_start" +
+		" WHERE NOT " + rateAhead("l.window_start", "excluded.window_start", per)
 }
 
 // sqliteRateBump counts n starts of a SQLite claim, in the claim's transaction.
@@ -268,7 +294,7 @@ func (q *Queue[T]) sqliteRateBump(ctx context.Context, db querier, l Limits, now
 	if l.Rate <= 0 || n == 0 {
 		return nil
 	}
-	_, err := db.exec(ctx, q.rateBumpSQL("?1", "?2"), rateWindow(now, l.Per), n)
+	_, err := db.exec(ctx, q.rateBumpSQL("?1", "?2", l.Per), rateWindow(now, l.Per), n)
 	return err
 }
 
@@ -335,9 +361,10 @@ AND position($3 in coalesce(pg_get_expr(i.indpred, i.indrelid), '')) > 0`, q.tab
 // rateReserveSQL (Postgres) reserves up to $2 starts in window $1 of a Rate of $3,
 // and returns how many it got: the counter row is locked first (FOR UPDATE, which
 // reads its latest version), so that concurrent reserves add up.
-func (q *Queue[T]) rateReserveSQL() string {
+func (q *Queue[T]) rateReserveSQL(per time.Duration) string {
 	lt := q.limitsTable()
-	return "WITH o AS (SELECT CASE WHEN window_start = $1::bigint THEN starts ELSE 0 END AS s FROM " + lt + " WHERE name = 'starts' FOR UPDATE)" +
+	// A counter ahead of $1 (rateAhead) gives nothing.
+	return "WITH o AS (SELECT CASE WHEN window_start = $1::bigint THEN starts WHEN " + rateAhead("window_start", "$1::bigint", per) + " THEN $3::bigint ELSE 0 END AS s FROM " + lt + " WHERE name = 'starts' FOR UPDATE)" +
 		", u AS (UPDATE " + lt + " AS l SET window_start = $1::bigint, starts = o.s + LEAST($2::bigint, $3::bigint - o.s) FROM o" +
 		" WHERE l.name = 'starts' AND o.s < $3::bigint RETURNING LEAST($2::bigint, $3::bigint - o.s) AS g)" +
 		" SELECT COALESCE((SELECT g FROM u), 0)::int"
@@ -360,7 +387,7 @@ func (s *Subscription[T]) rateTake(ctx context.Context, rb *rateBudget, now time
 	}
 	if rb.left < want {
 		var g int
-		if err := s.q.pool.QueryRow(ctx, s.q.rateReserveSQL(), rb.window, max(want, chunk)-rb.left, l.Rate).Scan(&g); err != nil {
+		if err := s.q.pool.QueryRow(ctx, s.q.rateReserveSQL(l.Per), rb.window, max(want, chunk)-rb.left, l.Rate).Scan(&g); err != nil {
 			return 0, err
 		}
 		rb.left += g

@@ -38,6 +38,14 @@ type Health struct {
 	// Failing is how many claimers (lease lanes or lock-form workers) are backing off
 	// after a failed claim right now: 0 when every claimer's last claim succeeded.
 	Failing int64
+	// LimitHeld is how many places of Limits this process's subscriptions hold in
+	// TABLE_limits right now: slots of Limits.Concurrency and, on Postgres, places
+	// of Limits.PerPartition.
+	LimitHeld int64
+	// LimitWaiting is how many jobs this process's subscriptions hold that wait
+	// for a slot or place to run in right now (a worker has them; a claimer holds
+	// rows only for the places it has, prefetched).
+	LimitWaiting int64
 	// LastError is the text of the latest failure of any kind above, at LastErrorAt
 	// (zero if none).
 	LastError   string
@@ -47,6 +55,7 @@ type Health struct {
 // health holds a Queue's Health counters. Safe for concurrent use.
 type health struct {
 	claimErrors, permanent, locksLost, badRows, failing atomic.Int64
+	limitHeld, limitWaiting                             atomic.Int64
 
 	mu      sync.Mutex // guards lastErr, lastAt
 	lastErr string
@@ -70,6 +79,8 @@ func (q *Queue[T]) Health() Health {
 		LocksLost:       h.locksLost.Load(),
 		BadRows:         h.badRows.Load(),
 		Failing:         h.failing.Load(),
+		LimitHeld:       h.limitHeld.Load(),
+		LimitWaiting:    h.limitWaiting.Load(),
 	}
 	h.mu.Lock()
 	out.LastError, out.LastErrorAt = h.lastErr, h.lastAt

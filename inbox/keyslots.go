@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -57,10 +58,11 @@ type keySlots struct {
 	run     map[string]int       // handlers running, by key
 	running map[*leased]struct{} // keyed jobs whose handlers run
 	wake    chan struct{}        // closed (and replaced) when a handler may start
+	waiting *atomic.Int64        // Health.LimitWaiting
 }
 
-func newKeySlots() *keySlots {
-	return &keySlots{
+func newKeySlots(waiting *atomic.Int64) *keySlots {
+	return &keySlots{waiting: waiting,
 		tag: rand.Int64(), held: map[string][]string{}, inflight: map[string]int{}, dry: map[string]bool{},
 		expired: make(chan struct{}, 1), caps: map[string]int{}, run: map[string]int{}, running: map[*leased]struct{}{},
 		wake: make(chan struct{}),
@@ -71,6 +73,12 @@ func newKeySlots() *keySlots {
 // lane): false if j's context ends first or stop is closed.
 func (ks *keySlots) enter(j *leased, stop <-chan struct{}) bool {
 	k := j.meta.key
+	waited := false
+	defer func() {
+		if waited {
+			ks.waiting.Add(-1)
+		}
+	}()
 	for {
 		ks.mu.Lock()
 		if ks.run[k] < ks.caps[k] {
@@ -81,6 +89,10 @@ func (ks *keySlots) enter(j *leased, stop <-chan struct{}) bool {
 		}
 		w := ks.wake
 		ks.mu.Unlock()
+		if !waited {
+			waited = true
+			ks.waiting.Add(1)
+		}
 		select {
 		case <-w:
 		case <-j.ctx.Done():

@@ -168,6 +168,7 @@ type lane struct {
 	keyless   bool
 	keylessAt time.Time
 	kc        keyClaim // what the lane's next claim may take of each key (keys)
+	heldShown int64    // the places of slots and keys counted in Health.LimitHeld
 
 	nextCancelCheck time.Time // when checkCancels next looks for cancelled jobs
 	tail            int64     // the priority of the last row dispatched (dispatch)
@@ -296,6 +297,9 @@ func (s *Subscription[T]) leaseLoop(l *lane) {
 	if l.keys != nil {
 		defer s.freeKeys(l)
 	}
+	if l.slots != nil || l.keys != nil {
+		defer func() { s.q.health.limitHeld.Add(-l.heldShown) }()
+	}
 	defer func() {
 		if len(inflight) > 0 {
 			ids := make([]int64, 0, len(inflight))
@@ -343,6 +347,7 @@ func (s *Subscription[T]) leaseLoop(l *lane) {
 	// (Subscription.exhausted): written by the next cycle, never run.
 	var exhausted []settlement
 	for {
+		l.showHeld(&s.q.health)
 		if stopping && len(inflight) == 0 {
 			return
 		}
@@ -536,6 +541,21 @@ func (s *Subscription[T]) leaseLoop(l *lane) {
 			s.syncSlots(l, s.slotNeed(l, len(inflight), false))
 		}
 		s.resetExt(l, ext, inflight)
+	}
+}
+
+// showHeld brings Health.LimitHeld up to date with the places the lane holds.
+func (l *lane) showHeld(h *health) {
+	var n int64
+	if l.slots != nil {
+		n += int64(len(l.slots.names))
+	}
+	if l.keys != nil {
+		n += int64(l.keys.count())
+	}
+	if d := n - l.heldShown; d != 0 {
+		h.limitHeld.Add(d)
+		l.heldShown = n
 	}
 }
 

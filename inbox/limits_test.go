@@ -483,3 +483,60 @@ func TestLimitsPerPartitionThreeInstances(t *testing.T) {
 		}
 	})
 }
+
+// Health shows the places of Limits held: while an instance's handlers fill a
+// Concurrency limit of 2 and a PerPartition limit of 1 on two keys, LimitHeld
+// counts its slots (and, on Postgres, its places), and LimitWaiting the jobs it
+// holds that wait for one; both are 0 once it stops.
+func TestLimitsHealth(t *testing.T) {
+	eachDB(t, func(t *testing.T, b *backend) {
+		groupTable(t, b)
+		q := newQueue(t, b, inbox.Config[msg]{Columns: inbox.GroupColumns()})
+		for i := range 6 {
+			if _, err := q.Publish(t.Context(), msg{N: i}, &inbox.PublishOpts{Partition: fmt.Sprint("k", i%2)}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		entered := make(chan struct{}, 6)
+		release := make(chan struct{})
+		s, err := q.Subscribe(func(ctx context.Context, j inbox.Job[msg]) error {
+			entered <- struct{}{}
+			select {
+			case <-release:
+			case <-ctx.Done():
+			}
+			return nil
+		}, inbox.SubscribeOptions{Workers: 4, PollInterval: 10 * time.Millisecond, Limits: inbox.Limits{Concurrency: 2, PerPartition: 1}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		run(t, s)
+		for range 2 {
+			select {
+			case <-entered:
+			case <-time.After(20 * time.Second):
+				t.Fatal("the limit was not filled")
+			}
+		}
+		want := int64(2) // the slots
+		if b.dialect == inbox.Postgres {
+			want = 4 // and a place of each key
+		}
+		deadline := time.Now().Add(10 * time.Second)
+		for h := q.Health(); h.LimitHeld != want; h = q.Health() {
+			if time.Now().After(deadline) {
+				t.Fatalf("LimitHeld = %d, want %d", h.LimitHeld, want)
+			}
+			time.Sleep(5 * time.Millisecond) // polling a counter that has no event to wait on
+		}
+		close(release)
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := s.Stop(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if h := q.Health(); h.LimitHeld != 0 || h.LimitWaiting != 0 {
+			t.Fatalf("after Stop: LimitHeld %d, LimitWaiting %d", h.LimitHeld, h.LimitWaiting)
+		}
+	})
+}

@@ -41,8 +41,9 @@ type Columns struct {
 	ProcessedAt string // if set, ack marks the row processed instead of deleting it
 	CancelledAt string // set by Cancel (with the lock deadline far in the future); without it, Cancel is refused
 
-	// UniqueKey and UniqueStates (both or neither) hold a unique job's key (text,
-	// under a unique index WHERE UniqueKey IS NOT NULL) and the finished states
+	// UniqueKey and UniqueStates (both or neither) hold a unique job's key (text
+	// without a length limit, which Start refuses, under a unique index WHERE
+	// UniqueKey IS NOT NULL) and the finished states
 	// that keep it (an integer); without them, PublishOpts.Unique is refused.
 	UniqueKey    string
 	UniqueStates string

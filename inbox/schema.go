@@ -59,6 +59,9 @@ func (q *Queue[T]) checkColumns(ctx context.Context) error {
 			return refuse(c.Payload, "has type "+p.typ+"; payloads are read as bytes: bytea, text, varchar, json or jsonb")
 		}
 	}
+	if u, ok := cols[c.UniqueKey]; ok && c.UniqueKey != "" && u.maxLen > 0 {
+		return refuse(c.UniqueKey, fmt.Sprintf("is limited to %d characters, and a finished job that gives its key up keeps it a few characters longer (see Unique), so a key near the limit would fail its settlement: use text", u.maxLen))
+	}
 	if e, ok := cols[c.LastError]; ok && c.LastError != "" {
 		if e.maxLen > 0 {
 			return refuse(c.LastError, fmt.Sprintf("is limited to %d characters, and a settlement whose error message is longer would fail: use text", e.maxLen))

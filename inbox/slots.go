@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -244,15 +245,22 @@ type slotGate struct {
 	owed    int                  // tokens to drop as handlers return: slots gone while in use
 	running map[*leased]struct{} // the jobs whose handlers hold a token
 	wake    chan struct{}        // closed (and replaced) when a token comes free
+	waiting *atomic.Int64        // Health.LimitWaiting
 }
 
-func newSlotGate() *slotGate {
-	return &slotGate{running: map[*leased]struct{}{}, wake: make(chan struct{})}
+func newSlotGate(waiting *atomic.Int64) *slotGate {
+	return &slotGate{running: map[*leased]struct{}{}, wake: make(chan struct{}), waiting: waiting}
 }
 
 // enter waits for a token for job j: false if j's context ends first (its lease
 // lost or expiring, the subscription ending) or stop is closed.
 func (g *slotGate) enter(j *leased, stop <-chan struct{}) bool {
+	waited := false
+	defer func() {
+		if waited {
+			g.waiting.Add(-1)
+		}
+	}()
 	for {
 		g.mu.Lock()
 		if g.free > 0 {
@@ -263,6 +271,10 @@ func (g *slotGate) enter(j *leased, stop <-chan struct{}) bool {
 		}
 		w := g.wake
 		g.mu.Unlock()
+		if !waited {
+			waited = true
+			g.waiting.Add(1)
+		}
 		select {
 		case <-w:
 		case <-j.ctx.Done():
@@ -343,8 +355,8 @@ type laneSlots struct {
 	expired  chan struct{} // a token from the timer: the lease is about to end unextended
 }
 
-func newLaneSlots() *laneSlots {
-	return &laneSlots{gate: newSlotGate(), tag: rand.Int64(), expired: make(chan struct{}, 1)}
+func newLaneSlots(waiting *atomic.Int64) *laneSlots {
+	return &laneSlots{gate: newSlotGate(waiting), tag: rand.Int64(), expired: make(chan struct{}, 1)}
 }
 
 // slotRetry is how long a lane that asked for slots and got fewer first waits before

@@ -3,6 +3,7 @@ package inbox
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"testing"
 )
 
@@ -17,7 +18,7 @@ func gateJob() *leased {
 // running count cancels them and drops their tokens as they return, so that new
 // handlers start only within the new size; a resize up repays what it owes first.
 func TestSlotGate(t *testing.T) {
-	g := newSlotGate()
+	g := newSlotGate(new(atomic.Int64))
 	stop := make(chan struct{})
 	g.resize(2, nil)
 	a, b, c := gateJob(), gateJob(), gateJob()

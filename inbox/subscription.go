@@ -378,10 +378,10 @@ func (s *Subscription[T]) launch(ctx context.Context) bool {
 			l.chunks = make(chan []*leased, l.max)
 			l.settleCh = make(chan settlement, l.max)
 			if s.slotted {
-				l.slots = newLaneSlots()
+				l.slots = newLaneSlots(&s.q.health.limitWaiting)
 			}
 			if q := s.q; q.dialect == Postgres && s.o.Limits.PerPartition > 0 {
-				l.keys = newKeySlots()
+				l.keys = newKeySlots(&s.q.health.limitWaiting)
 			}
 			for range l.n {
 				if s.bh != nil {
@@ -496,7 +496,7 @@ func (s *Subscription[T]) check(ctx context.Context) error {
 			}
 		}
 		if q.dialect == Postgres && s.o.Limits.Rate > 0 {
-			add(q.rateReserveSQL(), nil)
+			add(q.rateReserveSQL(s.o.Limits.Per), nil)
 		}
 		if q.dialect == Postgres && s.o.Limits.PerPartition > 0 {
 			if err := q.ensureSlots(ctx, 0, false); err != nil {
@@ -522,7 +522,7 @@ func (s *Subscription[T]) check(ctx context.Context) error {
 		if q.dialect == SQLite {
 			add(q.leaseClaimSQL(s.claimLimits(), now, now, 1))
 			if s.o.Limits.Rate > 0 {
-				add(q.rateBumpSQL("?1", "?2"), nil)
+				add(q.rateBumpSQL("?1", "?2", s.o.Limits.Per), nil)
 			}
 		} else {
 			var kc *keyClaim

@@ -209,3 +209,28 @@ func TestUniqueProcessedKeepsOrGivesUpTheKey(t *testing.T) {
 		}
 	})
 }
+
+// A mapped UniqueKey column with a length limit (varchar(n) on Postgres): a
+// finished job that gives its key up keeps it released, a few bytes longer, so
+// a key near the limit would fail its settlement. Start refuses such a column
+// with a *ColumnError, as it does a LastError with a limit.
+func TestUniqueKeyColumnWithALengthLimitRefused(t *testing.T) {
+	b := pgBackend(t)
+	defaultTable(t, b)
+	b.exec(t, `ALTER TABLE "`+b.table+`" ALTER COLUMN unique_key TYPE varchar(64)`)
+	q := newQueue(t, b, inbox.Config[msg]{})
+	s, err := q.Subscribe(func(context.Context, inbox.Job[msg]) error { return nil }, inbox.SubscribeOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = s.Start(context.Background())
+	var ce *inbox.ColumnError
+	if !errors.As(err, &ce) || ce.Column != "unique_key" {
+		if err == nil {
+			stop, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			_ = s.Stop(stop)
+		}
+		t.Fatalf("start: %v, want a *ColumnError on unique_key", err)
+	}
+}

@@ -84,6 +84,9 @@
 //   - gotp_inbox_errors_total{table,kind}: failures this node's
 //     subscriptions met (claim, permanent, lock_lost, bad_row);
 //     gotp_inbox_failing_claimers{table}: claimers backing off now.
+//   - gotp_inbox_limit_held{table}: places of Limits (slots of Concurrency,
+//     places of PerPartition) this node's subscriptions hold now;
+//     gotp_inbox_limit_waiting{table}: jobs they hold that wait for one.
 //   - gotp_cluster_peers: nodes connected.
 //   - gotp_cluster_messages_total{peer,direction}: messages exchanged with
 //     each connected peer (in, out), since it connected.

@@ -55,6 +55,10 @@ var (
 		[]string{"table"}, nil)
 	descInboxFailing = prometheus.NewDesc("gotp_inbox_failing_claimers",
 		"Claimers of each inbox table backing off after a failed claim.", []string{"table"}, nil)
+	descInboxLimitHeld = prometheus.NewDesc("gotp_inbox_limit_held",
+		"Places of Limits (slots of Concurrency, places of PerPartition) this node's subscriptions of each inbox table hold now.", []string{"table"}, nil)
+	descInboxLimitWaiting = prometheus.NewDesc("gotp_inbox_limit_waiting",
+		"Jobs this node's subscriptions of each inbox table hold that wait for a place of Limits to run in now.", []string{"table"}, nil)
 	descPeers = prometheus.NewDesc("gotp_cluster_peers",
 		"Other nodes connected to this one.", nil, nil)
 	descClusterMsgs = prometheus.NewDesc("gotp_cluster_messages_total",
@@ -74,7 +78,7 @@ var allDescs = []*prometheus.Desc{
 	descProcesses, descMailbox, descDropped, descKilled, descCrashes,
 	descRestarts, descStartFailures, descChildren,
 	descRegistry, descRegistryKeys, descGroups, descMembers,
-	descInbox, descOutcomes, descInboxErrors, descInboxFailing, descInboxHandle, descInboxStartDelay,
+	descInbox, descOutcomes, descInboxErrors, descInboxFailing, descInboxLimitHeld, descInboxLimitWaiting, descInboxHandle, descInboxStartDelay,
 	descPeers, descClusterMsgs, descClusterBytes, descClusterDropped, descClusterCodec, descClusterAuth,
 }
 
@@ -212,6 +216,8 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 				ch <- prometheus.MustNewConstMetric(descInboxErrors, prometheus.CounterValue, float64(v), t.Name, kind)
 			}
 			ch <- prometheus.MustNewConstMetric(descInboxFailing, prometheus.GaugeValue, float64(h.Failing), t.Name)
+			ch <- prometheus.MustNewConstMetric(descInboxLimitHeld, prometheus.GaugeValue, float64(h.LimitHeld), t.Name)
+			ch <- prometheus.MustNewConstMetric(descInboxLimitWaiting, prometheus.GaugeValue, float64(h.LimitWaiting), t.Name)
 		}
 		if tm := t.timings; tm != nil {
 			for outcome, h := range tm.Handle {

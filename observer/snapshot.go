@@ -139,7 +139,9 @@ type InboxHealth struct {
 	PermanentErrors int64     `json:"permanent_errors"` // of claim_errors: the table refuses the statement
 	LocksLost       int64     `json:"locks_lost"`
 	BadRows         int64     `json:"bad_rows"`
-	Failing         int64     `json:"failing"` // claimers backing off now
+	Failing         int64     `json:"failing"`       // claimers backing off now
+	LimitHeld       int64     `json:"limit_held"`    // places of Limits held in TABLE_limits now
+	LimitWaiting    int64     `json:"limit_waiting"` // jobs held waiting for a place of Limits now
 	LastError       string    `json:"last_error,omitempty"`
 	LastErrorAt     time.Time `json:"last_error_at,omitzero"`
 }

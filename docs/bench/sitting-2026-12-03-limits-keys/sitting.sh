@@ -2,7 +2,7 @@
 # Sitting V: PerPartition and Rate without the table lock (BENCHMARKS.md row Q4).
 # Three interleaved rounds, each running the code before (BEFORE, main at 43ae204:
 # PerPartition and Rate claims serialised on the table's advisory lock) and after
-# (AFTER, 87d714d: per-key locks, a reserve of starts), alternating which goes first:
+# (AFTER, a86109f: places per key, a reserve of starts), alternating which goes first:
 #   - BenchmarkDrainGroups (inbox/groups_bench_test.go; the after version of the
 #     file is put into both trees, so both run the same cases): two instances
 #     draining 10,000 jobs, plain (8 workers each), nolimit and limit40 (32
@@ -18,7 +18,7 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(cd "$HERE/../../.." && pwd)
 OUT=${OUT:-/tmp/i23p/sitting}
 BEFORE=${BEFORE:-43ae204}
-AFTER=${AFTER:-87d714d}
+AFTER=${AFTER:-a86109f}
 export INBOX_BENCH_JOBS=${INBOX_BENCH_JOBS:-10000}
 case "$1" in
 build)

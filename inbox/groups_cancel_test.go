@@ -1,0 +1,87 @@
+package inbox_test
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/gotp/gotp/inbox"
+)
+
+// Cancelling the head of a FIFO group while its handler runs (a handler that
+// ignores its context) must not let the group's next job start before that
+// handler returns: at most one job of a group in work, across every instance. Two
+// instances claim; a third queue cancels.
+func TestFIFOGroupCancelledHeadHoldsGroup(t *testing.T) {
+	eachDB(t, func(t *testing.T, b *backend) {
+		for _, form := range groupForms(b) {
+			t.Run(form.String(), func(t *testing.T) {
+				if form != inbox.RowLock {
+					t.Skip("known: in the lease and advisory forms Cancel of a group's head in work makes the row finished at once (lock deadline far future, ClaimedAt cleared), so the group's next job starts while the cancelled handler still runs (issue 23)")
+				}
+				b := freshBackend(t, b.dialect)
+				groupTable(t, b)
+				pub := newQueue(t, b, inbox.Config[msg]{Columns: inbox.GroupColumns()})
+				head, err := pub.Publish(t.Context(), msg{N: 0}, &inbox.PublishOpts{Group: "a"})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if _, err := pub.Publish(t.Context(), msg{N: 1}, &inbox.PublishOpts{Group: "a"}); err != nil {
+					t.Fatal(err)
+				}
+				headStarted, release, nextStarted := make(chan struct{}), make(chan struct{}), make(chan struct{})
+				var headRunning atomic.Bool
+				var releaseOnce sync.Once
+				h := func(ctx context.Context, j inbox.Job[msg]) error {
+					switch j.Payload.N {
+					case 0:
+						headRunning.Store(true)
+						close(headStarted)
+						<-release // ignores ctx
+						headRunning.Store(false)
+					case 1:
+						if headRunning.Load() {
+							t.Errorf("job 1 of group a started while its cancelled head's handler still runs")
+						}
+						close(nextStarted)
+					}
+					return nil
+				}
+				for range 2 {
+					start(t, newQueue(t, b, inbox.Config[msg]{Columns: inbox.GroupColumns()}), h,
+						inbox.SubscribeOptions{Workers: 2, Form: form, PollInterval: 20 * time.Millisecond})
+				}
+				t.Cleanup(func() { releaseOnce.Do(func() { close(release) }) }) // runs before the Stops
+				select {
+				case <-headStarted:
+				case <-time.After(10 * time.Second):
+					t.Fatal("the head never started")
+				}
+				cancelled := make(chan error, 1)
+				go func() { cancelled <- pub.Cancel(context.Background(), head) }() // RowLock: returns once the handler has
+				// The group's next job must not start while the head's handler runs:
+				// many polls of both instances pass in this window.
+				select {
+				case <-nextStarted:
+					t.Fatal("job 1 started while the cancelled head's handler still runs")
+				case <-time.After(1500 * time.Millisecond): // longer than the lock forms' heartbeat
+				}
+				releaseOnce.Do(func() { close(release) })
+				select {
+				case <-nextStarted:
+				case <-time.After(10 * time.Second):
+					t.Fatal("job 1 never started after the cancelled head returned")
+				}
+				if err := <-cancelled; err != nil {
+					t.Fatalf("cancel: %v", err)
+				}
+				within(t, 10*time.Second, func() bool {
+					st, err := pub.Stats(t.Context())
+					return err == nil && st.Cancelled == 1 && st.Ready+st.InWork+st.Delayed == 0
+				}, "the head settled as cancelled, job 1 done")
+			})
+		}
+	})
+}
