@@ -605,6 +605,9 @@ func (h *historyOwner) commit(p *gotp.Process, batch []pendingAppend) error {
 			h.ms = append(h.ms, a.m)
 		}
 	}
+	if h.svc != nil && h.svc.cfg.onCommit != nil {
+		h.svc.cfg.onCommit(len(batch))
+	}
 	err := h.store.AppendBatch(p.Context(), h.ms, h.rooms)
 	clear(h.ms)
 	clear(h.rooms)

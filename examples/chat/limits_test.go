@@ -18,6 +18,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -25,6 +26,7 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/gotp/gotp"
+	"github.com/gotp/gotp/gotptest"
 )
 
 // startServiceConfig is startService with cfg (its DataDir and addresses
@@ -542,9 +544,30 @@ func TestMaxConnections(t *testing.T) {
 // Messages sent while a commit is in flight are committed together in the
 // next transaction, every send ends in SENT, and the history written this
 // way is all there after a restart of the whole service.
+//
+// The first transaction is held (Config.onCommit) until it carries two
+// appends or at least two wait in the owner's mailbox behind it (those
+// must then go in one transaction), so the group commit does not hang on
+// the scheduler.
 func TestGroupCommitHistorySurvivesRestart(t *testing.T) {
 	dir := t.TempDir()
-	ts := startService(t, dir)
+	release := make(chan struct{})
+	var first sync.Once
+	var firstBatch atomic.Int64
+	n := quietNode("chat")
+	svc, err := Start(context.Background(), n, Config{DataDir: dir, TCPAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0",
+		onCommit: func(k int) { first.Do(func() { firstBatch.Store(int64(k)); <-release }) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := &testService{Service: svc, n: n, dir: dir}
+	t.Cleanup(func() { ts.stop(t) })
+	released := false
+	t.Cleanup(func() { // runs first: a held commit would keep Stop waiting
+		if !released {
+			close(release)
+		}
+	})
 	const users, each = 12, 25
 	clients := make([]*client, users)
 	for i := range clients {
@@ -563,6 +586,16 @@ func TestGroupCommitHistorySurvivesRestart(t *testing.T) {
 		})
 	}
 	wg.Wait()
+	owner, ok := n.Whereis(historyName)
+	if !ok {
+		t.Fatal("no history owner")
+	}
+	gotptest.Eventually(t, "two appends waiting behind the held commit", func() bool {
+		l, _ := n.MailboxLen(owner)
+		return l >= 2 || firstBatch.Load() >= 2
+	})
+	close(release)
+	released = true
 	for i, c := range clients {
 		sent, msgs := 0, 0
 		for sent < each || msgs < each {

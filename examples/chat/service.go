@@ -114,8 +114,9 @@ type Config struct {
 	// before CommandRate holds it back. Defaults to DefaultCommandBurst.
 	CommandBurst int
 
-	onConn func(gotp.PID, *conn) // tests: told of every connection process as it starts
-	onSlow func(name string)     // tests: told of every slow consumer as it is cut off, before its last words are queued
+	onConn   func(gotp.PID, *conn) // tests: told of every connection process as it starts
+	onSlow   func(name string)     // tests: told of every slow consumer as it is cut off, before its last words are queued
+	onCommit func(n int)           // tests: called by the history owner before each transaction of n appends (may block it)
 }
 
 // Defaults of the connection limits in Config.
