@@ -29,8 +29,9 @@ import (
 // spare, extends the lease of all it holds in the same statement every third of a
 // lease, and gives back the places of a key that its last claim found no more
 // ready rows for. The statement that takes also makes the rows of keys that have
-// none; the rows of a key whose places are all free and that has no unfinished
-// row are deleted when a lane gives its places back. A lane whose places' lease is
+// none; the rows of keys whose places are all free and that have no unfinished
+// row are deleted when a lane gives back the last places of a key it held, and
+// once per poll by a lane that holds none. A lane whose places' lease is
 // about to end unextended (a tenth of a lease before) cancels the handlers of its
 // keyed jobs and holds none; a crashed instance's places come free when their
 // lease ends. The cost of the limit is a statement when a lane's keys change, not
@@ -47,6 +48,7 @@ type keySlots struct {
 	until    time.Time           // the places' lease deadline
 	extendAt time.Time
 	retryAt  time.Time // no new places asked for before (the last ask came back short)
+	sweepAt  time.Time // keyDropSQL next, while the lane holds no place (once per poll)
 	backoff  time.Duration
 	timer    *time.Timer
 	expired  chan struct{} // a token from the timer: the lease is about to end unextended
@@ -239,16 +241,18 @@ func (q *Queue[T]) keyTakeSQL(names []string, tag int64, until, deadline, now ti
 	return sql, s.args
 }
 
-// keyDropSQL deletes the places of keys (up to n each) whose places are all free
-// at now and that have no unfinished row: keys gone idle.
-func (q *Queue[T]) keyDropSQL(keys []string, now time.Time, n int) (string, []any) {
+// keyDropSQL deletes, at now, the places of every key that has no unfinished row
+// and no place held (up to n places a key): keys gone idle, including places that
+// a take made for a key whose last rows were settled meanwhile.
+func (q *Queue[T]) keyDropSQL(now time.Time, n int) (string, []any) {
 	s := &stmt[T]{q: q}
 	lt := q.limitsTable()
 	pk := col(q.c.Partition)
-	keysA, nowA, nA := s.arg(keys), s.arg(now.UnixMicro()), s.arg(n)
-	idle := "SELECT d.v FROM unnest(" + keysA + "::text[]) AS d(v) WHERE NOT EXISTS (SELECT 1 FROM " + q.table + " AS r WHERE r." + pk + " = d.v AND " + q.live("r") + ")" +
-		" AND NOT EXISTS (SELECT 1 FROM " + lt + " AS l WHERE l.name IN (SELECT 'p ' || i || ' ' || d.v FROM generate_series(0, " + nA + "::int - 1) AS i) AND l.starts > " + nowA + "::bigint)"
-	return "DELETE FROM " + lt + " WHERE name IN (SELECT 'p ' || i || ' ' || x.v FROM (" + idle + ") x CROSS JOIN generate_series(0, " + nA + "::int - 1) AS i) AND starts <= " + nowA + "::bigint", s.args
+	nowA, nA := s.arg(now.UnixMicro()), s.arg(n)
+	key := "regexp_replace(l.name, '^p [0-9]+ ', '')"
+	return "DELETE FROM " + lt + " AS l WHERE l.name LIKE 'p %' AND l.starts <= " + nowA + "::bigint" +
+		" AND NOT EXISTS (SELECT 1 FROM " + q.table + " AS r WHERE r." + pk + " = " + key + " AND " + q.live("r") + ")" +
+		" AND NOT EXISTS (SELECT 1 FROM " + lt + " AS h WHERE h.name IN (SELECT 'p ' || i || ' ' || " + key + " FROM generate_series(0, " + nA + "::int - 1) AS i) AND h.starts > " + nowA + "::bigint)", s.args
 }
 
 // syncKeys brings the lane's places towards what it needs: it gives back the idle
@@ -306,11 +310,16 @@ func (s *Subscription[T]) syncKeys(l *lane, claiming bool) {
 		sql, args := s.q.slotFreeSQL(back, ks.tag, ks.until)
 		if _, err := s.q.db().exec(s.ctx, sql, args...); err != nil {
 			s.q.log.Warn("inbox: giving back places of Limits.PerPartition failed; they come free when their lease ends", "table", s.q.name, "err", err)
-		} else if len(gone) > 0 {
-			sql, args := s.q.keyDropSQL(gone, trunc(now), n)
-			_, _ = s.q.db().exec(s.ctx, sql, args...) // best effort: the rows are made again on demand
 		}
 		s.q.Wake() // another lane of this process may be waiting for places
+	}
+	if len(gone) > 0 || (len(ks.held) == 0 && !now.Before(ks.sweepAt)) {
+		// Keys gone idle lose their places' rows; swept also once per poll while
+		// the lane holds none (as an idle lane polls), for the rows a take made
+		// for a key whose last rows were settled meanwhile.
+		ks.sweepAt = now.Add(s.o.PollInterval)
+		sql, args := s.q.keyDropSQL(trunc(now), n)
+		_, _ = s.q.db().exec(s.ctx, sql, args...) // best effort: the rows are made again on demand
 	}
 	held := ks.count()
 	k := 0

@@ -503,7 +503,7 @@ func (s *Subscription[T]) check(ctx context.Context) error {
 				return fmt.Errorf("inbox: %s: make the table of Limits: %w", q.name, err)
 			}
 			add(q.keyTakeSQL(nil, 0, now, now, now, 1, 1))
-			add(q.keyDropSQL(nil, now, 1))
+			add(q.keyDropSQL(now, 1))
 		}
 		if s.slotted {
 			if q.dialect == SQLite {
