@@ -41,6 +41,15 @@ var ErrJobCancelled = errors.New("inbox: job cancelled")
 // returns once that job's handler has returned and its settlement committed (or its
 // connection died), bounded by ctx.
 //
+// A job of a FIFO group (Columns.Group) in work under a live lease keeps its lease
+// until its holder settles it as Cancelled, so that the group's next job does not
+// start while the cancelled handler may still run (one of a group in work at a
+// time): Stats counts it as Cancelled meanwhile, and Requeue, RetryJob and Prune
+// leave it alone until it is settled. If its holder dies, the lease runs out and a
+// subscription of the table finalises it as Cancelled (within a PollInterval): it
+// is never run again. In the advisory form a group's job cancelled in work does not
+// hold its group: the next job may start while the cancelled handler still runs.
+//
 // Cancelling a cancelled job returns nil. Errors: a *NoJobError for an id with no
 // row (it matches ErrNoJob), a *JobStateError for a dead-lettered or processed
 // job, or one that finished while Cancel waited for it, a *ConfigError on a
@@ -48,6 +57,19 @@ var ErrJobCancelled = errors.New("inbox: job cancelled")
 func (q *Queue[T]) Cancel(ctx context.Context, id int64) error {
 	if q.c.CancelledAt == "" {
 		return &ConfigError{Field: "Columns.CancelledAt", Reason: "Cancel needs a CancelledAt column (the default schema has it from version 1: run Migrate)"}
+	}
+	if q.holdsCancel() {
+		// A FIFO group's job in work under a live lease keeps its lease: its group
+		// stays held until its holder settles it as Cancelled (or the lease runs
+		// out and a claimer finalises it: sweepCancelled).
+		n, err := q.db().exec(ctx, q.cancelLeasedSQL(q.dialect == Postgres), id, q.ts(farFuture()), q.ts(q.now()))
+		if err != nil {
+			return fmt.Errorf("inbox: cancel %s job %d: %w", q.name, id, err)
+		}
+		if n == 1 {
+			q.cancelLocal(id)
+			return nil
+		}
 	}
 	// A row that changes between the statements below is tried again, a few times.
 	for range 5 {
@@ -99,6 +121,58 @@ func (q *Queue[T]) cancelSQL(skipLocked bool) string {
 		where = col(c.ID) + " IN (SELECT " + col(c.ID) + " FROM " + q.table + " WHERE " + where + " FOR UPDATE SKIP LOCKED)"
 	}
 	return "UPDATE " + q.table + " SET " + set + " WHERE " + where
+}
+
+// holdsCancel reports whether a cancelled job in work under a live lease keeps
+// its lease until its holder settles it (tables with FIFO groups): its group must
+// not move on while its handler may still run.
+func (q *Queue[T]) holdsCancel() bool {
+	return q.c.Group != "" && q.c.ClaimedAt != "" && q.c.CancelledAt != ""
+}
+
+// cancelLeasedSQL (holdsCancel) marks cancelled a row of a group in work under a
+// live lease, leaving its lease as it is: $1 id, $2 far future, $3 now. With
+// skipLocked (Postgres) a row locked by another transaction (a RowLock holder) is
+// left alone: Cancel then waits for it (cancelLocked).
+func (q *Queue[T]) cancelLeasedSQL(skipLocked bool) string {
+	c := q.c
+	lu := col(c.LockedUntil)
+	where := col(c.ID) + " = " + q.p(1) + " AND " + col(c.CancelledAt) + " IS NULL AND " + col(c.Group) + " IS NOT NULL AND " +
+		col(c.ClaimedAt) + " IS NOT NULL AND " + lu + " > " + q.p(3) + " AND " + lu + " < " + q.p(2)
+	if c.ProcessedAt != "" {
+		where += " AND " + col(c.ProcessedAt) + " IS NULL"
+	}
+	if skipLocked {
+		where = col(c.ID) + " IN (SELECT " + col(c.ID) + " FROM " + q.table + " WHERE " + where + " FOR UPDATE SKIP LOCKED)"
+	}
+	return "UPDATE " + q.table + " SET " + col(c.CancelledAt) + " = " + q.p(3) + " WHERE " + where
+}
+
+// sweepCancelledSQL (holdsCancel) finalises the cancelled rows of groups whose
+// lease ran out before their holder settled them (it died): they are never run
+// again, and their groups move on. $1 far future, $2 now.
+func (q *Queue[T]) sweepCancelledSQL() string {
+	c := q.c
+	lu := col(c.LockedUntil)
+	set := lu + " = " + q.p(1) + ", " + col(c.ClaimedAt) + " = NULL"
+	if q.hasUnique() {
+		set += ", " + q.keepKey(UniqueCancelled)
+	}
+	return "UPDATE " + q.table + " SET " + set + " WHERE " + col(c.Group) + " IS NOT NULL AND " + col(c.ClaimedAt) + " IS NOT NULL AND " +
+		col(c.CancelledAt) + " IS NOT NULL AND " + lu + " <= " + q.p(2)
+}
+
+// sweepCancelled (holdsCancel) runs sweepCancelledSQL, at most every
+// PollInterval per caller (a lane of the lease form, a worker of the lock forms):
+// next is when the caller's next sweep is due.
+func (s *Subscription[T]) sweepCancelled(next *time.Time) {
+	if !s.q.holdsCancel() || time.Now().Before(*next) {
+		return
+	}
+	*next = time.Now().Add(s.o.PollInterval)
+	if _, err := s.q.db().exec(s.ctx, s.q.sweepCancelledSQL(), s.q.ts(farFuture()), s.q.ts(s.q.now())); err != nil && s.ctx.Err() == nil {
+		s.q.log.Warn("inbox: finalising cancelled jobs failed; trying again", "table", s.q.name, "err", err)
+	}
 }
 
 // jobState reads why Cancel did not change row id: nil and "cancelled" (already

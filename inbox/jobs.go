@@ -362,6 +362,11 @@ func (q *Queue[T]) RetryJob(ctx context.Context, id int64) error {
 				return refuse("without a ClaimedAt column a job in work looks delayed")
 			}
 		case StateDead, StateCancelled:
+			if j.State == StateCancelled && !j.ClaimedAt.IsZero() && j.LockedUntil.Before(farFuture()) {
+				// A group's job cancelled in work keeps its lease until its holder
+				// settles it (Queue.Cancel).
+				return refuse("it was cancelled in work and its handler may still run: try again once it is settled")
+			}
 			if q.c.Attempts != "" {
 				set += ", " + col(q.c.Attempts) + " = 0"
 			}

@@ -141,9 +141,11 @@ func (e *settleFailure) Error() string { return e.err.Error() }
 func (e *settleFailure) Unwrap() error { return e.err }
 
 // pending reports whether a batch has settlements still to write.
-func pending(batch []settlement) bool {
+// A cancelled job's settlement is written only where cancelled jobs keep their
+// lease (writeCancels: Queue.holdsCancel); elsewhere Cancel wrote the row.
+func pending(batch []settlement, writeCancels bool) bool {
 	for _, st := range batch {
-		if !st.written && st.failed == nil && st.d.out != Cancelled {
+		if !st.written && st.failed == nil && (st.d.out != Cancelled || writeCancels) {
 			return true
 		}
 	}
@@ -171,6 +173,7 @@ type lane struct {
 	heldShown int64    // the places of slots and keys counted in Health.LimitHeld
 
 	nextCancelCheck time.Time // when checkCancels next looks for cancelled jobs
+	nextSweep       time.Time // when sweepCancelled next runs
 	tail            int64     // the priority of the last row dispatched (dispatch)
 
 	// The loop's average of its handlers' durations (adaptive prefetch).
@@ -273,8 +276,9 @@ func (s *Subscription[T]) leaseWorker(l *lane) {
 		d := decide(err, j.attempt, s.o.MaxAttempts, s.q.c.Attempts != "", s.o.Backoff)
 		switch {
 		case wasCancelled(j.ctx):
-			// Cancel wrote the row already (lock deadline and all): nothing to write,
-			// whatever the handler returned.
+			// Settled as Cancelled whatever the handler returned: Cancel wrote the
+			// row already (lock deadline and all), or, for a group's job that kept
+			// its lease (holdsCancel), the cycle writes it.
 			d = decision{out: Cancelled, err: ErrJobCancelled}
 		case err != nil && context.Cause(s.workCtx) == errRelease:
 			d = decision{out: Released, err: err}
@@ -448,6 +452,7 @@ func (s *Subscription[T]) leaseLoop(l *lane) {
 		}
 		n = s.limit(l)
 		s.checkCancels(l, inflight)
+		s.sweepCancelled(&l.nextSweep)
 		s.extendDue(inflight)
 		if l.slots != nil {
 			// Slots before the claim, which takes no more rows than they can run
@@ -655,7 +660,9 @@ func (s *Subscription[T]) extendDue(inflight map[int64]*leased) {
 	var extended []*leased
 	defer func() { s.expire(extended, deadline, false) }()
 	for _, j := range inflight {
-		if j.extendAt.After(now) || j.ctx.Err() != nil {
+		// A cancelled job of a group keeps its lease while its handler runs
+		// (holdsCancel), so that its group stays held.
+		if j.extendAt.After(now) || (j.ctx.Err() != nil && !(wasCancelled(j.ctx) && s.q.holdsCancel())) {
 			continue
 		}
 		sql, args := s.q.settleSQL(skExtend, j.id, j.fenced(), now, 0, "", deadline)
@@ -677,6 +684,7 @@ func (s *Subscription[T]) extendDue(inflight map[int64]*leased) {
 		if n == 0 {
 			if s.q.isCancelledRow(s.ctx, s.q.db(), j.id) {
 				j.cancel(ErrJobCancelled)
+				j.extendAt = now.Add(s.o.Lease / 3) // Cancel wrote the row: nothing to extend
 				continue
 			}
 			lost := &LeaseLostError{Table: s.q.name, ID: j.id, Op: "extend"}
@@ -707,7 +715,7 @@ func (s *Subscription[T]) cycle(l *lane, batch []settlement, want int) (got []*l
 	split := false // settle acks one statement each, to find the one that fails
 	for {
 		got, lost = nil, map[int64]bool{}
-		if want == 0 && !pending(batch) {
+		if want == 0 && !pending(batch, s.q.holdsCancel()) {
 			for _, st := range batch {
 				if st.lost {
 					lost[st.j.id] = true
@@ -742,7 +750,7 @@ func (s *Subscription[T]) cycle(l *lane, batch []settlement, want int) (got []*l
 				"table", q.name, "id", st.j.id, "outcome", st.d.out.String(), "err", sf.err)
 			continue
 		}
-		if permanent(err) && q.dialect == Postgres && !split && pending(batch) {
+		if permanent(err) && q.dialect == Postgres && !split && pending(batch, s.q.holdsCancel()) {
 			// Perhaps one ack's row is what the database refuses: settle them one
 			// statement each, at once, to find it.
 			split = true
@@ -750,7 +758,7 @@ func (s *Subscription[T]) cycle(l *lane, batch []settlement, want int) (got []*l
 		}
 		// With nothing to settle, Stop cuts the pause short: the claim is dropped.
 		pctx := ctx
-		if !pending(batch) {
+		if !pending(batch, s.q.holdsCancel()) {
 			pctx = s.claimCtx
 		}
 		if !r.failed(pctx, "claim cycle", err) && ctx.Err() != nil {
@@ -779,7 +787,7 @@ func (s *Subscription[T]) sqliteCycle(ctx context.Context, l *lane, batch []sett
 	err = q.sqliteTx(sctx, func(db querier) error {
 		clear(lost)
 		for i, st := range batch {
-			if st.failed != nil || st.d.out == Cancelled {
+			if st.failed != nil || (st.d.out == Cancelled && !q.holdsCancel()) {
 				continue // a cancelled job's row was written by Cancel
 			}
 			sql, args := q.settleSQL(kindOf(st.d.out), st.j.id, st.j.fenced(), now, st.d.delay, errText(st.d.err), now)
@@ -787,7 +795,9 @@ func (s *Subscription[T]) sqliteCycle(ctx context.Context, l *lane, batch []sett
 			if err != nil {
 				return &settleFailure{i: i, err: err}
 			}
-			if n == 0 {
+			// A cancel that finds the row written already (by Cancel, outside a
+			// group) is not lost.
+			if n == 0 && st.d.out != Cancelled {
 				lost[st.j.id] = true
 			}
 		}
@@ -859,7 +869,7 @@ func (s *Subscription[T]) pgCycle(ctx context.Context, l *lane, batch []settleme
 	var fences []time.Time
 	for i := range batch {
 		st := &batch[i]
-		if st.written || st.failed != nil || st.d.out == Cancelled {
+		if st.written || st.failed != nil || (st.d.out == Cancelled && !q.holdsCancel()) {
 			continue // a cancelled job's row was written by Cancel
 		}
 		if st.d.out == Acked && !split {
@@ -876,7 +886,7 @@ func (s *Subscription[T]) pgCycle(ctx context.Context, l *lane, batch []settleme
 		if err != nil {
 			return &settleFailure{i: i, err: err}
 		}
-		st.written, st.lost = true, n == 0
+		st.written, st.lost = true, n == 0 && st.d.out != Cancelled
 	}
 	for _, st := range batch {
 		if st.lost {

@@ -23,6 +23,7 @@ func (s *Subscription[T]) lockWorker() {
 	defer r.done()
 	poll := time.NewTimer(s.o.PollInterval)
 	defer poll.Stop()
+	var nextSweep time.Time // sweepCancelled
 	for {
 		select {
 		case <-s.stopClaim:
@@ -56,6 +57,7 @@ func (s *Subscription[T]) lockWorker() {
 		if found {
 			continue // the claim came back full: claim again at once
 		}
+		s.sweepCancelled(&nextSweep)
 		poll.Reset(s.o.PollInterval)
 		select {
 		case <-poll.C:

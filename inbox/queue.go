@@ -324,10 +324,15 @@ func (q *Queue[T]) dbNow() string {
 // claimable is the predicate of a row that may be claimed at now (SQL).
 func (q *Queue[T]) claimable(now string) string {
 	lu := col(q.c.LockedUntil)
+	cond := lu + " <= " + now
 	if q.c.LockedUntilNullable {
-		return "(" + lu + " IS NULL OR " + lu + " <= " + now + ")"
+		cond = "(" + lu + " IS NULL OR " + lu + " <= " + now + ")"
 	}
-	return lu + " <= " + now
+	if q.holdsCancel() {
+		// A cancelled job whose lease ran out is finalised, never run again.
+		cond += " AND " + col(q.c.CancelledAt) + " IS NULL"
+	}
+	return cond
 }
 
 // order is the claim order.

@@ -47,7 +47,8 @@ func (q *Queue[T]) Prune(ctx context.Context, r Retention) (int64, error) {
 	for _, ru := range []rule{
 		{r.Processed, c.ProcessedAt, "Retention.Processed", ""},
 		{r.Dead, c.DeadAt, "Retention.Dead", " AND " + col(c.LockedUntil) + " >= " + q.p(2) + live},
-		{r.Cancelled, c.CancelledAt, "Retention.Cancelled", ""},
+		// A group's job cancelled in work keeps its lease until settled (Cancel).
+		{r.Cancelled, c.CancelledAt, "Retention.Cancelled", " AND " + col(c.LockedUntil) + " >= " + q.p(2)},
 	} {
 		if ru.d <= 0 {
 			continue

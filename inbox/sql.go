@@ -178,7 +178,11 @@ func (q *Queue[T]) settleSQL(k settleKind, id int64, f fence, now time.Time, del
 	if f.byAttempt && c.Attempts != "" {
 		b.WriteString(" AND " + col(c.Attempts) + " = " + s.arg(f.attempt))
 	}
-	if f.live && c.CancelledAt != "" && k != skCancel {
+	// The lease form on a table whose cancelled jobs keep their lease
+	// (holdsCancel): only a cancel settles a cancelled row; an extension keeps
+	// its group held while its handler runs.
+	leaseLive := f.lease != nil && q.holdsCancel() && k != skExtend
+	if (f.live || leaseLive) && c.CancelledAt != "" && k != skCancel {
 		b.WriteString(" AND " + col(c.CancelledAt) + " IS NULL")
 	}
 	return b.String(), s.args
@@ -289,9 +293,13 @@ func (q *Queue[T]) pgAckClaimSQL(l Limits, ids []int64, fences []time.Time, dead
 	idsA := s.arg(ids)
 	fA := s.arg(fences)
 	var ack string
-	match := " FROM unnest(" + idsA + "::bigint[], " + fA + "::timestamptz[]) AS a(id, lu) WHERE t." + col(c.ID) + " = a.id AND t." + col(c.LockedUntil) + " = a.lu RETURNING t." + col(c.ID) + " AS id"
+	fenceSQL := "t." + col(c.ID) + " = a.id AND t." + col(c.LockedUntil) + " = a.lu"
+	if q.holdsCancel() {
+		fenceSQL += " AND t." + col(c.CancelledAt) + " IS NULL" // a cancelled job is settled as Cancelled
+	}
+	match := " FROM unnest(" + idsA + "::bigint[], " + fA + "::timestamptz[]) AS a(id, lu) WHERE " + fenceSQL + " RETURNING t." + col(c.ID) + " AS id"
 	if c.ProcessedAt == "" {
-		ack = "DELETE FROM " + q.table + " AS t USING unnest(" + idsA + "::bigint[], " + fA + "::timestamptz[]) AS a(id, lu) WHERE t." + col(c.ID) + " = a.id AND t." + col(c.LockedUntil) + " = a.lu RETURNING t." + col(c.ID) + " AS id"
+		ack = "DELETE FROM " + q.table + " AS t USING unnest(" + idsA + "::bigint[], " + fA + "::timestamptz[]) AS a(id, lu) WHERE " + fenceSQL + " RETURNING t." + col(c.ID) + " AS id"
 	} else {
 		set := col(c.ProcessedAt) + " = " + s.arg(q.ts(now)) + ", " + col(c.LockedUntil) + " = " + s.arg(q.ts(farFuture()))
 		if c.ClaimedAt != "" {
