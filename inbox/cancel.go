@@ -45,10 +45,9 @@ var ErrJobCancelled = errors.New("inbox: job cancelled")
 // until its holder settles it as Cancelled, so that the group's next job does not
 // start while the cancelled handler may still run (one of a group in work at a
 // time): Stats counts it as Cancelled meanwhile, and Requeue, RetryJob and Prune
-// leave it alone until it is settled. If its holder dies, the lease runs out and a
-// subscription of the table finalises it as Cancelled (within a PollInterval): it
-// is never run again. In the advisory form a group's job cancelled in work does not
-// hold its group: the next job may start while the cancelled handler still runs.
+// leave it alone until it is settled. If its holder dies, the lease runs out (in
+// the advisory form: its lock goes with the connection) and a subscription of the
+// table finalises it as Cancelled (within a PollInterval): it is never run again.
 //
 // Cancelling a cancelled job returns nil. Errors: a *NoJobError for an id with no
 // row (it matches ErrNoJob), a *JobStateError for a dead-lettered or processed
@@ -137,8 +136,15 @@ func (q *Queue[T]) holdsCancel() bool {
 func (q *Queue[T]) cancelLeasedSQL(skipLocked bool) string {
 	c := q.c
 	lu := col(c.LockedUntil)
+	inWork := lu + " > " + q.p(3) + " AND " + lu + " < " + q.p(2)
+	if q.dialect == Postgres {
+		// The advisory form's rows in work hold no lease: their holder holds the
+		// row's advisory lock (the lock of a transaction of this statement's own
+		// is let go at its end).
+		inWork = "(" + inWork + " OR (" + lu + " <= " + q.p(3) + " AND NOT pg_try_advisory_xact_lock(" + strconv.Itoa(int(q.lockKey())) + ", " + q.lockIDOf(col(c.ID)) + ")))"
+	}
 	where := col(c.ID) + " = " + q.p(1) + " AND " + col(c.CancelledAt) + " IS NULL AND " + col(c.Group) + " IS NOT NULL AND " +
-		col(c.ClaimedAt) + " IS NOT NULL AND " + lu + " > " + q.p(3) + " AND " + lu + " < " + q.p(2)
+		col(c.ClaimedAt) + " IS NOT NULL AND " + inWork
 	if c.ProcessedAt != "" {
 		where += " AND " + col(c.ProcessedAt) + " IS NULL"
 	}
@@ -158,8 +164,19 @@ func (q *Queue[T]) sweepCancelledSQL() string {
 	if q.hasUnique() {
 		set += ", " + q.keepKey(UniqueCancelled)
 	}
-	return "UPDATE " + q.table + " SET " + set + " WHERE " + col(c.Group) + " IS NOT NULL AND " + col(c.ClaimedAt) + " IS NOT NULL AND " +
-		col(c.CancelledAt) + " IS NOT NULL AND " + lu + " <= " + q.p(2)
+	where := col(c.Group) + " IS NOT NULL AND " + col(c.ClaimedAt) + " IS NOT NULL AND " + col(c.CancelledAt) + " IS NOT NULL AND " + lu + " <= " + q.p(2)
+	if q.dialect == Postgres {
+		// Not a row an advisory-form holder still holds.
+		where += " AND pg_try_advisory_xact_lock(" + strconv.Itoa(int(q.lockKey())) + ", " + q.lockIDOf(col(c.ID)) + ")"
+	}
+	return "UPDATE " + q.table + " SET " + set + " WHERE " + where
+}
+
+// lockIDOf is the SQL of the second key of the advisory form's lock on the row
+// whose id is the bigint expression id: its low 32 bits as an int4, as int32(id)
+// in Go.
+func (q *Queue[T]) lockIDOf(id string) string {
+	return "((" + id + " & 4294967295) - CASE WHEN (" + id + " & 2147483648) <> 0 THEN 4294967296 ELSE 0 END)::int4"
 }
 
 // sweepCancelled (holdsCancel) runs sweepCancelledSQL, at most every

@@ -54,10 +54,10 @@ func (s *Subscription[T]) lockWorker() {
 			continue
 		}
 		r.ok()
+		s.sweepCancelled(&nextSweep)
 		if found {
 			continue // the claim came back full: claim again at once
 		}
-		s.sweepCancelled(&nextSweep)
 		poll.Reset(s.o.PollInterval)
 		select {
 		case <-poll.C:
@@ -368,6 +368,13 @@ func (s *Subscription[T]) handleAdvisory(conn *pgxpool.Conn, id int64, attempt i
 	case tag.RowsAffected() == 0 && q.isCancelledRow(s.ctx, pgQ{conn}, id):
 		// Cancelled by another instance after the last heartbeat: the row says so.
 		r.Outcome, r.Err = Cancelled, ErrJobCancelled
+		if q.holdsCancel() {
+			// A group's job cancelled in work is left for its holder to settle.
+			sql, args := q.settleSQL(skCancel, id, s.attemptFence(attempt), q.now(), 0, "", time.Time{})
+			if _, err = conn.Exec(s.ctx, sql, args...); err != nil {
+				r.SettleErr = s.settleErr(conn.Conn().PgConn(), id, Cancelled, err)
+			}
+		}
 	case tag.RowsAffected() == 0:
 		r.SettleErr = s.lostSettle(id, d.out, nil)
 	}
