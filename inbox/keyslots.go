@@ -261,8 +261,11 @@ func (q *Queue[T]) keyDropSQL(now time.Time, n int) (string, []any) {
 // while it claims (claiming) and holds fewer places than it has workers, or when
 // the lease is due for extension. Failures are logged and tried again later; the
 // expiry timer stops the keyed handlers if the lease cannot be extended in time.
-func (s *Subscription[T]) syncKeys(l *lane, claiming bool) {
+// Rows of inflight whose key it holds no place of any more are released
+// (releaseUnplaced).
+func (s *Subscription[T]) syncKeys(l *lane, claiming bool, inflight map[int64]*leased) {
 	ks := l.keys
+	defer s.releaseUnplaced(ks, inflight)
 	select {
 	case <-ks.expired:
 		clear(ks.held)
@@ -394,6 +397,35 @@ func (s *Subscription[T]) syncKeys(l *lane, claiming bool) {
 	// Places held no more (their lease ended before this extension) stop their
 	// keys' handlers, which may run beside another lane's.
 	ks.publish(&LeaseLostError{Table: s.q.name, Op: "slot lost"})
+}
+
+// releaseUnplaced gives back to the table the rows the lane holds, not running,
+// of keys it holds no place of: their places were lost (their lease expired or
+// its extension was in doubt). They would wait in the lane for a place of their
+// key, their leases extended, and the lane asks only for places of keys with
+// ready rows: once the key's other rows had run elsewhere, none, and they would
+// never run. Released (their attempt not counted), they are ready rows of their
+// key again, for whichever lane takes its places.
+func (s *Subscription[T]) releaseUnplaced(ks *keySlots, inflight map[int64]*leased) {
+	lost := false
+	for k, n := range ks.inflight {
+		if n > 0 && len(ks.held[k]) == 0 {
+			lost = true
+			break
+		}
+	}
+	if !lost {
+		return
+	}
+	ks.mu.Lock()
+	defer ks.mu.Unlock()
+	for _, j := range inflight {
+		if _, running := ks.running[j]; running || !j.meta.keyed || len(ks.held[j.meta.key]) > 0 {
+			continue
+		}
+		// Its worker (waiting in enter, or yet to take it) gives it back.
+		j.cancel(&LeaseLostError{Table: s.q.name, ID: j.id, Op: "place lost"})
+	}
 }
 
 // armKeys (re)starts the timer that stops the lane's keyed handlers a tenth of a

@@ -461,7 +461,7 @@ func (s *Subscription[T]) leaseLoop(l *lane) {
 			n = s.claimLimit(l)
 		}
 		if l.keys != nil {
-			s.syncKeys(l, canClaim && !stopping)
+			s.syncKeys(l, canClaim && !stopping, inflight)
 		}
 		want := 0
 		if canClaim && !stopping {
