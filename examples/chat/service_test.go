@@ -258,11 +258,18 @@ func TestFailureConnectionCrashes(t *testing.T) {
 	}
 	ts.n.Exit(e.PID, errors.New("crash"))
 	eventually(t, "ana to go offline", func() bool { return bob.do("WHO") == "ONLINE 1 bob" })
-	conns, _ := supervisor.WhichChildren(context.Background(), ts.n, gotp.Name(connectionsName))
-	if len(conns) != 1 {
-		t.Fatalf("%d connections after the crash, want 1 (temporary children are not restarted)", len(conns))
+	// The registry may see ana's exit before the connections' supervisor
+	// has removed her child: wait for the supervisor, then check that no
+	// child came back.
+	count := func() int {
+		conns, _ := supervisor.WhichChildren(context.Background(), ts.n, gotp.Name(connectionsName))
+		return len(conns)
 	}
+	eventually(t, "the supervisor to remove ana's connection", func() bool { return count() == 1 })
 	bob.expect("SEND ana hi", "ERROR unknown_recipient")
+	if n := count(); n != 1 {
+		t.Fatalf("%d connections after the crash, want 1 (temporary children are not restarted)", n)
+	}
 }
 
 func TestFailureOnlineRegistryCrashes(t *testing.T) {
