@@ -75,34 +75,14 @@ func newKeySlots(waiting *atomic.Int64) *keySlots {
 // lane): false if j's context ends first or stop is closed.
 func (ks *keySlots) enter(j *leased, stop <-chan struct{}) bool {
 	k := j.meta.key
-	waited := false
-	defer func() {
-		if waited {
-			ks.waiting.Add(-1)
-		}
-	}()
-	for {
-		ks.mu.Lock()
-		if ks.run[k] < ks.caps[k] {
-			ks.run[k]++
-			ks.running[j] = struct{}{}
-			ks.mu.Unlock()
-			return true
-		}
-		w := ks.wake
-		ks.mu.Unlock()
-		if !waited {
-			waited = true
-			ks.waiting.Add(1)
-		}
-		select {
-		case <-w:
-		case <-j.ctx.Done():
-			return false
-		case <-stop:
+	return waitTurn(&ks.mu, &ks.wake, ks.waiting, j, stop, func() bool {
+		if ks.run[k] >= ks.caps[k] {
 			return false
 		}
-	}
+		ks.run[k]++
+		ks.running[j] = struct{}{}
+		return true
+	})
 }
 
 // leave records that keyed job j's handler returned.

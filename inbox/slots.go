@@ -255,25 +255,39 @@ func newSlotGate(waiting *atomic.Int64) *slotGate {
 // enter waits for a token for job j: false if j's context ends first (its lease
 // lost or expiring, the subscription ending) or stop is closed.
 func (g *slotGate) enter(j *leased, stop <-chan struct{}) bool {
+	return waitTurn(&g.mu, &g.wake, g.waiting, j, stop, func() bool {
+		if g.free == 0 {
+			return false
+		}
+		g.free--
+		g.running[j] = struct{}{}
+		return true
+	})
+}
+
+// waitTurn is the wait of a gate's enter for job j: it calls take with mu held
+// until take reports that j took its turn (true), or j's context ends or stop is
+// closed first (false). Between tries it waits for *wake (read with mu held),
+// which the gate closes and replaces when a turn may have come free, and counts
+// itself in waiting (Health.LimitWaiting) for as long as it waits.
+func waitTurn(mu *sync.Mutex, wake *chan struct{}, waiting *atomic.Int64, j *leased, stop <-chan struct{}, take func() bool) bool {
 	waited := false
 	defer func() {
 		if waited {
-			g.waiting.Add(-1)
+			waiting.Add(-1)
 		}
 	}()
 	for {
-		g.mu.Lock()
-		if g.free > 0 {
-			g.free--
-			g.running[j] = struct{}{}
-			g.mu.Unlock()
+		mu.Lock()
+		if take() {
+			mu.Unlock()
 			return true
 		}
-		w := g.wake
-		g.mu.Unlock()
+		w := *wake
+		mu.Unlock()
 		if !waited {
 			waited = true
-			g.waiting.Add(1)
+			waiting.Add(1)
 		}
 		select {
 		case <-w:
