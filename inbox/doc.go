@@ -125,15 +125,14 @@
 // TABLE_limits. [Limits.Fair] (implied by PerPartition) makes claims take turns
 // between partition keys, so that a tenant's backlog cannot starve the others.
 // They are enforced by the database alone, without one lock for the table's
-// claims. On SQLite (one writer) a claim with PerPartition counts each ready key's
-// rows in work (ClaimedAt set under a live lease), and one with Rate the window's
-// starts, in its write transaction. On Postgres a claimer with Rate reserves starts
-// from the window's counter row in TABLE_limits (one short statement) and claims no
-// more than its reserve, and PerPartition is held by places: TABLE_limits holds
+// claims. On SQLite (one writer) a claim with Rate counts the window's starts in
+// its write transaction; on Postgres a claimer with Rate reserves starts from the
+// window's counter row in TABLE_limits (one short statement) and claims no more
+// than its reserve. PerPartition is held by places on both: TABLE_limits holds
 // PerPartition rows for each key with ready rows, made on demand; a claimer leases
-// places of ready keys (FOR UPDATE SKIP LOCKED, in a random order, so that each key
-// gets its turn), claims rows of a key only for the places it holds, and runs no
-// more handlers of a key than its places, as with the slots below. A Concurrency
+// places of ready keys (on Postgres FOR UPDATE SKIP LOCKED; in a random order, so
+// that each key gets its turn), claims rows of a key only for the places it holds,
+// and runs no more handlers of a key than its places, as with the slots below. A Concurrency
 // limit does without counts too: TABLE_limits holds one slot row per handler that may
 // run; each claimer takes free slots (on Postgres FOR UPDATE SKIP LOCKED) under a
 // lease of its own, extended every third of a lease and given back when it needs

@@ -20,15 +20,13 @@ type Limits struct {
 	// the most rows claimed at once.
 	Concurrency int
 	// PerPartition, if positive, is the most jobs of one partition key
-	// (Columns.Partition) in work at once, across every instance. On Postgres
-	// that is the most handlers of a key running at once, each in one of the
-	// key's PerPartition places that subscriptions lease in TABLE_limits (made
-	// for a key when it has ready rows, deleted when it has none), so that
-	// claims need not wait for each other nor count (a subscription may hold
-	// more rows of a key, prefetched for the places it has; a batch
-	// subscription holds one row per place). On SQLite it is the most rows of a
-	// key claimed at once, counted by each claim in its write transaction. Rows
-	// without a key are not limited by it (on Postgres a claimer looks for them
+	// (Columns.Partition) in work at once, across every instance: the most
+	// handlers of a key running at once, each in one of the key's PerPartition
+	// places that subscriptions lease in TABLE_limits (made for a key when it
+	// has ready rows, deleted when it has none), so that claims need not wait
+	// for each other nor count (a subscription may hold more rows of a key,
+	// prefetched for the places it has; a batch subscription holds one row per
+	// place). Rows without a key are not limited by it (a claimer looks for them
 	// while it finds some and otherwise once per PollInterval: they have no
 	// index of their own). It makes claims fair (as Fair does).
 	PerPartition int
@@ -356,7 +354,7 @@ AND position($3 in coalesce(pg_get_expr(i.indpred, i.indrelid), '')) > 0`, q.tab
 // a time. Every start is reserved in its window first, so each window holds at
 // most Rate starts, as before; a reserve that lapses unused (at most a lane's
 // workers, per lane and window, while its claims come back short) makes a window
-// start fewer. PerPartition on Postgres is held by places (keyslots.go).
+// start fewer. PerPartition is held by places (keyslots.go).
 
 // rateReserveSQL (Postgres) reserves up to $2 starts in window $1 of a Rate of $3,
 // and returns how many it got: the counter row is locked first (FOR UPDATE, which

@@ -4,15 +4,14 @@ import (
 	"context"
 	"math/rand/v2"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 )
 
-// Key slots: how Limits.PerPartition holds on Postgres without claims waiting for
-// each other or counting rows in work.
+// Key slots: how Limits.PerPartition holds without claims waiting for each other
+// or counting rows in work.
 //
 // TABLE_limits has, for each partition key that has had ready rows, PerPartition
 // rows named "p I KEY" (I from 0), made on demand. A lane holds some of them under
@@ -36,8 +35,14 @@ import (
 // keyed jobs and holds none; a crashed instance's places come free when their
 // lease ends. The cost of the limit is a statement when a lane's keys change, not
 // one per claim.
+//
+// On SQLite, which has one writer, the extension, the making of places and the
+// take are three statements of one write transaction (sqliteKeyTakeSQL), and the
+// claim takes rows of the lane's keys one index scan per key (sqliteKeyedClaimSQL).
+// A lane holds, for the places it has, as many rows as it would hold without the
+// limit (keyPer): the claim is one statement per cycle as without it.
 
-// keySlots is a lane's holding of places of Limits.PerPartition (Postgres). Only
+// keySlots is a lane's holding of places of Limits.PerPartition. Only
 // the lane's loop uses it; running and the expiry timer are shared with the
 // workers.
 type keySlots struct {
@@ -56,18 +61,18 @@ type keySlots struct {
 	// The gate of the workers: a keyed job's handler runs only while its key has
 	// fewer handlers running in the lane than places held (caps).
 	mu      sync.Mutex
-	caps    map[string]int       // places held, by key (a copy of held's counts)
-	run     map[string]int       // handlers running, by key
-	running map[*leased]struct{} // keyed jobs whose handlers run
-	wake    chan struct{}        // closed (and replaced) when a handler may start
-	waiting *atomic.Int64        // Health.LimitWaiting
+	caps    map[string]int           // places held, by key (a copy of held's counts)
+	run     map[string]int           // handlers running, by key
+	running map[*leased]struct{}     // keyed jobs whose handlers run
+	wakes   map[string]chan struct{} // by key: closed (and dropped) when a handler of the key may start
+	waiting *atomic.Int64            // Health.LimitWaiting
 }
 
 func newKeySlots(waiting *atomic.Int64) *keySlots {
 	return &keySlots{waiting: waiting,
 		tag: rand.Int64(), held: map[string][]string{}, inflight: map[string]int{}, dry: map[string]bool{},
 		expired: make(chan struct{}, 1), caps: map[string]int{}, run: map[string]int{}, running: map[*leased]struct{}{},
-		wake: make(chan struct{}),
+		wakes: map[string]chan struct{}{},
 	}
 }
 
@@ -75,7 +80,15 @@ func newKeySlots(waiting *atomic.Int64) *keySlots {
 // lane): false if j's context ends first or stop is closed.
 func (ks *keySlots) enter(j *leased, stop <-chan struct{}) bool {
 	k := j.meta.key
-	return waitTurn(&ks.mu, &ks.wake, ks.waiting, j, stop, func() bool {
+	wake := func() chan struct{} {
+		w := ks.wakes[k]
+		if w == nil {
+			w = make(chan struct{})
+			ks.wakes[k] = w
+		}
+		return w
+	}
+	return waitTurn(&ks.mu, wake, ks.waiting, j, stop, func() bool {
 		if ks.run[k] >= ks.caps[k] {
 			return false
 		}
@@ -93,12 +106,18 @@ func (ks *keySlots) leave(j *leased) {
 	if ks.run[j.meta.key]--; ks.run[j.meta.key] <= 0 {
 		delete(ks.run, j.meta.key)
 	}
-	ks.signalLocked()
+	if w := ks.wakes[j.meta.key]; w != nil {
+		close(w) // the handlers waiting for a place of this key: one of them may start
+		delete(ks.wakes, j.meta.key)
+	}
 }
 
+// signalLocked wakes every handler waiting for a place.
 func (ks *keySlots) signalLocked() {
-	close(ks.wake)
-	ks.wake = make(chan struct{})
+	for k, w := range ks.wakes {
+		close(w)
+		delete(ks.wakes, k)
+	}
 }
 
 // publish gives the workers' gate the places held now. A key whose places fell
@@ -150,12 +169,11 @@ func (ks *keySlots) names() []string {
 }
 
 // free are the keys the lane may claim rows of now and how many of each: its
-// places times its rows per worker (per, of workers: its prefetch) less its rows,
-// in a random order.
-func (ks *keySlots) free(per, workers int) (keys []string, ns []int, total int) {
+// places times per (keyPer) less its rows, in a random order.
+func (ks *keySlots) free(per int) (keys []string, ns []int, total int) {
 	keys, ns = []string{}, []int{}
 	for k, h := range ks.held {
-		if c := len(h)*per/workers - ks.inflight[k]; c > 0 {
+		if c := len(h)*per - ks.inflight[k]; c > 0 {
 			keys = append(keys, k)
 			ns = append(ns, c)
 			total += c
@@ -229,6 +247,13 @@ func (q *Queue[T]) keyDropSQL(now time.Time, n int) (string, []any) {
 	lt := q.limitsTable()
 	pk := col(q.c.Partition)
 	nowA, nA := s.arg(now.UnixMicro()), s.arg(n)
+	if q.dialect == SQLite {
+		key := placeKeySQLite("l.name")
+		return "WITH RECURSIVE i(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM i WHERE i + 1 < " + nA + ")" +
+			" DELETE FROM " + lt + " AS l WHERE l.name GLOB 'p *' AND l.starts <= " + nowA +
+			" AND NOT EXISTS (SELECT 1 FROM " + q.table + " AS r WHERE r." + pk + " = " + key + " AND " + q.live("r") + ")" +
+			" AND NOT EXISTS (SELECT 1 FROM " + lt + " AS h WHERE h.name IN (SELECT 'p ' || i.i || ' ' || " + key + " FROM i) AND h.starts > " + nowA + ")", s.args
+	}
 	key := "regexp_replace(l.name, '^p [0-9]+ ', '')"
 	return "DELETE FROM " + lt + " AS l WHERE l.name LIKE 'p %' AND l.starts <= " + nowA + "::bigint" +
 		" AND NOT EXISTS (SELECT 1 FROM " + q.table + " AS r WHERE r." + pk + " = " + key + " AND " + q.live("r") + ")" +
@@ -314,38 +339,13 @@ func (s *Subscription[T]) syncKeys(l *lane, claiming bool, inflight map[int64]*l
 	}
 	deadline := trunc(now.Add(s.o.Lease))
 	names := ks.names()
-	sql, args := s.q.keyTakeSQL(names, ks.tag, ks.until, deadline, trunc(now), k, n)
-	var kept, got []string
-	made := 0
-	err := func() error {
-		r, err := s.q.pool.Query(s.ctx, sql, args...)
-		if err != nil {
-			return err
-		}
-		defer r.Close()
-		for r.Next() {
-			var name string
-			var isHeld *bool
-			if err := r.Scan(&name, &isHeld); err != nil {
-				return err
-			}
-			switch {
-			case isHeld == nil:
-				made++
-			case *isHeld:
-				kept = append(kept, name)
-			default:
-				got = append(got, name)
-			}
-		}
-		return r.Err()
-	}()
+	kept, got, made, refused, err := s.q.keyTake(s.ctx, names, ks.tag, ks.until, deadline, trunc(now), k, n)
 	if err != nil {
 		s.q.health.noteErr(err)
 		if s.ctx.Err() != nil {
 			return
 		}
-		if isPgError(err) {
+		if refused {
 			s.q.log.Warn("inbox: places of Limits.PerPartition not extended; trying again", "table", s.q.name, "err", err)
 			ks.extendAt, ks.retryAt = now.Add(s.o.Lease/10), now.Add(slotRetry)
 			return
@@ -461,27 +461,107 @@ func (s *Subscription[T]) freeKeys(l *lane) {
 	clear(ks.held)
 }
 
-// PerPartition on SQLite, which has one writer: a claim counts each ready key's
-// rows in work in its write transaction (keyFreeSQL), so the counts are exact, and
-// then takes of each key as many first rows as its count leaves (sqliteKeyedClaimSQL),
-// one index scan per key rather than a ranking of every ready row.
+// placeKeySQLite is the key of the place named by the SQL expression name (SQLite:
+// the name is "p I KEY").
+func placeKeySQLite(name string) string {
+	return "substr(" + name + ", instr(substr(" + name + ", 3), ' ') + 3)"
+}
 
-// keyFreeSQL (SQLite) lists the keys with ready rows at now and how many more rows
-// of each PerPartition allows in work.
-func (q *Queue[T]) keyFreeSQL(l Limits, now time.Time) (string, []any) {
-	s := &stmt[T]{q: q}
-	n := s.arg(q.ts(now))
+// sqliteKeyTakeSQL is keyTakeSQL on SQLite, which has no writes in a WITH: the
+// extension of the places held (kept, as sqliteSlotSQL's), the places made of
+// ready keys that have fewer than n (made), and the take of up to k free places
+// of keys with ready rows (got), run in one write transaction in that order, so
+// that the take may take the places just made. kept and got return the names.
+func (q *Queue[T]) sqliteKeyTakeSQL(names []string, tag int64, until, deadline, now time.Time, k, n int) (kept string, keptArgs []any, made string, madeArgs []any, got string, gotArgs []any) {
+	lt := q.limitsTable()
 	pk := col(q.c.Partition)
-	return "WITH RECURSIVE k(v) AS (SELECT min(" + pk + ") FROM " + q.table + " WHERE " + pk + " IS NOT NULL" +
+	held := jsonNames(names)
+	kept = "UPDATE " + lt + " SET starts = ?1 WHERE name IN (SELECT value FROM json_each(?2)) AND window_start = ?3 AND starts = ?4 RETURNING name"
+	made = "WITH RECURSIVE k(v) AS (SELECT min(" + pk + ") FROM " + q.table + " WHERE " + pk + " IS NOT NULL" +
 		" UNION ALL SELECT (SELECT min(" + pk + ") FROM " + q.table + " WHERE " + pk + " > k.v) FROM k WHERE k.v IS NOT NULL)" +
-		" SELECT v, f FROM (SELECT k.v AS v, " + strconv.Itoa(l.PerPartition) + " - (SELECT count(*) FROM " + q.table + " AS w WHERE w." + pk + " = k.v AND " + q.inWork("w", n) + ") AS f" +
-		" FROM k WHERE k.v IS NOT NULL AND EXISTS (SELECT 1 FROM " + q.table + " AS r WHERE r." + pk + " = k.v AND " + q.claimable(n) + ")) WHERE f > 0", s.args
+		", i(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM i WHERE i + 1 < ?2)" +
+		" INSERT OR IGNORE INTO " + lt + " (name, window_start, starts) SELECT 'p ' || i.i || ' ' || k.v, 0, 0 FROM k, i" +
+		" WHERE k.v IS NOT NULL AND EXISTS (SELECT 1 FROM " + q.table + " AS r WHERE r." + pk + " = k.v AND " + q.claimable("?1") + ")"
+	got = "UPDATE " + lt + " SET window_start = ?1, starts = ?2 WHERE name IN (SELECT l.name FROM " + lt + " AS l" +
+		" WHERE l.name GLOB 'p *' AND l.starts <= ?3 AND l.name NOT IN (SELECT value FROM json_each(?4))" +
+		" AND EXISTS (SELECT 1 FROM " + q.table + " AS r WHERE r." + pk + " = " + placeKeySQLite("l.name") + " AND " + q.claimable("?5") + ")" +
+		" ORDER BY random() LIMIT ?6) RETURNING name"
+	return kept, []any{deadline.UnixMicro(), held, tag, until.UnixMicro()},
+		made, []any{q.ts(now), n},
+		got, []any{tag, deadline.UnixMicro(), now.UnixMicro(), held, q.ts(now), k}
+}
+
+// keyTake runs keyTakeSQL (on SQLite sqliteKeyTakeSQL in a transaction): the
+// places kept, the places got, and how many were made (free, for a later call;
+// none on SQLite, whose take sees them). refused reports an error after which
+// nothing changed.
+func (q *Queue[T]) keyTake(ctx context.Context, names []string, tag int64, until, deadline, now time.Time, k, n int) (kept, got []string, made int, refused bool, err error) {
+	if q.dialect == SQLite {
+		ks, ka, ms, ma, gs, ga := q.sqliteKeyTakeSQL(names, tag, until, deadline, now, k, n)
+		err = q.sqliteTx(ctx, func(db querier) error {
+			r, err := db.query(ctx, ks, ka...)
+			if err != nil {
+				return err
+			}
+			if kept, err = scanNames(r); err != nil || k == 0 {
+				return err
+			}
+			if _, err := db.exec(ctx, ms, ma...); err != nil {
+				return err
+			}
+			if r, err = db.query(ctx, gs, ga...); err != nil {
+				return err
+			}
+			got, err = scanNames(r)
+			return err
+		})
+		return kept, got, 0, true, err // a transaction that failed was rolled back
+	}
+	sql, args := q.keyTakeSQL(names, tag, until, deadline, now, k, n)
+	err = func() error {
+		r, err := q.pool.Query(ctx, sql, args...)
+		if err != nil {
+			return err
+		}
+		defer r.Close()
+		for r.Next() {
+			var name string
+			var isHeld *bool
+			if err := r.Scan(&name, &isHeld); err != nil {
+				return err
+			}
+			switch {
+			case isHeld == nil:
+				made++
+			case *isHeld:
+				kept = append(kept, name)
+			default:
+				got = append(got, name)
+			}
+		}
+		return r.Err()
+	}()
+	return kept, got, made, isPgError(err), err
+}
+
+// scanNames reads a result of one text column and closes it.
+func scanNames(r rows) ([]string, error) {
+	defer r.Close()
+	var out []string
+	for r.Next() {
+		var name string
+		if err := r.Scan(&name); err != nil {
+			return nil, err
+		}
+		out = append(out, name)
+	}
+	return out, r.Err()
 }
 
 // sqliteKeyedClaimSQL (SQLite) is leaseClaimSQL with PerPartition: up to limit rows,
-// of each of keys up to ns rows (first in claim order), and rows without a key if
-// keyless; taken turn by turn, keys level in turn in a random order (by priority
-// first).
+// of each of keys up to ns rows (the lane's free places, first in claim order), and
+// rows without a key if keyless; taken turn by turn, keys level in turn in a random
+// order (by priority first).
 func (q *Queue[T]) sqliteKeyedClaimSQL(l Limits, keys []string, ns []int, keyless bool, deadline, now time.Time, limit int) (string, []any) {
 	s := &stmt[T]{q: q}
 	dl := s.arg(q.ts(deadline))
@@ -512,42 +592,4 @@ func (q *Queue[T]) sqliteKeyedClaimSQL(l Limits, keys []string, ns []int, keyles
 		" WHERE " + id + " IN (SELECT id FROM (" + strings.Join(parts, " UNION ALL ") + ") ORDER BY turn, prio, random() LIMIT " + lim + ")" +
 		" RETURNING " + id + ", " + q.attemptsCol() + ", " + col(q.c.Payload) + q.metaCols()
 	return sql, s.args
-}
-
-// sqliteKeyedClaim runs a SQLite claim with PerPartition in the write transaction
-// of db: the keys' free counts, then the claim.
-func (s *Subscription[T]) sqliteKeyedClaim(ctx context.Context, db querier, l *lane, deadline, now time.Time, want int) ([]*leased, error) {
-	q := s.q
-	fsql, fargs := q.keyFreeSQL(s.o.Limits, now)
-	r, err := db.query(ctx, fsql, fargs...)
-	if err != nil {
-		return nil, err
-	}
-	var keys []string
-	var ns []int
-	for r.Next() {
-		var k string
-		var f int64
-		if err := r.Scan(&k, &f); err != nil {
-			r.Close()
-			return nil, err
-		}
-		keys = append(keys, k)
-		ns = append(ns, int(f))
-	}
-	r.Close()
-	if err := r.Err(); err != nil {
-		return nil, err
-	}
-	keyless := l.keylessDue(now)
-	sql, args := q.sqliteKeyedClaimSQL(s.claimLimits(), keys, ns, keyless, deadline, now, want)
-	got, err := s.scanClaim(ctx, db, sql, args)
-	if err == nil && keyless {
-		found := false
-		for _, j := range got {
-			found = found || !j.meta.keyed
-		}
-		l.keyless, l.keylessAt = found, now.Add(s.o.PollInterval)
-	}
-	return got, err
 }

@@ -164,9 +164,9 @@ type lane struct {
 	settleCh chan settlement
 	slots    *laneSlots // the slots of Limits.Concurrency its handlers run in (slots.go); nil without
 	rate     rateBudget // its reserve of starts of Limits.Rate (Postgres; groups.go)
-	keys     *keySlots  // the places of Limits.PerPartition it holds (Postgres; keyslots.go); nil without
-	// With PerPartition on Postgres: whether the last claim that looked for rows
-	// without a key found some, and when to look again if not (pgKeyedPick).
+	keys     *keySlots  // the places of Limits.PerPartition it holds (keyslots.go); nil without
+	// With PerPartition: whether the last claim that looked for rows without a
+	// key found some, and when to look again if not (pgKeyedPick).
 	keyless   bool
 	keylessAt time.Time
 	kc        keyClaim // what the lane's next claim may take of each key (keys)
@@ -803,8 +803,10 @@ func (s *Subscription[T]) sqliteCycle(ctx context.Context, l *lane, batch []sett
 		}
 		if want > 0 {
 			var err error
-			if s.o.Limits.PerPartition > 0 {
-				got, err = s.sqliteKeyedClaim(ctx, db, l, deadline, now, want)
+			if l.keys != nil {
+				// The rows of the keys whose places the lane holds (syncKeys).
+				sql, args := q.sqliteKeyedClaimSQL(s.claimLimits(), l.kc.keys, l.kc.ns, l.kc.keyless, deadline, now, want)
+				got, err = s.scanClaim(ctx, db, sql, args)
 			} else {
 				sql, args := q.leaseClaimSQL(s.claimLimits(), deadline, now, want)
 				got, err = s.scanClaim(ctx, db, sql, args)
@@ -1027,7 +1029,7 @@ func (s *Subscription[T]) pgCycle(ctx context.Context, l *lane, batch []settleme
 	return nil
 }
 
-// keyClaim is what a claim with PerPartition on Postgres may take: up to ns[i] rows
+// keyClaim is what a claim with PerPartition may take: up to ns[i] rows
 // of keys[i] (the lane's free places), and rows without a key if keyless.
 type keyClaim struct {
 	keys    []string
@@ -1040,7 +1042,7 @@ func (l *lane) keylessDue(now time.Time) bool { return l.keyless || !now.Before(
 
 // keyedWant sets the lane's next keyClaim and bounds want by it.
 func (s *Subscription[T]) keyedWant(l *lane, want int) int {
-	keys, ns, total := l.keys.free(s.keyPer(l), l.n)
+	keys, ns, total := l.keys.free(s.keyPer(l))
 	l.kc = keyClaim{keys: keys, ns: ns, keyless: l.keylessDue(time.Now())}
 	if !l.kc.keyless {
 		want = min(want, total)
@@ -1053,7 +1055,7 @@ func (s *Subscription[T]) keyedWant(l *lane, want int) int {
 // (as many places as workers, or its last ask too recent).
 func (s *Subscription[T]) keysIdle(l *lane) bool {
 	now := time.Now()
-	_, _, total := l.keys.free(s.keyPer(l), l.n)
+	_, _, total := l.keys.free(s.keyPer(l))
 	if total > 0 || l.keylessDue(now) {
 		return false
 	}
@@ -1064,13 +1066,16 @@ func (s *Subscription[T]) keysIdle(l *lane) bool {
 	return l.keys.count() >= need || now.Before(l.keys.retryAt)
 }
 
-// keyPer is how many rows per worker a lane may hold for its places of
-// PerPartition: its rows per worker (with prefetch more than one: the workers'
-// gate keeps the handlers to the places); one in a batch subscription, whose
-// handlers run every row they hold.
+// keyPer is how many rows a lane may hold for each place of PerPartition it
+// holds: as many as it may hold in all (its workers and prefetch) shared among its
+// places, so that a lane holding fewer places than workers still holds its
+// prefetch (the workers' gate keeps the handlers to the places), but no more than
+// 4 times its rows per worker, so that a lane with few places does not hoard its
+// keys' rows; one in a batch subscription, whose handlers run every row they hold.
 func (s *Subscription[T]) keyPer(l *lane) int {
 	if s.bh != nil {
-		return l.n
+		return 1
 	}
-	return s.limit(l)
+	n := s.limit(l)
+	return max(1, min(n/max(1, l.keys.count()), 4*n/l.n))
 }

@@ -351,21 +351,11 @@ func TestLimitsPerPartitionSampled(t *testing.T) {
 							return
 						default:
 						}
-						// SQLite: the rows claimed of each key (claims count them). Postgres:
-						// the places of each key held (a lane may claim more rows than its
+						// The places of each key held (a lane may claim more rows than its
 						// places, prefetched: the gauge checks the handlers), and the places
 						// made of each key.
-						q := `SELECT COALESCE(max(c), 0) FROM (SELECT count(*) AS c FROM "` + b.table + `" WHERE partition_key IS NOT NULL AND claimed_at IS NOT NULL AND locked_until > ` + b.nowSQL() + ` GROUP BY partition_key) s`
-						if b.dialect == inbox.Postgres {
-							q = `SELECT COALESCE(max(c), 0) FROM (SELECT count(*) AS c FROM "` + b.table + `_limits" WHERE name LIKE 'p %' AND (starts > CAST(extract(epoch FROM now()) * 1000000 AS BIGINT) OR ` + b.ph(1) + `) GROUP BY regexp_replace(name, '^p [0-9]+ ', '')) s`
-						}
-						var n int64
-						if b.dialect == inbox.Postgres {
-							n = max(b.queryN(t, q, false), b.queryN(t, q, true)) // held; every place made
-						} else {
-							n = b.queryN(t, q)
-						}
-						m = max(m, n)
+						q := `SELECT COALESCE(max(c), 0) FROM (SELECT count(*) AS c FROM "` + b.table + `_limits" WHERE name LIKE 'p %' AND (starts > ` + b.nowMicrosSQL() + ` OR ` + b.ph(1) + `) GROUP BY ` + b.placeKeySQL("name") + `) s`
+						m = max(m, b.queryN(t, q, false), b.queryN(t, q, true)) // held; every place made
 					}
 				}()
 				g := drainLimitedBy(t, b, l, 600, func(i int) string {
@@ -376,7 +366,7 @@ func TestLimitsPerPartitionSampled(t *testing.T) {
 				}, 2, inbox.SubscribeOptions{Workers: 6, Claimers: 2})
 				close(stop)
 				if m := <-most; m > 2 {
-					t.Fatalf("the database had %d rows (SQLite) or places (Postgres) of one key at once, limit 2", m)
+					t.Fatalf("the database had %d places of one key at once, limit 2", m)
 				}
 				for k, m := range g.keyMax {
 					if k != "" && m > 2 {
@@ -386,17 +376,15 @@ func TestLimitsPerPartitionSampled(t *testing.T) {
 				if l.Concurrency > 0 && g.max > l.Concurrency {
 					t.Fatalf("%d jobs in work at once, limit %d", g.max, l.Concurrency)
 				}
-				if b.dialect == inbox.Postgres {
-					// The keys gone idle lose their places' rows: the lanes give
-					// back the places of keys they find dry, and delete them.
-					deadline := time.Now().Add(10 * time.Second)
-					for n := int64(-1); n != 0; {
-						if n = b.queryN(t, `SELECT count(*) FROM "`+b.table+`_limits" WHERE name LIKE 'p %'`); n != 0 && time.Now().After(deadline) {
-							held := b.queryN(t, `SELECT count(*) FROM "`+b.table+`_limits" WHERE name LIKE 'p %' AND starts > CAST(extract(epoch FROM now()) * 1000000 AS BIGINT)`)
-							t.Fatalf("%d places left of keys with no rows (%d held)", n, held)
-						}
-						time.Sleep(5 * time.Millisecond) // polling a table: no event to wait on
+				// The keys gone idle lose their places' rows: the lanes give back
+				// the places of keys they find dry, and delete them.
+				deadline := time.Now().Add(10 * time.Second)
+				for n := int64(-1); n != 0; {
+					if n = b.queryN(t, `SELECT count(*) FROM "`+b.table+`_limits" WHERE name LIKE 'p %'`); n != 0 && time.Now().After(deadline) {
+						held := b.queryN(t, `SELECT count(*) FROM "`+b.table+`_limits" WHERE name LIKE 'p %' AND starts > `+b.nowMicrosSQL())
+						t.Fatalf("%d places left of keys with no rows (%d held)", n, held)
 					}
+					time.Sleep(5 * time.Millisecond) // polling a table: no event to wait on
 				}
 			})
 		})
@@ -443,15 +431,11 @@ func TestLimitsPerPartitionCrash(t *testing.T) {
 		}
 		crash()
 		<-a.Done()
-		// Where the crashed instance's holdings of the key end: on SQLite its
-		// rows' leases (a claim counts the key's rows in work); on Postgres its
-		// places' leases, which hold the limit there (they may end a little
-		// before its rows' leases: the second instance then takes other rows of
-		// the key, never the crashed one's).
-		until := b.queryN(t, `SELECT min(`+b.microsSQL("locked_until")+`) FROM "`+b.table+`" WHERE claimed_at IS NOT NULL`)
-		if b.dialect == inbox.Postgres {
-			until = b.queryN(t, `SELECT min(starts) FROM "`+b.table+`_limits" WHERE name LIKE 'p %' AND starts > 0`)
-		}
+		// Where the crashed instance's holdings of the key end: its places'
+		// leases, which hold the limit (they may end a little before its rows'
+		// leases: the second instance then takes other rows of the key, never
+		// the crashed one's).
+		until := b.queryN(t, `SELECT min(starts) FROM "`+b.table+`_limits" WHERE name LIKE 'p %' AND starts > 0`)
 		var first atomic.Int64
 		done := newTally(n)
 		start(t, newQueue(t, b, inbox.Config[msg]{Columns: inbox.GroupColumns()}), func(ctx context.Context, j inbox.Job[msg]) error {
@@ -472,24 +456,26 @@ func TestLimitsPerPartitionCrash(t *testing.T) {
 	})
 }
 
-// nowSQL is the database's time in the lock deadline's representation.
-func (b *backend) nowSQL() string {
+// nowMicrosSQL is the database's time in microseconds since the epoch (the
+// deadlines of TABLE_limits).
+func (b *backend) nowMicrosSQL() string {
 	if b.dialect == inbox.SQLite {
 		return "CAST((julianday('now') - 2440587.5) * 86400000000 AS INTEGER)"
 	}
-	return "now()"
+	return "CAST(extract(epoch FROM now()) * 1000000 AS BIGINT)"
 }
 
-// microsSQL is the timestamp column c in microseconds since the epoch.
-func (b *backend) microsSQL(c string) string {
+// placeKeySQL is the key of the place named by the SQL expression name
+// ("p I KEY").
+func (b *backend) placeKeySQL(name string) string {
 	if b.dialect == inbox.SQLite {
-		return c
+		return "substr(" + name + ", instr(substr(" + name + ", 3), ' ') + 3)"
 	}
-	return "CAST(extract(epoch FROM " + c + ") * 1000000 AS BIGINT)"
+	return "regexp_replace(" + name + ", '^p [0-9]+ ', '')"
 }
 
 // Limits.PerPartition holds across three instances of 8 workers and two claimers
-// each with fast handlers that the default prefetch serves (on Postgres a lane
+// each with fast handlers that the default prefetch serves (a lane
 // then holds more rows of a key than its places, and its workers' gate keeps the
 // handlers to them): at most 2 handlers of a key run at once.
 func TestLimitsPerPartitionThreeInstances(t *testing.T) {
@@ -505,7 +491,7 @@ func TestLimitsPerPartitionThreeInstances(t *testing.T) {
 
 // Health shows the places of Limits held: while an instance's handlers fill a
 // Concurrency limit of 2 and a PerPartition limit of 1 on two keys, LimitHeld
-// counts its slots (and, on Postgres, its places), and LimitWaiting the jobs it
+// counts its slots and its places, and LimitWaiting the jobs it
 // holds that wait for one; both are 0 once it stops.
 func TestLimitsHealth(t *testing.T) {
 	eachDB(t, func(t *testing.T, b *backend) {
@@ -537,10 +523,7 @@ func TestLimitsHealth(t *testing.T) {
 				t.Fatal("the limit was not filled")
 			}
 		}
-		want := int64(2) // the slots
-		if b.dialect == inbox.Postgres {
-			want = 4 // and a place of each key
-		}
+		want := int64(4) // the slots and a place of each key
 		deadline := time.Now().Add(10 * time.Second)
 		for h := q.Health(); h.LimitHeld != want; h = q.Health() {
 			if time.Now().After(deadline) {

@@ -37,8 +37,8 @@ import (
 //
 // On SQLite, which has one writer, the extension and the take are two statements
 // of one write transaction. Batch subscriptions count the rows in work instead (on
-// Postgres under the table's advisory lock). PerPartition and Rate are held by
-// other means (groups.go), which go with slots.
+// Postgres under the table's advisory lock). PerPartition (keyslots.go) and Rate
+// (groups.go) are held by other means, which go with slots.
 
 // slotted reports whether a subscription's Concurrency limit is held by slots: on
 // either database, with PerPartition and Rate or without, unless it is a batch
@@ -82,14 +82,15 @@ func slotNames(n int) []string {
 
 // prefetches reports whether a subscription with these limits prefetches by
 // default: with Concurrency held by slots, with Rate (which counts claims), and
-// with PerPartition on Postgres (held by places, keyslots.go); not where claims
-// count the rows in work (PerPartition on SQLite, a batch subscription's
-// Concurrency), which prefetched rows would fill before they run.
-func (l Limits) prefetches(batch bool, d Dialect) bool {
+// with PerPartition (held by places, keyslots.go); not where claims count the rows
+// in work (a batch subscription's Concurrency), which prefetched rows would fill
+// before they run, nor in a batch subscription with PerPartition, which holds one
+// row per place.
+func (l Limits) prefetches(batch bool) bool {
 	if l.Concurrency > 0 && !l.slotted(batch) {
 		return false
 	}
-	return l.PerPartition == 0 || (d == Postgres && !batch)
+	return l.PerPartition == 0 || !batch
 }
 
 // ensureSlots makes TABLE_limits if it is missing (a table of the caller's own
@@ -255,7 +256,7 @@ func newSlotGate(waiting *atomic.Int64) *slotGate {
 // enter waits for a token for job j: false if j's context ends first (its lease
 // lost or expiring, the subscription ending) or stop is closed.
 func (g *slotGate) enter(j *leased, stop <-chan struct{}) bool {
-	return waitTurn(&g.mu, &g.wake, g.waiting, j, stop, func() bool {
+	return waitTurn(&g.mu, func() chan struct{} { return g.wake }, g.waiting, j, stop, func() bool {
 		if g.free == 0 {
 			return false
 		}
@@ -267,10 +268,10 @@ func (g *slotGate) enter(j *leased, stop <-chan struct{}) bool {
 
 // waitTurn is the wait of a gate's enter for job j: it calls take with mu held
 // until take reports that j took its turn (true), or j's context ends or stop is
-// closed first (false). Between tries it waits for *wake (read with mu held),
-// which the gate closes and replaces when a turn may have come free, and counts
-// itself in waiting (Health.LimitWaiting) for as long as it waits.
-func waitTurn(mu *sync.Mutex, wake *chan struct{}, waiting *atomic.Int64, j *leased, stop <-chan struct{}, take func() bool) bool {
+// closed first (false). Between tries it waits for the channel wake returns
+// (called with mu held), which the gate closes when a turn may have come free, and
+// counts itself in waiting (Health.LimitWaiting) for as long as it waits.
+func waitTurn(mu *sync.Mutex, wake func() chan struct{}, waiting *atomic.Int64, j *leased, stop <-chan struct{}, take func() bool) bool {
 	waited := false
 	defer func() {
 		if waited {
@@ -283,7 +284,7 @@ func waitTurn(mu *sync.Mutex, wake *chan struct{}, waiting *atomic.Int64, j *lea
 			mu.Unlock()
 			return true
 		}
-		w := *wake
+		w := wake()
 		mu.Unlock()
 		if !waited {
 			waited = true

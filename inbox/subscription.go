@@ -245,7 +245,7 @@ func (q *Queue[T]) subscribe(h Handler[T], bh BatchHandler[T], batch int, o Subs
 		o.Prefetch = 0
 	case o.Prefetch < 0:
 		return nil, &ConfigError{Field: "Prefetch", Reason: "negative (NoPrefetch is -1)"}
-	case o.Prefetch == 0 && o.Form == Lease && (o.Limits == (Limits{}) || o.Limits.prefetches(bh != nil, q.dialect)):
+	case o.Prefetch == 0 && o.Form == Lease && (o.Limits == (Limits{}) || o.Limits.prefetches(bh != nil)):
 		o.Prefetch = DefaultPrefetch * o.Workers
 		adaptive = true
 	}
@@ -380,7 +380,7 @@ func (s *Subscription[T]) launch(ctx context.Context) bool {
 			if s.slotted {
 				l.slots = newLaneSlots(&s.q.health.limitWaiting)
 			}
-			if q := s.q; q.dialect == Postgres && s.o.Limits.PerPartition > 0 {
+			if s.o.Limits.PerPartition > 0 {
 				l.keys = newKeySlots(&s.q.health.limitWaiting)
 			}
 			for range l.n {
@@ -498,11 +498,18 @@ func (s *Subscription[T]) check(ctx context.Context) error {
 		if q.dialect == Postgres && s.o.Limits.Rate > 0 {
 			add(q.rateReserveSQL(s.o.Limits.Per), nil)
 		}
-		if q.dialect == Postgres && s.o.Limits.PerPartition > 0 {
+		if s.o.Limits.PerPartition > 0 {
 			if err := q.ensureSlots(ctx, 0, false); err != nil {
 				return fmt.Errorf("inbox: %s: make the table of Limits: %w", q.name, err)
 			}
-			add(q.keyTakeSQL(nil, 0, now, now, now, 1, 1))
+			if q.dialect == SQLite {
+				kept, ka, made, ma, got, ga := q.sqliteKeyTakeSQL(nil, 0, now, now, now, 1, 1)
+				add(kept, ka)
+				add(made, ma)
+				add(got, ga)
+			} else {
+				add(q.keyTakeSQL(nil, 0, now, now, now, 1, 1))
+			}
 			add(q.keyDropSQL(now, 1))
 		}
 		if s.slotted {
@@ -516,7 +523,6 @@ func (s *Subscription[T]) check(ctx context.Context) error {
 			add(q.slotFreeSQL(nil, 0, now))
 		}
 		if q.dialect == SQLite && s.o.Limits.PerPartition > 0 {
-			add(q.keyFreeSQL(s.o.Limits, now))
 			add(q.sqliteKeyedClaimSQL(s.claimLimits(), []string{""}, []int{1}, true, now, now, 1))
 		}
 		if q.dialect == SQLite {
