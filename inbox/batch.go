@@ -201,7 +201,9 @@ func isVerdict(err error) bool {
 
 // leaseBatchWorker is a worker of a lease-form batch subscription: it runs the batches
 // its lane's loop dispatches until the loop closes l.chunks, and sends each job's
-// settlement on its own.
+// settlement on its own. With slots of Limits.Concurrency each job runs in a slot
+// of its own: a batch runs as many of its jobs at once as the worker can take
+// slots for, and the rest after them.
 func (s *Subscription[T]) leaseBatchWorker(l *lane) {
 	for js := range l.chunks {
 		if s.ctx.Err() != nil {
@@ -210,58 +212,87 @@ func (s *Subscription[T]) leaseBatchWorker(l *lane) {
 			}
 			continue
 		}
-		stopping := false
-		select {
-		case <-s.stopClaim:
-			stopping = true
-		default:
-		}
-		run := js[:0:0]
-		for _, j := range js {
-			if stopping || j.ctx.Err() != nil {
-				l.giveBack(j)
-				continue
+		run := js
+		for len(run) > 0 {
+			stopping := false
+			select {
+			case <-s.stopClaim:
+				stopping = true
+			default:
 			}
-			run = append(run, j)
-		}
-		if len(run) == 0 {
-			continue
-		}
-		// One context for the handler, ended by any of its jobs' contexts.
-		hctx, cancel := context.WithCancelCause(s.workCtx)
-		jobs := make([]batchJob, len(run))
-		stops := make([]func() bool, len(run))
-		for i, j := range run {
-			jobs[i] = batchJob{id: j.id, attempt: j.attempt, payload: j.payload, meta: j.meta}
-			stops[i] = context.AfterFunc(j.ctx, func() { cancel(context.Cause(j.ctx)) })
-		}
-		errs, began := s.runBatch(hctx, jobs)
-		dur := max(time.Since(began)/time.Duration(len(run)), 1)
-		for i, j := range run {
-			stops[i]()
-			j.finish()
-		}
-		cancel(nil)
-		if s.ctx.Err() != nil {
-			continue // as in a crash: nothing is written; the leases expire
-		}
-		byCancel := slices.ContainsFunc(run, func(j *leased) bool { return wasCancelled(j.ctx) })
-		ds := make([]decision, len(run))
-		for i, j := range run {
-			d := decide(errs[i], j.attempt, s.o.MaxAttempts, s.q.c.Attempts != "", s.o.Backoff)
-			switch {
-			case wasCancelled(j.ctx):
-				d = decision{out: Cancelled, err: ErrJobCancelled}
-			case errs[i] != nil && context.Cause(s.workCtx) == errRelease:
-				d = decision{out: Released, err: errs[i]}
-			case byCancel && endedByCancel(errs[i]):
-				d = decision{out: Released, err: errs[i]}
+			ready := run[:0:0]
+			for _, j := range run {
+				if stopping || j.ctx.Err() != nil {
+					l.giveBack(j)
+					continue
+				}
+				ready = append(ready, j)
 			}
-			ds[i] = d
+			if len(ready) == 0 {
+				break
+			}
+			n := len(ready)
+			if l.slots != nil {
+				if n = l.slots.gate.enterUpTo(ready, s.stopClaim); n == 0 {
+					// No slot before the first job's lease ran out, or stopping:
+					// the loop above gives back what cannot run.
+					if s.ctx.Err() != nil {
+						for _, j := range ready {
+							j.finish()
+						}
+						break
+					}
+					run = ready
+					continue
+				}
+			}
+			s.runLeasedBatch(l, ready[:n])
+			run = ready[n:]
 		}
-		s.timeBatch(began, jobs, ds)
-		for i, j := range run {
-			l.settleCh <- settlement{j: j, d: ds[i], dur: dur} // never blocks: capacity l.max
+	}
+}
+
+// runLeasedBatch runs the jobs run (their contexts live) as one batch and sends
+// their settlements, giving back their slots of Concurrency, if any, as the
+// handler returns.
+func (s *Subscription[T]) runLeasedBatch(l *lane, run []*leased) {
+	// One context for the handler, ended by any of its jobs' contexts.
+	hctx, cancel := context.WithCancelCause(s.workCtx)
+	jobs := make([]batchJob, len(run))
+	stops := make([]func() bool, len(run))
+	for i, j := range run {
+		jobs[i] = batchJob{id: j.id, attempt: j.attempt, payload: j.payload, meta: j.meta}
+		stops[i] = context.AfterFunc(j.ctx, func() { cancel(context.Cause(j.ctx)) })
+	}
+	errs, began := s.runBatch(hctx, jobs)
+	dur := max(time.Since(began)/time.Duration(len(run)), 1)
+	for i, j := range run {
+		stops[i]()
+		if l.slots != nil {
+			l.slots.gate.leave(j)
 		}
+		j.finish()
+	}
+	cancel(nil)
+	if s.ctx.Err() != nil {
+		return // as in a crash: nothing is written; the leases expire
+	}
+	byCancel := slices.ContainsFunc(run, func(j *leased) bool { return wasCancelled(j.ctx) })
+	ds := make([]decision, len(run))
+	for i, j := range run {
+		d := decide(errs[i], j.attempt, s.o.MaxAttempts, s.q.c.Attempts != "", s.o.Backoff)
+		switch {
+		case wasCancelled(j.ctx):
+			d = decision{out: Cancelled, err: ErrJobCancelled}
+		case errs[i] != nil && context.Cause(s.workCtx) == errRelease:
+			d = decision{out: Released, err: errs[i]}
+		case byCancel && endedByCancel(errs[i]):
+			d = decision{out: Released, err: errs[i]}
+		}
+		ds[i] = d
+	}
+	s.timeBatch(began, jobs, ds)
+	for i, j := range run {
+		l.settleCh <- settlement{j: j, d: ds[i], dur: dur} // never blocks: capacity l.max
 	}
 }

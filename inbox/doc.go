@@ -141,9 +141,8 @@
 // instance, and a crashed instance's slots come free when their lease ends (its
 // handlers are stopped a tenth of a lease before, as a job's are). Claims then run
 // as they do without limits, prefetch and all, but a claimer holds rows only for
-// the slots it has. (A batch subscription's Concurrency limit still counts the
-// rows claimed, on Postgres under a transaction-scoped advisory lock of the table
-// that serialises its claims.) A limited subscription claims again with each settlement
+// the slots it has (in a batch subscription, each job of a batch runs in a slot
+// of its own). A limited subscription claims again with each settlement
 // rather than wait for the poll, so that a limit that is reached costs no idle
 // time. Limits need the lease form (the lock forms hold their rows in work in
 // transactions and sessions that other instances cannot count: a [*ConfigError]),

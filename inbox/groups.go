@@ -16,8 +16,9 @@ type Limits struct {
 	// across every instance: the most handlers running at once, each in one of
 	// Concurrency slots that subscriptions lease in TABLE_limits, so that claims
 	// need not wait for each other (a subscription may hold more rows,
-	// prefetched for the slots it has). In a batch subscription it is instead
-	// the most rows claimed at once.
+	// prefetched for the slots it has). In a batch subscription each job of a
+	// batch runs in a slot of its own (a batch runs as many of its jobs at once
+	// as its worker has slots for, and the rest after them).
 	Concurrency int
 	// PerPartition, if positive, is the most jobs of one partition key
 	// (Columns.Partition) in work at once, across every instance: the most
@@ -295,11 +296,6 @@ func (q *Queue[T]) sqliteRateBump(ctx context.Context, db querier, l Limits, now
 	_, err := db.exec(ctx, q.rateBumpSQL("?1", "?2", l.Per), rateWindow(now, l.Per), n)
 	return err
 }
-
-// limitLockKey is the second key of the transaction-scoped advisory lock that
-// serialises the claims of a batch subscription with a Concurrency limit on
-// Postgres (which counts the rows in work).
-const limitLockKey = -1
 
 // checkGroupColumns refuses, at Start, a Group or Partition column that the table
 // does not have (a *ConfigError; unless other mapped columns are missing too, which

@@ -947,7 +947,6 @@ func (s *Subscription[T]) pgCycle(ctx context.Context, l *lane, batch []settleme
 		}
 		return r.Err()
 	}
-	tableLock := want > 0 && s.tableLock()
 	keyLock := kc != nil
 	if rb != nil {
 		// Whether a failed claim took rows is unknown: its reserve lapses.
@@ -957,7 +956,7 @@ func (s *Subscription[T]) pgCycle(ctx context.Context, l *lane, batch []settleme
 			}
 		}()
 	}
-	if !s.o.AsyncCommit && !tableLock && !keyLock {
+	if !s.o.AsyncCommit && !keyLock {
 		r, err := q.pool.Query(ctx, sql, args...)
 		if err != nil {
 			return err
@@ -969,18 +968,10 @@ func (s *Subscription[T]) pgCycle(ctx context.Context, l *lane, batch []settleme
 		// One round trip: the cycle's transaction commits without waiting for its
 		// WAL flush. An aborted batch leaves the connection in a failed transaction,
 		// which the pool closes instead of reusing.
-		//
-		// A batch subscription's claim with Concurrency runs in a transaction
-		// that first takes the table's advisory lock, so that no other claim
-		// runs between its count of the rows in work and its claim: its snapshot
-		// is taken after the previous such claim committed.
 		b := &pgx.Batch{}
 		b.Queue("BEGIN")
 		if s.o.AsyncCommit {
 			b.Queue("SET LOCAL synchronous_commit = off")
-		}
-		if tableLock {
-			b.Queue("SELECT pg_advisory_xact_lock($1, $2)", q.lockKey(), int32(limitLockKey))
 		}
 		if keyLock {
 			// The claim's plan would be made afresh for each run: the planner

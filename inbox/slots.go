@@ -36,16 +36,15 @@ import (
 // one per job.
 //
 // On SQLite, which has one writer, the extension and the take are two statements
-// of one write transaction. Batch subscriptions count the rows in work instead (on
-// Postgres under the table's advisory lock). PerPartition (keyslots.go) and Rate
+// of one write transaction. In a batch subscription each job of a batch holds a
+// slot: a worker runs as many jobs of its batch at once as it can take slots for
+// (at least one), and the rest after them. PerPartition (keyslots.go) and Rate
 // (groups.go) are held by other means, which go with slots.
 
 // slotted reports whether a subscription's Concurrency limit is held by slots: on
-// either database, with PerPartition and Rate or without, unless it is a batch
-// subscription (which counts the rows in work).
-func (l Limits) slotted(batch bool) bool {
-	return !batch && l.Concurrency > 0
-}
+// either database, with PerPartition and Rate or without, in a single or a batch
+// subscription (each job of a batch holds a slot of its own).
+func (l Limits) slotted() bool { return l.Concurrency > 0 }
 
 // claimLimits are the limits a claim statement enforces: with slots, not
 // Concurrency, which the slots hold; on Postgres, not Rate, which the lane's
@@ -59,13 +58,6 @@ func (s *Subscription[T]) claimLimits() Limits {
 		l.Rate = 0
 	}
 	return l
-}
-
-// tableLock reports whether a Postgres claim must first take the table's advisory
-// lock: a Concurrency limit held by counting the rows in work (a batch
-// subscription's).
-func (s *Subscription[T]) tableLock() bool {
-	return s.q.dialect == Postgres && s.o.Limits.Concurrency > 0 && !s.slotted
 }
 
 // slotName is the name of slot i in TABLE_limits.
@@ -82,14 +74,9 @@ func slotNames(n int) []string {
 
 // prefetches reports whether a subscription with these limits prefetches by
 // default: with Concurrency held by slots, with Rate (which counts claims), and
-// with PerPartition (held by places, keyslots.go); not where claims count the rows
-// in work (a batch subscription's Concurrency), which prefetched rows would fill
-// before they run, nor in a batch subscription with PerPartition, which holds one
-// row per place.
+// with PerPartition (held by places, keyslots.go), unless it is a batch
+// subscription with PerPartition, which holds one row per place.
 func (l Limits) prefetches(batch bool) bool {
-	if l.Concurrency > 0 && !l.slotted(batch) {
-		return false
-	}
 	return l.PerPartition == 0 || !batch
 }
 
@@ -266,6 +253,25 @@ func (g *slotGate) enter(j *leased, stop <-chan struct{}) bool {
 	})
 }
 
+// enterUpTo waits for tokens for the jobs js (a batch): it takes as many as are
+// free, up to len(js) and at least one, and reports how many (js[:n] hold one
+// each); 0 if js[0]'s context ends first or stop is closed.
+func (g *slotGate) enterUpTo(js []*leased, stop <-chan struct{}) int {
+	n := 0
+	waitTurn(&g.mu, func() chan struct{} { return g.wake }, g.waiting, js[0], stop, func() bool {
+		if g.free == 0 {
+			return false
+		}
+		n = min(g.free, len(js))
+		g.free -= n
+		for _, j := range js[:n] {
+			g.running[j] = struct{}{}
+		}
+		return true
+	})
+	return n
+}
+
 // waitTurn is the wait of a gate's enter for job j: it calls take with mu held
 // until take reports that j took its turn (true), or j's context ends or stop is
 // closed first (false). Between tries it waits for the channel wake returns
@@ -398,7 +404,7 @@ func (s *Subscription[T]) syncSlots(l *lane, need int) {
 		ls.names, ls.until = nil, time.Time{}
 	default:
 	}
-	need = min(need, l.n)
+	need = min(need, l.work)
 	ls.need = need
 	now := time.Now()
 	if held := len(ls.names); need < held {
@@ -459,9 +465,9 @@ func (s *Subscription[T]) syncSlots(l *lane, need int) {
 // claims (more jobs may be ready), else one per job it holds.
 func (s *Subscription[T]) slotNeed(l *lane, held int, claiming bool) int {
 	if claiming {
-		return l.n
+		return l.work
 	}
-	return min(held, l.n)
+	return min(held, l.work)
 }
 
 // claimLimit is how many rows the lane may hold now: Subscription.limit, and with
@@ -478,14 +484,14 @@ func (s *Subscription[T]) claimLimit(l *lane) int {
 // has fewer than its workers and the last ask is not too recent. False without
 // slots.
 func (ls *laneSlots) due(l *lane, claiming bool) bool {
-	return ls != nil && claiming && len(ls.names) < l.n && !time.Now().Before(ls.retryAt)
+	return ls != nil && claiming && len(ls.names) < l.work && !time.Now().Before(ls.retryAt)
 }
 
 // claimCap is how many rows a lane may hold with the slots it has: as many per slot
 // as its rows per worker (its prefetch), and none without slots, so that jobs wait
 // for a slot in the table, in claim order, and not in a lane without slots while
 // another lane runs later ones.
-func (ls *laneSlots) claimCap(l *lane) int { return len(ls.names) * l.max / l.n }
+func (ls *laneSlots) claimCap(l *lane) int { return len(ls.names) * l.max / l.work }
 
 // slotWait is how long from now the loop may sleep before syncSlots has work: the
 // lease's extension, or another ask for slots the lane is short of.

@@ -221,7 +221,7 @@ func (q *Queue[T]) subscribe(h Handler[T], bh BatchHandler[T], batch int, o Subs
 		return nil, &ConfigError{Field: "Workers", Reason: "negative"}
 	}
 	adaptive := false
-	slotted := o.Form == Lease && o.Limits.slotted(bh != nil)
+	slotted := o.Form == Lease && o.Limits.slotted()
 	if o.Lease == 0 {
 		o.Lease = DefaultLease
 	}
