@@ -220,6 +220,9 @@ func placeKey(name string) string {
 // rows are (name, held): true for a place held already, false for one taken, NULL
 // for one made (free: taken by a later call).
 func (q *Queue[T]) keyTakeSQL(names []string, tag int64, until, deadline, now time.Time, k, n int) (string, []any) {
+	if names == nil {
+		names = []string{} // an empty array, not NULL (which no name is unequal to)
+	}
 	s := &stmt[T]{q: q}
 	lt := q.limitsTable()
 	pk := col(q.c.Partition)
