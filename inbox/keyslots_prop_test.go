@@ -124,7 +124,7 @@ func placesModel(rt *rapid.T, q *Queue[struct{}]) {
 	// The clock starts an hour ahead of the host's, so that the rows published
 	// now are ready at once.
 	now := time.Now().Add(time.Hour).UnixMicro()
-	rows := map[string]int{}       // the model's rows of each key
+	rows := map[string]int{}        // the model's rows of each key
 	places := map[string]placeRow{} // the model's places
 	lanes := make([]*propLane, 3)
 	for i := range lanes {
