@@ -127,20 +127,55 @@ func (q *Queue[T]) Periodic(jobs []PeriodicJob[T], o PeriodicOptions) (*Periodic
 	return p, nil
 }
 
-// Start starts the Periodic's goroutine, which publishes each kind's due tick at
-// once and then sleeps until the next tick of any kind. A tick whose transaction
-// fails (the database is unreachable) is tried again every second until the next
-// tick is due, logged at WARN. A second Start returns ErrStopped. ctx bounds the
-// goroutine's life as Stop does.
+// Start checks the tables and starts the Periodic's goroutine, which publishes
+// each kind's due tick at once and then sleeps until the next tick of any kind.
+// The check asks the database to prepare the statements of a tick, as
+// Subscription.Start does: a ticks table or job table that is missing, or lacks
+// a column they use, is a *StatementError, and nothing is started (run Migrate,
+// or make TicksTable, then Start again). A tick whose transaction fails later
+// (the database is unreachable) is tried again every second until the next tick
+// is due, logged at WARN. A second Start after one that started returns
+// ErrStopped. ctx bounds the check, and the goroutine's life as Stop does.
 func (p *Periodic[T]) Start(ctx context.Context) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.started {
 		return ErrStopped
 	}
+	if err := p.check(ctx); err != nil {
+		return err
+	}
 	p.started = true
 	go p.loop(ctx)
 	return nil
+}
+
+// check prepares the statements of a tick (the ticks table's two and the
+// publish), so that a missing table or column fails Start rather than every tick.
+func (p *Periodic[T]) check(ctx context.Context) error {
+	q := p.q
+	for _, st := range []struct{ table, sql string }{
+		{p.ticks, p.insertTickSQL()},
+		{p.ticks, p.advanceTickSQL()},
+		{q.name, q.publishSQL()},
+	} {
+		if err := q.prepare(ctx, st.sql); err != nil {
+			return &StatementError{Table: st.table, Statement: st.sql, Err: err}
+		}
+	}
+	return nil
+}
+
+// insertTickSQL records a kind's first tick: $1 kind, $2 tick.
+func (p *Periodic[T]) insertTickSQL() string {
+	q := p.q
+	return "INSERT INTO " + p.ticks + " (kind, last_tick) VALUES (" + q.p(1) + ", " + q.p(2) + ") ON CONFLICT (kind) DO NOTHING"
+}
+
+// advanceTickSQL advances a kind's last tick to a later one: $1 kind, $2 tick.
+func (p *Periodic[T]) advanceTickSQL() string {
+	q := p.q
+	return "UPDATE " + p.ticks + " SET last_tick = " + q.p(2) + " WHERE kind = " + q.p(1) + " AND last_tick < " + q.p(2)
 }
 
 // Stop ends the goroutine and waits for it, or for ctx (whose error it returns);
@@ -265,14 +300,14 @@ func (p *Periodic[T]) claimTick(ctx context.Context, j PeriodicJob[T], tick time
 				return false, err
 			}
 		}
-		first, err := db.exec(ctx, "INSERT INTO "+p.ticks+" (kind, last_tick) VALUES ("+q.p(1)+", "+q.p(2)+") ON CONFLICT (kind) DO NOTHING", j.Kind, q.ts(tick))
+		first, err := db.exec(ctx, p.insertTickSQL(), j.Kind, q.ts(tick))
 		if err != nil {
 			return false, err
 		}
 		if first == 1 {
 			return false, nil // a new kind starts at the next tick
 		}
-		n, err := db.exec(ctx, "UPDATE "+p.ticks+" SET last_tick = "+q.p(2)+" WHERE kind = "+q.p(1)+" AND last_tick < "+q.p(2), j.Kind, q.ts(tick))
+		n, err := db.exec(ctx, p.advanceTickSQL(), j.Kind, q.ts(tick))
 		if err != nil || n == 0 {
 			return false, err
 		}

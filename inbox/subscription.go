@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime/debug"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -585,7 +586,25 @@ func (s *Subscription[T]) check(ctx context.Context) error {
 // prepare asks the database to prepare a statement without running it.
 func (q *Queue[T]) prepare(ctx context.Context, sql string) error {
 	if q.dialect == SQLite {
-		st, err := q.sqldb.PrepareContext(ctx, sql)
+		conn, err := q.sqldb.Conn(ctx)
+		if err != nil {
+			return err
+		}
+		defer conn.Close()
+		// A connection reads the schema again only when a statement runs, so a
+		// prepare alone checks against the schema it cached, from before a table
+		// was dropped: read the schema tables first.
+		schemas := []string{"main"}
+		if i := strings.LastIndex(q.name, "."); i >= 0 {
+			schemas = append(schemas, q.name[:i])
+		}
+		for _, sc := range schemas {
+			var n int64
+			if err := conn.QueryRowContext(ctx, `SELECT count(*) FROM "`+sc+`".sqlite_master`).Scan(&n); err != nil {
+				return err
+			}
+		}
+		st, err := conn.PrepareContext(ctx, sql)
 		if err != nil {
 			return err
 		}
