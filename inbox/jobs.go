@@ -350,6 +350,7 @@ func (q *Queue[T]) adminTx(ctx context.Context, id int64, op string, f func(db q
 func (q *Queue[T]) RetryJob(ctx context.Context, id int64) error {
 	woke := false
 	err := q.adminTx(ctx, id, "retry", func(db querier, j JobRecord) error {
+		restore := "" // the SQL giving a requeued unique job its key back
 		refuse := func(reason string) error {
 			return &JobStateError{Table: q.name, ID: id, Op: "retry", State: j.State, Reason: reason}
 		}
@@ -376,13 +377,33 @@ func (q *Queue[T]) RetryJob(ctx context.Context, id int64) error {
 			if q.c.CancelledAt != "" {
 				set += ", " + col(q.c.CancelledAt) + " = NULL"
 			}
-			if r := q.restoreKey(); r != "" {
-				set += ", " + r
-			}
+			restore = q.restoreKey()
 		default:
 			return refuse("")
 		}
-		if _, err := db.exec(ctx, "UPDATE "+q.table+" AS u SET "+set+" WHERE "+col(q.c.ID)+" = "+q.p(2), q.ts(time.Unix(0, 0)), id); err != nil {
+		update := func(set string) error {
+			_, err := db.exec(ctx, "UPDATE "+q.table+" AS u SET "+set+" WHERE "+col(q.c.ID)+" = "+q.p(2), q.ts(time.Unix(0, 0)), id)
+			return err
+		}
+		err := error(nil)
+		switch {
+		case restore == "":
+			err = update(set)
+		case q.dialect == SQLite:
+			err = update(set + ", " + restore)
+		default:
+			// A publish of the key may have inserted its row, uncommitted, after the
+			// restore's check: the write of the key then meets the unique index once
+			// it commits. The job runs without the key (see Unique).
+			if err = exec0(ctx, db, "SAVEPOINT inbox_restore_key"); err == nil {
+				if err = update(set + ", " + restore); isUniqueViolation(err) {
+					if err = exec0(ctx, db, "ROLLBACK TO SAVEPOINT inbox_restore_key"); err == nil {
+						err = update(set)
+					}
+				}
+			}
+		}
+		if err != nil {
 			return fmt.Errorf("inbox: retry %s job %d: %w", q.name, id, err)
 		}
 		woke = true
@@ -407,4 +428,16 @@ func (q *Queue[T]) DeleteJob(ctx context.Context, id int64) error {
 		}
 		return nil
 	})
+}
+
+// isUniqueViolation reports a Postgres unique_violation.
+func isUniqueViolation(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "23505"
+}
+
+// exec0 runs a statement whose row count does not matter.
+func exec0(ctx context.Context, db querier, sql string) error {
+	_, err := db.exec(ctx, sql)
+	return err
 }

@@ -3,6 +3,7 @@ package inbox_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -55,4 +56,67 @@ func TestPeriodicStartRefusesMissingTicksTable(t *testing.T) {
 			t.Fatal(err)
 		}
 	})
+}
+
+// RetryJob (the observer's retry) and Requeue of a job that gave its key up race
+// a publish of the same key: the publish inserted its row, not yet committed, after
+// the requeue's check that no row holds the key, so the requeue's write of the key
+// waited for the publish and then met the unique index. It returned that
+// unique_violation, untyped, and left the job cancelled. As Unique documents, the
+// requeued job now runs without the key, which the published job keeps. Postgres
+// only: SQLite's single writer cannot interleave them.
+func TestRequeueRacingUniquePublishRunsWithoutKey(t *testing.T) {
+	b := pgBackend(t)
+	q := defaultTable(t, b)
+	ctx := t.Context()
+	u := &inbox.PublishOpts{Unique: &inbox.Unique{Key: "k"}}
+	for _, op := range []string{"RetryJob", "Requeue"} {
+		a, err := q.Publish(ctx, msg{N: 1}, u)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := q.Cancel(ctx, a); err != nil { // the key is given up
+			t.Fatal(err)
+		}
+		// The publish of the same key, held open in a transaction.
+		tx, err := beginTx(ctx, b.newDB(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, err := q.PublishTx(ctx, tx.tx, msg{N: 2}, u)
+		if err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan error, 1)
+		go func() {
+			if op == "RetryJob" {
+				done <- q.RetryJob(ctx, a)
+				return
+			}
+			n, err := q.Requeue(ctx, a)
+			if err == nil && n != 1 {
+				err = fmt.Errorf("requeued %d jobs, want 1", n)
+			}
+			done <- err
+		}()
+		// The requeue waits for the publish's transaction on the unique index.
+		within(t, 10*time.Second, func() bool {
+			return b.queryN(t, `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE 'UPDATE %`+b.table+`%'`) > 0
+		}, op+" waiting for the publish")
+		if err := tx.commit(); err != nil {
+			t.Fatal(err)
+		}
+		if err := <-done; err != nil {
+			t.Fatalf("%s racing a publish of its key: %v", op, err)
+		}
+		ja, err := q.Job(ctx, a)
+		if err != nil || ja.State != inbox.StateReady {
+			t.Fatalf("%s: job %d is %s (%v), want ready", op, a, ja.State, err)
+		}
+		id, inserted, err := q.PublishUnique(ctx, msg{N: 3}, u)
+		if err != nil || inserted || id != c {
+			t.Fatalf("%s: publish = %d, inserted %v, %v; want the racing publish's job %d to hold the key", op, id, inserted, err, c)
+		}
+		b.exec(t, `DELETE FROM "`+b.table+`"`)
+	}
 }

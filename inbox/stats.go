@@ -130,16 +130,22 @@ func (q *Queue[T]) Requeue(ctx context.Context, ids ...int64) (int64, error) {
 	if q.c.CancelledAt != "" {
 		set += ", " + col(q.c.CancelledAt) + " = NULL"
 	}
-	if r := q.restoreKey(); r != "" {
-		set += ", " + r
-	}
 	where := col(q.c.ID) + " = " + q.p(2) + " AND " + col(q.c.LockedUntil) + " >= " + q.p(3)
 	if q.c.ProcessedAt != "" {
 		where += " AND " + col(q.c.ProcessedAt) + " IS NULL"
 	}
 	stmt := "UPDATE " + q.table + " AS u SET " + set + " WHERE " + where
+	keyed := stmt
+	if r := q.restoreKey(); r != "" {
+		keyed = "UPDATE " + q.table + " AS u SET " + set + ", " + r + " WHERE " + where
+	}
 	for _, id := range ids {
-		n, err := q.db().exec(ctx, stmt, q.ts(time.Unix(0, 0)), id, q.ts(farFuture()))
+		n, err := q.db().exec(ctx, keyed, q.ts(time.Unix(0, 0)), id, q.ts(farFuture()))
+		if isUniqueViolation(err) {
+			// A publish of the key inserted its row after the restore's check,
+			// and committed: the job runs without the key (see Unique).
+			n, err = q.db().exec(ctx, stmt, q.ts(time.Unix(0, 0)), id, q.ts(farFuture()))
+		}
 		if err != nil {
 			return total, fmt.Errorf("inbox: requeue %s job %d: %w", q.name, id, err)
 		}
