@@ -44,8 +44,9 @@ var ErrJobCancelled = errors.New("inbox: job cancelled")
 // A job of a FIFO group (Columns.Group) in work under a live lease keeps its lease
 // until its holder settles it as Cancelled, so that the group's next job does not
 // start while the cancelled handler may still run (one of a group in work at a
-// time): Stats counts it as Cancelled meanwhile, and Requeue, RetryJob and Prune
-// leave it alone until it is settled. If its holder dies, the lease runs out (in
+// time): Stats counts it as Cancelled meanwhile, Requeue and Prune leave it
+// alone, and RetryJob and DeleteJob refuse it (a *JobStateError), until it is
+// settled. If its holder dies, the lease runs out (in
 // the advisory form: its lock goes with the connection) and a subscription of the
 // table finalises it as Cancelled (within a PollInterval): it is never run again.
 //

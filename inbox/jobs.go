@@ -363,9 +363,7 @@ func (q *Queue[T]) RetryJob(ctx context.Context, id int64) error {
 				return refuse("without a ClaimedAt column a job in work looks delayed")
 			}
 		case StateDead, StateCancelled:
-			if j.State == StateCancelled && !j.ClaimedAt.IsZero() && j.LockedUntil.Before(farFuture()) {
-				// A group's job cancelled in work keeps its lease until its holder
-				// settles it (Queue.Cancel).
+			if q.heldCancelled(j) {
 				return refuse("it was cancelled in work and its handler may still run: try again once it is settled")
 			}
 			if q.c.Attempts != "" {
@@ -415,13 +413,25 @@ func (q *Queue[T]) RetryJob(ctx context.Context, id int64) error {
 	return err
 }
 
+// heldCancelled reports a job cancelled in work that keeps its lease until its
+// holder settles it (a FIFO group's: Queue.Cancel).
+func (q *Queue[T]) heldCancelled(j JobRecord) bool {
+	return j.State == StateCancelled && !j.ClaimedAt.IsZero() && j.LockedUntil.Before(farFuture())
+}
+
 // DeleteJob deletes job id, whatever its state but in work (a *JobStateError: cancel
-// it, or let it settle); an unknown id matches ErrNoJob. It blocks for one short
-// transaction that waits for no claim.
+// it, or let it settle); an unknown id matches ErrNoJob. A job of a FIFO group
+// cancelled in work whose holder still holds its lease (see Cancel) counts as in
+// work: it is refused (a *JobStateError, State StateCancelled) until its handler has
+// returned and its settlement is written, so that the group's next job does not
+// start beside it. It blocks for one short transaction that waits for no claim.
 func (q *Queue[T]) DeleteJob(ctx context.Context, id int64) error {
 	return q.adminTx(ctx, id, "delete", func(db querier, j JobRecord) error {
 		if j.State == StateInWork {
 			return &JobStateError{Table: q.name, ID: id, Op: "delete", State: j.State}
+		}
+		if q.heldCancelled(j) {
+			return &JobStateError{Table: q.name, ID: id, Op: "delete", State: j.State, Reason: "it was cancelled in work and its handler may still run: try again once it is settled"}
 		}
 		if _, err := db.exec(ctx, "DELETE FROM "+q.table+" WHERE "+col(q.c.ID)+" = "+q.p(1), id); err != nil {
 			return fmt.Errorf("inbox: delete %s job %d: %w", q.name, id, err)

@@ -1,0 +1,151 @@
+package observer_test
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/gotp/gotp/gotptest"
+	"github.com/gotp/gotp/inbox"
+	"github.com/gotp/gotp/observer"
+)
+
+// groupTable is jobTable with FIFO groups (inbox.GroupColumns).
+func groupTable(t testing.TB, dialect string) *inbox.Queue[invoice] {
+	t.Helper()
+	name := fmt.Sprintf("obs_groups_%d_%d", os.Getpid(), inboxSeq.Add(1))
+	cfg := inbox.Config[invoice]{Table: name, Columns: inbox.GroupColumns(), Logger: slog.New(slog.DiscardHandler)}
+	var q *inbox.Queue[invoice]
+	var err error
+	switch dialect {
+	case "sqlite":
+		var db *sql.DB
+		db, err = inbox.OpenSQLite(context.Background(), filepath.Join(t.TempDir(), "jobs.db"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { db.Close() })
+		q, err = inbox.NewSQLite(db, cfg)
+	case "postgres":
+		u := os.Getenv("POSTGRES_TEST_URL")
+		if u == "" {
+			t.Skip("POSTGRES_TEST_URL not set")
+		}
+		var pool *pgxpool.Pool
+		pool, err = pgxpool.New(context.Background(), u)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			for _, s := range []string{"", "_periodic", "_limits"} {
+				_, _ = pool.Exec(context.Background(), `DROP TABLE IF EXISTS "`+name+s+`"`)
+			}
+			_, _ = pool.Exec(context.Background(), `DELETE FROM gotp_schema WHERE key = $1`, "inbox:"+name)
+			pool.Close()
+		})
+		q, err = inbox.NewPostgres(pool, cfg)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := q.CreateTable(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	return q
+}
+
+// The observer's delete of a FIFO group's job cancelled in work, whose handler
+// has seen its context cancelled but not yet returned, went through: the row was
+// gone, the group's next job started beside the cancelled handler (two of one
+// group at once), and the settlement found nothing to write. It is refused now,
+// 409 as for a job in work, and succeeds once the handler has returned and its
+// settlement is written; the group's next job starts only then.
+func TestInboxDeleteCancelledJobStillRunning(t *testing.T) {
+	eachInboxDB(t, func(t *testing.T, dialect string) {
+		n := gotptest.NewNode(t, gotptest.Name("obs"))
+		q := groupTable(t, dialect)
+		ctx := context.Background()
+		g := &inbox.PublishOpts{Group: "g"}
+		a, err := q.Publish(ctx, invoice{Number: 1}, g)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := q.Publish(ctx, invoice{Number: 2}, g); err != nil {
+			t.Fatal(err)
+		}
+		startedA, cancelled, release, startedB := make(chan struct{}), make(chan error, 1), make(chan struct{}), make(chan struct{})
+		settled := make(chan inbox.Result, 2)
+		sub, err := q.Subscribe(func(ctx context.Context, j inbox.Job[invoice]) error {
+			if j.Payload.Number == 2 {
+				close(startedB)
+				return nil
+			}
+			close(startedA)
+			<-ctx.Done()
+			cancelled <- context.Cause(ctx)
+			<-release // a handler slow to stop
+			return nil
+		}, inbox.SubscribeOptions{Workers: 2, PollInterval: 10 * time.Millisecond, Observe: func(r inbox.Result) { settled <- r }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := sub.Start(ctx); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			_ = sub.Stop(ctx)
+		})
+		var once sync.Once
+		t.Cleanup(func() { once.Do(func() { close(release) }) }) // before the Stop above, on a failure
+		<-startedA
+		o := observer.New(n, observer.Options{Token: "s3cret", AllowKill: true, Sources: []observer.Source{observer.InboxSource(q)}})
+		act := func(action string) (int, string) {
+			rec := postJSON(o, "/observer/api/inbox/"+action+"?token=s3cret", fmt.Sprintf(`{"table":%q,"id":%d}`, q.Table(), a))
+			return rec.Code, rec.Body.String()
+		}
+		if code, body := act("cancel"); code != http.StatusOK {
+			t.Fatalf("cancel: %d %s", code, body)
+		}
+		if cause := <-cancelled; !errors.Is(cause, inbox.ErrJobCancelled) {
+			t.Fatalf("handler cancelled by %v", cause)
+		}
+		for _, action := range []string{"delete", "retry"} {
+			if code, body := act(action); code != http.StatusConflict || !strings.Contains(body, "cancelled in work") {
+				t.Fatalf("%s of a cancelled job whose handler still runs: %d %s, want 409", action, code, body)
+			}
+		}
+		if j, err := q.Job(ctx, a); err != nil || j.State != inbox.StateCancelled {
+			t.Fatalf("job %d after the refused delete: %+v, %v", a, j, err)
+		}
+		select {
+		case <-startedB:
+			t.Fatal("the group's next job started while the cancelled one's handler ran")
+		default:
+		}
+		once.Do(func() { close(release) })
+		if r := <-settled; r.ID != a || r.Outcome != inbox.Cancelled {
+			t.Fatalf("first settlement %+v, want job %d cancelled", r, a)
+		}
+		<-startedB
+		gotptest.Eventually(t, "the settled cancelled job deleted", func() bool {
+			code, _ := act("delete")
+			return code == http.StatusOK
+		})
+		if _, err := q.Job(ctx, a); !errors.Is(err, inbox.ErrNoJob) {
+			t.Fatalf("job %d after delete: %v", a, err)
+		}
+	})
+}
