@@ -73,7 +73,9 @@
 //   - gotp_registry_entries{registry}, gotp_registry_keys{registry}.
 //   - gotp_pg_groups{scope}, gotp_pg_members{scope}: groups with members,
 //     and memberships, on every node.
-//   - gotp_inbox_jobs{table,state}: ready, in_work, delayed, dead, invalid,
+//   - gotp_inbox_jobs{table,state}: ready, in_work, delayed, dead,
+//     processed (acked rows a table with a ProcessedAt column keeps until
+//     its retention prunes them; 0 on a table whose acks delete), invalid,
 //     cancelled; absent while the table's counts cannot be read.
 //   - gotp_inbox_outcomes_total{table,outcome}: jobs handled by this
 //     node's subscriptions.

@@ -149,3 +149,65 @@ func TestInboxDeleteCancelledJobStillRunning(t *testing.T) {
 		}
 	})
 }
+
+// gotp_inbox_jobs had no processed state: on a table that keeps acked rows (a
+// ProcessedAt column, pruned by retention) they were in no series, so the
+// states did not add up to the table's rows. The family has a processed series
+// now (labels table and state only).
+func TestInboxDepthCountsProcessed(t *testing.T) {
+	n := gotptest.NewNode(t, gotptest.Name("obs"))
+	db, err := inbox.OpenSQLite(context.Background(), filepath.Join(t.TempDir(), "jobs.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	plain, err := inbox.NewSQLite(db, inbox.Config[invoice]{Table: "kept", Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := plain.CreateTable(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Exec(`ALTER TABLE kept ADD COLUMN processed_at INTEGER`); err != nil {
+		t.Fatal(err)
+	}
+	cols := inbox.DefaultColumns()
+	cols.ProcessedAt = "processed_at"
+	q, err := inbox.NewSQLite(db, inbox.Config[invoice]{Table: "kept", Columns: cols, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		if _, err := q.Publish(context.Background(), invoice{Number: i}, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	acked := make(chan struct{}, 2)
+	sub, err := q.Subscribe(func(_ context.Context, j inbox.Job[invoice]) error {
+		if j.Payload.Number == 2 {
+			return inbox.DeadLetter(errors.New("no"))
+		}
+		return nil
+	}, inbox.SubscribeOptions{PollInterval: 10 * time.Millisecond, Observe: func(inbox.Result) { acked <- struct{}{} }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sub.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		<-acked
+	}
+	stop, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := sub.Stop(stop); err != nil {
+		t.Fatal(err)
+	}
+	o := observer.New(n, observer.Options{Sources: []observer.Source{observer.InboxSource(q)}})
+	_, body := get(t, o, "/observer/metrics")
+	for _, want := range []string{`gotp_inbox_jobs{state="processed",table="kept"} 2`, `gotp_inbox_jobs{state="dead",table="kept"} 1`} {
+		if !strings.Contains(body, want) {
+			t.Errorf("no %s:\n%s", want, grepLines(body, "gotp_inbox_jobs"))
+		}
+	}
+}

@@ -42,7 +42,7 @@ var (
 		"Memberships (a process joined to a group, counted once per join) in each pg scope, on every node.",
 		[]string{"scope"}, nil)
 	descInbox = prometheus.NewDesc("gotp_inbox_jobs",
-		"Jobs of each inbox table by state (ready, in_work, delayed, dead, invalid, cancelled); absent while the table's counts cannot be read.", []string{"table", "state"}, nil)
+		"Jobs of each inbox table by state (ready, in_work, delayed, dead, processed, invalid, cancelled); absent while the table's counts cannot be read.", []string{"table", "state"}, nil)
 	descOutcomes = prometheus.NewDesc("gotp_inbox_outcomes_total",
 		"Jobs handled by this node's subscriptions, by outcome.", []string{"table", "outcome"}, nil)
 	descInboxErrors = prometheus.NewDesc("gotp_inbox_errors_total",
@@ -204,7 +204,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		// Counts that could not be read are left out, not exported as 0: an
 		// empty queue is not what a failing database looks like.
 		if t.Err == "" {
-			for state, v := range map[string]int64{"ready": t.Ready, "in_work": t.InWork, "delayed": t.Delayed, "dead": t.Dead, "invalid": t.Invalid, "cancelled": t.Cancelled} {
+			for state, v := range map[string]int64{"ready": t.Ready, "in_work": t.InWork, "delayed": t.Delayed, "dead": t.Dead, "processed": t.Processed, "invalid": t.Invalid, "cancelled": t.Cancelled} {
 				gauge(descInbox, float64(v), t.Name, state)
 			}
 		}

@@ -118,6 +118,7 @@ type InboxTable struct {
 	InWork    int64            `json:"in_work"`
 	Delayed   int64            `json:"delayed"`
 	Dead      int64            `json:"dead"`
+	Processed int64            `json:"processed"`          // acked rows kept (a table with Columns.ProcessedAt)
 	Invalid   int64            `json:"invalid"`            // rows no claim will take (see inbox.Stats)
 	Cancelled int64            `json:"cancelled"`          // cancelled by inbox.Queue.Cancel
 	Outcomes  map[string]int64 `json:"outcomes,omitempty"` // outcome → jobs since start

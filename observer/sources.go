@@ -153,6 +153,7 @@ func (src inboxSource) Observe(ctx context.Context, s *Snapshot) {
 			row.Err = fmt.Sprint(err)
 		} else {
 			row.Ready, row.InWork, row.Delayed, row.Dead, row.Invalid, row.Cancelled = st.Ready, st.InWork, st.Delayed, st.Dead, st.Invalid, st.Cancelled
+			row.Processed = st.Processed
 		}
 		if oc, ok := q.(outcomeCounter); ok {
 			row.Outcomes = oc.Outcomes()
