@@ -101,8 +101,8 @@ func run(args []string, out io.Writer) error {
 	fs.IntVar(&c.floodRead, "flood-read", 64<<10, "bytes per second each flooding client reads")
 	fs.StringVar(&c.floodCmd, "flood-cmd", "WHO", "the command flooding clients repeat")
 	fs.IntVar(&c.sendBuffer, "send-buffer", chat.DefaultSendBuffer, "the gotp server's socket send buffer per connection, bytes (negative: the kernel's autotuned default)")
-	fs.Float64Var(&c.commandRate, "command-rate", 0, "the gotp server's flood control: commands a second per connection beyond -command-burst (0: none)")
-	fs.IntVar(&c.commandBurst, "command-burst", chat.DefaultCommandBurst, "the gotp server's flood control: commands a connection may send at once")
+	fs.Float64Var(&c.commandRate, "command-rate", chat.DefaultCommandRate, "the gotp server's flood control: units a second per connection beyond -command-burst (see chat.Config.CommandRate; negative: off)")
+	fs.IntVar(&c.commandBurst, "command-burst", chat.DefaultCommandBurst, "the gotp server's flood control: units a connection may spend at once")
 	fs.StringVar(&c.cpuProfile, "cpuprofile", "", "write the server's CPU profile during the load to this file")
 	fs.StringVar(&c.memProfile, "memprofile", "", "write the server's heap profile, with the users connected and idle, to this file")
 	fs.StringVar(&c.allocProfile, "allocprofile", "", "write the server's allocations profile (all allocations since it started, the load's included) after the load to this file")
@@ -312,7 +312,7 @@ func serverAndClients(ctx context.Context, c config, out io.Writer) error {
 		mb(before.heap+before.stack), mb(after.heap+after.stack), c.users+c.flood, mb(loaded.heap+loaded.stack), mb(before.rss), mb(after.rss), mb(loaded.rss))
 	fmt.Fprintf(out, "server RSS peak: %.1f MB (sampled every 50 ms from the first connection to the last message)\n", mb(peakRSS))
 	if srv.slow != nil {
-		fmt.Fprintf(out, "server: %d slow consumers disconnected, %d commands held back by -command-rate %g/s (burst %d)\n", srv.slow(), srv.throttled(), c.commandRate, c.commandBurst)
+		fmt.Fprintf(out, "server: %d slow consumers disconnected, %d commands held back by -command-rate %g units/s (burst %d)\n", srv.slow(), srv.throttled(), c.commandRate, c.commandBurst)
 	}
 	return nil
 }

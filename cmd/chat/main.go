@@ -87,8 +87,8 @@ func run(args []string) int {
 		readTimeout  = fs.Duration("read-timeout", chat.DefaultReadTimeout, "how long a partly received line or WebSocket message may take to complete (then ERROR read_timeout); negative: no limit")
 		idleTimeout  = fs.Duration("idle-timeout", 0, "close a connection that sends nothing for this long, with ERROR idle_timeout (0, the default: never)")
 		writeTimeout = fs.Duration("write-timeout", chat.DefaultWriteTimeout, "disconnect a client that reads nothing for this long")
-		cmdRate      = fs.Float64("command-rate", 0, "flood control: commands a second each connection may send beyond -command-burst; a faster client waits (its connection stops reading), nothing is refused (0, the default: no limit)")
-		cmdBurst     = fs.Int("command-burst", chat.DefaultCommandBurst, "flood control: commands a connection may send at once before -command-rate holds it back")
+		cmdRate      = fs.Float64("command-rate", chat.DefaultCommandRate, "flood control: units a second each connection may spend beyond -command-burst; a command costs 1 per 128 bytes of its text and its replies, at least 1 (a short SEND 1, a WHO of 1,000 users about 71); a faster client waits (its connection stops reading), nothing is refused; negative: off")
+		cmdBurst     = fs.Int("command-burst", chat.DefaultCommandBurst, "flood control: units a connection may spend at once before -command-rate holds it back")
 		sendBuffer   = fs.Int("send-buffer", chat.DefaultSendBuffer, "socket send buffer of each connection, bytes (SO_SNDBUF): how far replies may run ahead of a client that reads slowly, beyond -max-output; negative: the kernel's autotuned default")
 	)
 	fs.Usage = func() {
@@ -200,7 +200,7 @@ func run(args []string) int {
 				Sources:     sources(s),
 				SampleEvery: *obsSample,
 			})
-			mux.Handle("/metrics", metrics(obs))
+			mux.Handle("/metrics", metrics(obs, s))
 		},
 	})
 	if err != nil {
@@ -246,12 +246,21 @@ const (
 )
 
 // metrics serves gotp's families (the observer's collector) with the Go
-// runtime's and the OS process's, behind the observer's token.
-func metrics(obs *observer.Observer) http.Handler {
+// runtime's, the OS process's and the chat's own counters (its limits at
+// work), behind the observer's token.
+func metrics(obs *observer.Observer, s *chat.Service) http.Handler {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "chat_throttled_commands_total",
+			Help: "Commands that waited for their connection's flood control (-command-rate, -command-burst).",
+		}, func() float64 { return float64(s.ThrottledCommands()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "chat_slow_consumers_total",
+			Help: "Connections ended with ERROR slow_consumer (-max-output).",
+		}, func() float64 { return float64(s.SlowConsumers()) }),
 	)
 	if err := obs.Register(reg); err != nil {
 		panic(err) // a fresh registry: cannot happen

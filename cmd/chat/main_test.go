@@ -380,7 +380,8 @@ func TestProgramServesAndStopsCleanly(t *testing.T) {
 			if code != http.StatusOK {
 				t.Fatalf("GET /metrics = %d", code)
 			}
-			for _, want := range []string{`gotp_pg_members{scope="chat"} 2`, "go_goroutines ", "process_cpu_seconds_total "} {
+			for _, want := range []string{`gotp_pg_members{scope="chat"} 2`, "go_goroutines ", "process_cpu_seconds_total ",
+				"chat_throttled_commands_total 0", "chat_slow_consumers_total 0"} {
 				if !strings.Contains(all, want) {
 					t.Errorf("/metrics lacks %s", want)
 				}

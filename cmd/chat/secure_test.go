@@ -135,6 +135,36 @@ func TestProgramMetricsBounded(t *testing.T) {
 	if v := metricValue(during["gotp_pg_members"], "scope", "chat"); v != users {
 		t.Errorf("pg memberships while %d users are online: %v", users, v)
 	}
+	// Flood control, on by default: the users' CONNECTs were not held
+	// back; a client that pipelines WHO of 1,000 users (9 KB, 71 units
+	// each, against a burst of 400) is, and every WHO is answered.
+	throttled := func(fams map[string]*dto.MetricFamily) float64 {
+		ms := fams["chat_throttled_commands_total"].GetMetric()
+		if len(ms) != 1 {
+			t.Fatalf("/metrics has %d chat_throttled_commands_total", len(ms))
+		}
+		return ms[0].GetCounter().GetValue()
+	}
+	if v := throttled(during); v != 0 {
+		t.Errorf("%d users connecting: %v commands throttled, want 0", users, v)
+	}
+	flood := dialLine(t, p.tcp)
+	if got := flood.do("CONNECT flood"); got != "OK" {
+		t.Fatalf("CONNECT flood: %q", got)
+	}
+	const whos = 10
+	if _, err := flood.c.Write([]byte(strings.Repeat("WHO\n", whos))); err != nil {
+		t.Fatal(err)
+	}
+	for i := range whos {
+		if got := flood.line(); !strings.HasPrefix(got, fmt.Sprintf("ONLINE %d ", users+1)) {
+			t.Fatalf("WHO %d: %.40q", i, got)
+		}
+	}
+	if v := throttled(scrapeProgram(t, hc, p)); v == 0 {
+		t.Errorf("a client pipelining %d WHO of %d users was not throttled", whos, users+1)
+	}
+	flood.c.Close()
 	for _, c := range conns {
 		if got := c.do("QUIT"); got != "BYE" {
 			t.Errorf("QUIT: %q", got)

@@ -131,7 +131,7 @@ func (c *conn) Init(ctx context.Context, p *gotp.Process) error {
 		defer c.svc.goroutines.Done()
 		why := c.w.read(func(in inbound) bool {
 			if flood != nil {
-				waited, ok := flood.wait(pctx)
+				waited, ok := flood.wait(pctx, in.cmd, c.out.replied.Load())
 				if waited {
 					c.svc.throttled.Add(1)
 				}

@@ -76,11 +76,15 @@
 //     HISTORY replies at most HistoryLimit messages and HistoryMaxBytes.
 //   - Count: Config.MaxConnections (10,000) at once; one more is answered
 //     ERROR unavailable (HTTP 503 on the WebSocket).
-//   - Rate (flood control, off by default): with Config.CommandRate, a
-//     connection's commands beyond CommandBurst (20) at once and
-//     CommandRate a second wait in its reader, which stops reading the
-//     socket meanwhile; nothing is refused, and each command that waited
-//     counts in Service.ThrottledCommands.
+//   - Rate (flood control, on by default): a command costs one unit per
+//     CostBytes (128) bytes of its text and of its replies, at least one;
+//     a connection may spend Config.CommandBurst (400) units at once and
+//     Config.CommandRate (200) a second. Beyond that its commands wait in
+//     its reader, which stops reading the socket meanwhile; nothing is
+//     refused, and each command that waited counts in
+//     Service.ThrottledCommands. A user may send 200 short messages a
+//     second; a client that pipelines WHO or HISTORY gets at most
+//     25.6 KB/s of replies. A negative CommandRate turns it off.
 //
 // A connection process also carries a mailbox limit (65,536 messages, see
 // gotp.MailboxLimit) that kills it if it ever falls that far behind: a

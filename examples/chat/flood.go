@@ -5,16 +5,40 @@ import (
 	"time"
 )
 
-// commandBucket is a connection's flood control (Config.CommandRate): a
-// token bucket of burst commands, refilled at rate a second. It belongs
-// to the connection's reader goroutine, which waits in wait before it
-// hands on a command that finds the bucket empty: the reader reads no
-// more meanwhile, so the client's further commands wait in the kernel's
-// buffers and then in the client (TCP's flow control), as when the
-// connection's MaxPending commands are taken.
+// Flood control, on by default (Config.CommandRate, CommandBurst), as an
+// IRC server's: every command a connection sends costs it units of a
+// budget that refills at CommandRate units a second up to CommandBurst;
+// a connection whose budget is spent waits until it is positive again.
+//
+// A command costs one unit for each CostBytes (128) bytes it carries (a
+// SEND's or SAY's text) and the connection's replies to it take, and at
+// least one: a SEND of a short message (SENT) costs 1, a WHO with 1,000
+// users online (9 KB) about 71, a HISTORY of HistoryMaxBytes 2,048. So
+// the replies of a client that pipelines expensive commands are held to
+// CommandRate × CostBytes bytes a second (25.6 KB/s by default), while a
+// user may send DefaultCommandRate short messages a second (the users of
+// H1 flat out send about 55).
+//
+// Waiting is backpressure, not refusal: the connection's reader stops
+// reading the socket until the budget is positive (the client's further
+// commands wait in the kernel's buffers, then in the client, as when its
+// MaxPending commands are taken). Nothing is refused or dropped and the
+// client is not disconnected; every command that waited counts in
+// Service.ThrottledCommands. The cost of a command's replies is known once
+// it has run, so it is charged to the commands after it: an expensive
+// command always runs, and the ones after it wait for it.
+
+// CostBytes is how many bytes of a command's text, or of its replies,
+// cost one unit of flood control (see Config.CommandRate).
+const CostBytes = 128
+
+// commandBucket is a connection's flood control: a budget of burst units,
+// refilled at rate a second. It belongs to the connection's reader
+// goroutine, which calls wait before it hands on each command.
 type commandBucket struct {
 	rate, burst, tokens float64
 	last                time.Time
+	replied             int64 // the outbox's replied bytes already charged
 }
 
 func newCommandBucket(rate float64, burst int) *commandBucket {
@@ -25,24 +49,43 @@ func newCommandBucket(rate float64, burst int) *commandBucket {
 	return &commandBucket{rate: rate, burst: b, tokens: b}
 }
 
-// delay takes a token at now and returns how long to wait for it (0: it
-// was there).
-func (b *commandBucket) delay(now time.Time) time.Duration {
+// commandBytes is what cmd carries that costs (its text).
+func commandBytes(cmd Command) int {
+	switch c := cmd.(type) {
+	case Send:
+		return len(c.Text)
+	case Say:
+		return len(c.Text)
+	}
+	return 0
+}
+
+// delay charges a command that carries in bytes, and the replies queued
+// since the last call (replied is the outbox's running total of reply
+// bytes), at now, and returns how long to wait until the budget is
+// positive again (0: it is).
+func (b *commandBucket) delay(now time.Time, in int, replied int64) time.Duration {
 	if !b.last.IsZero() {
 		b.tokens = min(b.burst, b.tokens+now.Sub(b.last).Seconds()*b.rate)
 	}
 	b.last = now
-	b.tokens--
+	bytes := float64(in)
+	if replied > b.replied {
+		bytes += float64(replied - b.replied)
+		b.replied = replied
+	}
+	b.tokens -= max(1, bytes/CostBytes)
 	if b.tokens >= 0 {
 		return 0
 	}
 	return time.Duration(-b.tokens / b.rate * float64(time.Second))
 }
 
-// wait takes a token, waiting for it if the bucket is empty; it returns
-// whether it waited, and false for ok if ctx ended first.
-func (b *commandBucket) wait(ctx context.Context) (waited, ok bool) {
-	d := b.delay(time.Now())
+// wait charges cmd and the replies queued since the last call, waiting
+// until the budget is positive again; it returns whether it waited, and
+// false for ok if ctx ended first.
+func (b *commandBucket) wait(ctx context.Context, cmd Command, replied int64) (waited, ok bool) {
+	d := b.delay(time.Now(), commandBytes(cmd), replied)
 	if d <= 0 {
 		return false, true
 	}

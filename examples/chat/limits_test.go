@@ -112,7 +112,9 @@ func (ct *connTracker) of(t *testing.T, ts *testService, name string) (gotp.PID,
 func TestSlowConsumerIsDisconnected(t *testing.T) {
 	const limit = 16 << 10
 	cut, onSlow := cutSignal(t)
-	ts := startServiceConfig(t, Config{MaxOutput: limit, onSlow: onSlow})
+	// Flood control off: it would hold the sender of 4 KB messages to
+	// six a second, and the test to seconds.
+	ts := startServiceConfig(t, Config{MaxOutput: limit, CommandRate: -1, onSlow: onSlow})
 	slow := dialSlow(t, ts)
 	slow.expect("CONNECT slow", "OK")
 	got := afterCut(cut, func() received {
@@ -209,7 +211,9 @@ type received struct {
 func TestSlowConsumerIsDisconnectedWebSocket(t *testing.T) {
 	const limit = 16 << 10
 	cut, onSlow := cutSignal(t)
-	ts := startServiceConfig(t, Config{MaxOutput: limit, onSlow: onSlow})
+	// Flood control off: it would hold the sender of 4 KB messages to
+	// six a second, and the test to seconds.
+	ts := startServiceConfig(t, Config{MaxOutput: limit, CommandRate: -1, onSlow: onSlow})
 	tr := &http.Transport{DialContext: (&net.Dialer{Control: smallReceiveBuffer}).DialContext}
 	t.Cleanup(tr.CloseIdleConnections)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -285,7 +289,9 @@ func TestSlowConsumerIsDisconnectedWebSocket(t *testing.T) {
 func TestPipeliningClientIsHeldBack(t *testing.T) {
 	const limit = 64 << 10
 	var conns connTracker
-	ts := startServiceConfig(t, Config{MaxOutput: limit, onConn: conns.add})
+	// Flood control off (it would hold this client to 25.6 KB/s of
+	// replies): the bound under test is the one that holds without it.
+	ts := startServiceConfig(t, Config{MaxOutput: limit, CommandRate: -1, onConn: conns.add})
 	cl := dialSlow(t, ts)
 	cl.expect("CONNECT pipe", "OK")
 	other := connect(t, ts, "other")
@@ -634,7 +640,8 @@ func TestGroupCommitHistorySurvivesRestart(t *testing.T) {
 // HISTORY carries the most recent messages that fit in HistoryMaxBytes,
 // oldest first.
 func TestHistoryBoundedInBytes(t *testing.T) {
-	ts := startService(t, t.TempDir())
+	// Flood control off: 360 KiB of messages would cost the sender 14 s.
+	ts := startServiceConfig(t, Config{CommandRate: -1})
 	a := connect(t, ts, "a")
 	b := connect(t, ts, "b")
 	big := strings.Repeat("z", 60<<10)

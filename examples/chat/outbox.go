@@ -3,6 +3,7 @@ package chat
 import (
 	"bytes"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -57,6 +58,7 @@ type outbox struct {
 	ready   func()        // tells the process there is room for replies again
 	failed  func()        // tells the process a write failed: the client is gone
 	closed  func()        // called once, after the wire is closed
+	replied atomic.Int64  // bytes of replies ever queued (flood control charges them: see commandBucket)
 
 	mu       sync.Mutex // guards the fields below
 	queue    []chunk    // queue[head:] is not yet taken by the writer, oldest first; only the writer moves head
@@ -100,6 +102,7 @@ func (o *outbox) reply(b []byte) {
 	}
 	o.queue = append(o.queue, chunk{b: b})
 	o.replies += len(b)
+	o.replied.Add(int64(len(b)))
 	o.startHeldLocked()
 }
 

@@ -102,16 +102,21 @@ type Config struct {
 	// kernel's default (autotuned).
 	SendBuffer int
 
-	// CommandRate, if positive, is each connection's flood control: the
-	// commands a second it may send beyond a burst of CommandBurst. A
-	// client that sends faster waits: its connection stops reading until
-	// the next command is due (TCP then holds the client back), nothing is
-	// refused or dropped, and every command that waited counts in
-	// ThrottledCommands. Zero (the default) means no limit beyond the
-	// others here (MaxPending commands read ahead, the replies' room).
+	// CommandRate is each connection's flood control, in units a second
+	// (see CostBytes): a command costs one unit, plus one for each
+	// CostBytes bytes of its text and of its replies, so WHO, HISTORY and
+	// JOIN cost by the size of what they return and a short SEND about
+	// one. A connection may spend CommandBurst units at once and
+	// CommandRate a second; beyond that its commands wait: its connection
+	// stops reading until the budget is positive again (TCP then holds
+	// the client back), nothing is refused or dropped, the client is not
+	// disconnected, and every command that waited counts in
+	// ThrottledCommands. Zero means DefaultCommandRate; negative turns
+	// flood control off (then only MaxPending commands read ahead and the
+	// replies' room hold a client back).
 	CommandRate float64
-	// CommandBurst is how many commands a connection may send at once
-	// before CommandRate holds it back. Defaults to DefaultCommandBurst.
+	// CommandBurst is the units a connection may spend at once before
+	// CommandRate holds it back. Defaults to DefaultCommandBurst.
 	CommandBurst int
 
 	onConn   func(gotp.PID, *conn) // tests: told of every connection process as it starts
@@ -126,7 +131,10 @@ const (
 	DefaultReadTimeout    = 30 * time.Second
 	DefaultWriteTimeout   = 10 * time.Second
 	DefaultSendBuffer     = 64 << 10
-	DefaultCommandBurst   = 20
+	// Flood control: 200 short commands a second per connection, or
+	// 25.6 KB/s of replies, after a burst of 400 units (51 KB of replies).
+	DefaultCommandRate  = 200
+	DefaultCommandBurst = 400
 )
 
 // withDefaults returns c with the defaults of its zero fields.
@@ -148,6 +156,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.SendBuffer == 0 {
 		c.SendBuffer = DefaultSendBuffer
+	}
+	if c.CommandRate == 0 {
+		c.CommandRate = DefaultCommandRate
 	}
 	if c.CommandBurst <= 0 {
 		c.CommandBurst = DefaultCommandBurst
@@ -181,7 +192,7 @@ type Service struct {
 	local         sync.Map      // gotp.PID → *conn: this node's connection processes, for the history owner's direct deliveries
 	conns         atomic.Int64  // connections open (a process, or being started)
 	slowConsumers atomic.Uint64 // connections ended with slow_consumer
-	throttled     atomic.Uint64 // commands that waited for Config.CommandRate
+	throttled     atomic.Uint64 // commands that waited for their connection's flood control (Config.CommandRate)
 	commits       atomic.Uint64 // history transactions committed
 	committed     atomic.Uint64 // messages in them
 	directs       atomic.Uint64 // committed messages the history owner queued in their recipient's outbox itself
@@ -309,8 +320,8 @@ func (s *Service) HTTPAddr() net.Addr {
 func (s *Service) SlowConsumers() uint64 { return s.slowConsumers.Load() }
 
 // ThrottledCommands returns how many commands have waited for their
-// connection's flood control (Config.CommandRate) since the service
-// started. It is safe from any goroutine.
+// connection's flood control (Config.CommandRate, on by default) since the
+// service started. It is safe from any goroutine.
 func (s *Service) ThrottledCommands() uint64 { return s.throttled.Load() }
 
 // Users returns the registry of the users connected to this node.

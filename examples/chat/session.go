@@ -184,6 +184,10 @@ func (w *lineWire) read(deliver func(inbound) bool) Reason {
 		}
 		if start > 0 {
 			buf = buf[:copy(buf, buf[start:])]
+			// The partial line left waited while its predecessors were
+			// handed on (backpressure, flood control): its clock starts
+			// when the reader takes it up.
+			partialSince = time.Now()
 		}
 		if len(buf) == maxBuf {
 			return LineTooLong
