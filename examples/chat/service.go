@@ -103,10 +103,10 @@ type Config struct {
 	SendBuffer int
 
 	// CommandRate is each connection's flood control, in units a second
-	// (see CostBytes): a command costs one unit, plus one for each
-	// CostBytes bytes of its text and of its replies, so WHO, HISTORY and
-	// JOIN cost by the size of what they return and a short SEND about
-	// one. A connection may spend CommandBurst units at once and
+	// (see CostBytes): a command costs one unit for each CostBytes bytes
+	// of its text and of its replies, and at least one, so WHO, HISTORY
+	// and JOIN cost by the size of what they return and a short SEND one.
+	// A connection may spend CommandBurst units at once and
 	// CommandRate a second; beyond that its commands wait: its connection
 	// stops reading until the budget is positive again (TCP then holds
 	// the client back), nothing is refused or dropped, the client is not
