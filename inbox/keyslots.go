@@ -183,8 +183,9 @@ func (ks *keySlots) free(per int) (keys []string, ns []int, total int) {
 }
 
 // claimed notes the rows a claim took of the keys in caps: a key of which it took
-// fewer than it could has no more ready rows for now.
-func (ks *keySlots) claimed(keys []string, ns []int, got []*leased) {
+// fewer than it could has no more ready rows for now, unless the claim took all it
+// asked for (full): its limit, not the key, may have cut the key's share.
+func (ks *keySlots) claimed(keys []string, ns []int, got []*leased, full bool) {
 	took := map[string]int{}
 	for _, j := range got {
 		if j.meta.keyed {
@@ -193,7 +194,7 @@ func (ks *keySlots) claimed(keys []string, ns []int, got []*leased) {
 		}
 	}
 	for i, k := range keys {
-		ks.dry[k] = took[k] < ns[i]
+		ks.dry[k] = took[k] < ns[i] && !full
 	}
 }
 

@@ -524,7 +524,7 @@ func (s *Subscription[T]) leaseLoop(l *lane) {
 		}
 		s.dispatch(l, fresh)
 		if l.keys != nil && want > 0 {
-			l.keys.claimed(l.kc.keys, l.kc.ns, got)
+			l.keys.claimed(l.kc.keys, l.kc.ns, got, len(got) >= want)
 			if l.kc.keyless {
 				found := false
 				for _, j := range got {
@@ -1058,15 +1058,16 @@ func (s *Subscription[T]) keysIdle(l *lane) bool {
 }
 
 // keyPer is how many rows a lane may hold for each place of PerPartition it
-// holds: as many as it may hold in all (its workers and prefetch) shared among its
-// places, so that a lane holding fewer places than workers still holds its
-// prefetch (the workers' gate keeps the handlers to the places), but no more than
-// 4 times its rows per worker, so that a lane with few places does not hoard its
-// keys' rows; one in a batch subscription, whose handlers run every row they hold.
+// holds: as many as it may hold in all (its workers and prefetch, and with
+// Concurrency no more than its slots allow: claimLimit) shared among its places,
+// so that a lane holding fewer places than workers still holds its prefetch (the
+// workers' gate keeps the handlers to the places), but no more than 4 times its
+// rows per worker, so that a lane with few places does not hoard its keys' rows;
+// one in a batch subscription, whose handlers run every row they hold.
 func (s *Subscription[T]) keyPer(l *lane) int {
 	if s.bh != nil {
 		return 1
 	}
-	n := s.limit(l)
+	n := s.claimLimit(l)
 	return max(1, min(n/max(1, l.keys.count()), 4*n/l.n))
 }
