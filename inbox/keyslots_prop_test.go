@@ -2,6 +2,7 @@ package inbox
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"os"
@@ -343,3 +344,91 @@ func propMake(places map[string]placeRow, rows map[string]int, n int) {
 		}
 	}
 }
+
+// The gate of a lane's slots against a model: whatever the order of handlers
+// entering and leaving, resizes (slots taken, lost or extended) and idle tokens
+// taken back (slots given back), a handler enters only while the handlers running
+// that hold tokens are fewer than the slots held, the tokens always add up
+// (free + running - owed = slots), a resize below the running handlers cancels
+// them, and once every handler has left the gate holds exactly the slots it was
+// given: no token leaks or is made up.
+func TestSlotGateModel(t *testing.T) {
+	rapid.Check(t, func(rt *rapid.T) {
+		g := newSlotGate(new(atomic.Int64))
+		slots := 0            // the model: slots held
+		var running []*leased // handlers in the gate
+		stop := make(chan struct{})
+		close(stop) // enter never waits: a refused handler returns at once
+		check := func(op string) {
+			g.mu.Lock()
+			defer g.mu.Unlock()
+			if g.free < 0 || g.owed < 0 || g.free+len(g.running)-g.owed != slots {
+				rt.Fatalf("after %s: free %d, running %d, owed %d; slots %d", op, g.free, len(g.running), g.owed, slots)
+			}
+			if len(g.running) != len(running) {
+				rt.Fatalf("after %s: the gate runs %d handlers, the model %d", op, len(g.running), len(running))
+			}
+		}
+		rt.Repeat(map[string]func(*rapid.T){
+			"enter": func(rt *rapid.T) {
+				g.mu.Lock()
+				room := len(g.running)-g.owed < slots
+				g.mu.Unlock()
+				j := gateJob()
+				if ok := g.enter(j, stop); ok != room {
+					rt.Fatalf("enter = %v with %d running, %d owed, %d slots", ok, len(running), g.owed, slots)
+				} else if ok {
+					running = append(running, j)
+				}
+				check("enter")
+			},
+			"leave": func(rt *rapid.T) {
+				if len(running) == 0 {
+					rt.Skip("none running")
+				}
+				i := rapid.IntRange(0, len(running)-1).Draw(rt, "handler")
+				g.leave(running[i])
+				running = slices.Delete(running, i, i+1)
+				check("leave")
+			},
+			"resize": func(rt *rapid.T) {
+				n := rapid.IntRange(0, 6).Draw(rt, "slots")
+				g.mu.Lock()
+				inUse := len(g.running) - g.owed
+				g.mu.Unlock()
+				g.resize(n, errSlotModel)
+				if n < inUse {
+					for _, j := range running {
+						if context.Cause(j.ctx) != errSlotModel {
+							rt.Fatalf("resize to %d below %d in use left a handler running uncancelled", n, inUse)
+						}
+					}
+				}
+				slots = n
+				check("resize")
+			},
+			"idle": func(rt *rapid.T) {
+				k := rapid.IntRange(0, 6).Draw(rt, "k")
+				g.mu.Lock()
+				free := g.free
+				g.mu.Unlock()
+				got := g.idle(k)
+				if got != min(k, free) {
+					rt.Fatalf("idle(%d) = %d with %d free", k, got, free)
+				}
+				slots -= got
+				check("idle")
+			},
+		})
+		for _, j := range running {
+			g.leave(j)
+		}
+		running = nil
+		check("the last leave")
+		if g.owed != 0 || g.free != slots {
+			rt.Fatalf("every handler left: free %d, owed %d, slots %d", g.free, g.owed, slots)
+		}
+	})
+}
+
+var errSlotModel = errors.New("slots lost (model)")
