@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -119,4 +120,49 @@ func TestRequeueRacingUniquePublishRunsWithoutKey(t *testing.T) {
 		}
 		b.exec(t, `DELETE FROM "`+b.table+`"`)
 	}
+}
+
+// Migrate of a table of the same name that gotp did not make (no version
+// recorded, not the first release's columns) took it for version 0 and ran
+// every step on it: ALTERs adding cancelled_at, unique_key and the rest to
+// someone else's table, stopped only by a step that happened to name a missing
+// column ("no such column: priority"). It is refused now, before any step,
+// with an error matching ErrNotInboxTable that names the missing columns; the
+// table and gotp_schema are as they were.
+func TestMigrateRefusesForeignTable(t *testing.T) {
+	eachDB(t, func(t *testing.T, b *backend) {
+		id := "id INTEGER PRIMARY KEY"
+		if b.dialect == inbox.Postgres {
+			id = "id BIGSERIAL PRIMARY KEY"
+		}
+		b.exec(t, `CREATE TABLE "`+b.table+`" (`+id+`, customer TEXT NOT NULL, priority INTEGER, locked_until INTEGER)`)
+		b.exec(t, `INSERT INTO "`+b.table+`" (customer) VALUES ('acme')`)
+		cols := func() int64 {
+			if b.dialect == inbox.Postgres {
+				return b.queryN(t, `SELECT count(*) FROM information_schema.columns WHERE table_name = `+b.ph(1), b.table)
+			}
+			return b.queryN(t, `SELECT count(*) FROM pragma_table_info(`+b.ph(1)+`)`, b.table)
+		}
+		_, err := inbox.Migrate(t.Context(), dbOf(t, b), b.table)
+		var me *inbox.MigrationError
+		if !errors.Is(err, inbox.ErrNotInboxTable) || !errors.As(err, &me) || !strings.Contains(err.Error(), "claimed_at") {
+			t.Fatalf("Migrate of a foreign table: %v, want ErrNotInboxTable naming the missing columns", err)
+		}
+		if n := cols(); n != 4 {
+			t.Fatalf("the foreign table has %d columns after the refused migration, want its 4", n)
+		}
+		if v, err := inbox.SchemaVersionOf(t.Context(), dbOf(t, b), b.table); err != nil || v != 0 {
+			t.Fatalf("version after the refusal: %d, %v", v, err)
+		}
+		// A table of the first release, with a column of the user's beside, is
+		// still upgraded.
+		b.exec(t, `DROP TABLE "`+b.table+`"`)
+		for _, st := range schemaAt(b.dialect, 0) {
+			b.exec(t, strings.ReplaceAll(st, "{T}", b.table))
+		}
+		b.exec(t, `ALTER TABLE "`+b.table+`" ADD COLUMN note TEXT`)
+		if m, err := inbox.Migrate(t.Context(), dbOf(t, b), b.table); err != nil || m.From != 0 || m.To != inbox.SchemaVersion {
+			t.Fatalf("Migrate of a first-release table: %+v, %v", m, err)
+		}
+	})
 }

@@ -31,7 +31,9 @@ type Migration struct {
 // transaction: if a step fails, the table is left as it was and the error says
 // which step. Concurrent calls are safe: the database serialises them and each
 // step runs once. A table whose recorded version is newer than SchemaVersion (a
-// newer release migrated it) is refused with an error matching ErrSchemaTooNew.
+// newer release migrated it) is refused with an error matching ErrSchemaTooNew,
+// and one with no version recorded that lacks a column of version 0 (a table of
+// the same name that gotp did not make) with one matching ErrNotInboxTable.
 //
 // The versions:
 //
@@ -96,6 +98,11 @@ func SchemaVersionOf(ctx context.Context, db any, table string) (int, error) {
 // release migrated beyond SchemaVersion.
 var ErrSchemaTooNew = migrate.ErrTooNew
 
+// ErrNotInboxTable is matched by the error of Migrate on a table that exists,
+// with no version recorded, without the columns of the first release's schema:
+// a table of the same name that gotp did not make. It is left as it is.
+var ErrNotInboxTable = migrate.ErrForeign
+
 // MigrationError reports a migration that failed; the table is as it was.
 type MigrationError struct {
 	Table string
@@ -138,6 +145,32 @@ func migrations(d Dialect, table string) migrate.Set {
 			return x.Exists(ctx, `SELECT 1 FROM pragma_table_list WHERE schema = ?1 AND name = ?2`, schema, name)
 		},
 		Base: ddl(baseSchema(d, table)...),
+		Check: func(ctx context.Context, x migrate.Exec) error {
+			var missing []string
+			for _, c := range baseColumns {
+				var ok bool
+				var err error
+				if d == Postgres {
+					ok, err = x.Exists(ctx, `SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass($1) AND attname = $2 AND attnum > 0 AND NOT attisdropped`, qt, c)
+				} else {
+					schema, name := "main", table
+					if i := strings.LastIndex(table, "."); i >= 0 {
+						schema, name = table[:i], table[i+1:]
+					}
+					ok, err = x.Exists(ctx, `SELECT 1 FROM pragma_table_info(?1, ?2) WHERE name = ?3`, name, schema, c)
+				}
+				if err != nil {
+					return err
+				}
+				if !ok {
+					missing = append(missing, c)
+				}
+			}
+			if len(missing) > 0 {
+				return fmt.Errorf("it lacks column(s) %s of the first release's schema; pick another table name (a table mapped with Columns is yours to migrate)", strings.Join(missing, ", "))
+			}
+			return nil
+		},
 		Steps: []migrate.Step{
 			{Desc: "cancelled_at", Up: ddl(`ALTER TABLE ` + qt + ` ADD COLUMN cancelled_at ` + timeType)},
 			{Desc: "unique jobs", Up: ddl(
@@ -150,6 +183,11 @@ func migrations(d Dialect, table string) migrate.Set {
 		},
 	}
 }
+
+// baseColumns are the columns of version 0, which a table with no version
+// recorded must have for Migrate to take it for an inbox table of the first
+// release.
+var baseColumns = []string{"id", "priority", "locked_until", "claimed_at", "attempts", "last_error", "dead_at", "created_at", "payload"}
 
 // baseSchema is version 0 of the default schema: the table and claim index of the
 // first release.

@@ -16,7 +16,13 @@ import (
 	"github.com/gotp/gotp/inbox"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	if args := os.Getenv(cliChildEnv); args != "" {
+		// A child process of a test: the command, as a separate program runs it.
+		os.Exit(run(context.Background(), strings.Split(args, "\x1f"), os.Stdout, os.Stderr))
+	}
+	goleak.VerifyTestMain(m)
+}
 
 func gotp(t *testing.T, args ...string) (int, string) {
 	t.Helper()

@@ -48,6 +48,11 @@ type Set struct {
 	Exists func(ctx context.Context, x Exec) (bool, error)
 	// Base creates the object at version 0.
 	Base func(ctx context.Context, x Exec) error
+	// Check, if set, vets an object that exists with no version recorded
+	// before the steps upgrade it from version 0: it returns why the object is
+	// not what version 0 made (nil if it is), so that an object of the same
+	// name made by someone else is refused (ErrForeign) rather than altered.
+	Check func(ctx context.Context, x Exec) error
 	// Steps upgrade version i to i+1 (Steps[i]).
 	Steps []Step
 }
@@ -64,6 +69,11 @@ type Result struct {
 // ErrTooNew is matched by the error of a migration that finds a recorded version
 // beyond the set's latest: the database was migrated by a newer release.
 var ErrTooNew = errors.New("migrate: the database's schema is newer than this release knows")
+
+// ErrForeign is matched by the error of a migration that finds the object, with no
+// version recorded, unlike what version 0 made (Set.Check refused it): an object of
+// the same name that this set did not make. Nothing is changed.
+var ErrForeign = errors.New("migrate: a table of that name exists that gotp did not make (no version recorded)")
 
 const versionsDDL = `CREATE TABLE IF NOT EXISTS gotp_schema (key TEXT PRIMARY KEY, version INTEGER NOT NULL)`
 
@@ -116,25 +126,25 @@ func Version(ctx context.Context, x Exec, s Set) (int, error) {
 	if err != nil || !ok {
 		return -1, err
 	}
-	return recorded(ctx, x, s.Key)
+	v, _, err := recorded(ctx, x, s.Key)
+	return v, err
 }
 
-func recorded(ctx context.Context, x Exec, key string) (int, error) {
-	v := 0
-	var err error
+// recorded reads the version recorded for key: 0 and !found if none is.
+func recorded(ctx context.Context, x Exec, key string) (v int, found bool, err error) {
 	switch e := x.(type) {
 	case sqlExec:
 		var n sql.NullInt64
 		err = e.c.QueryRowContext(ctx, `SELECT (SELECT version FROM gotp_schema WHERE key = ?1)`, key).Scan(&n)
-		v = int(n.Int64)
+		v, found = int(n.Int64), n.Valid
 	case pgExec:
 		var n *int64
 		err = e.tx.QueryRow(ctx, `SELECT (SELECT version FROM gotp_schema WHERE key = $1)`, key).Scan(&n)
 		if n != nil {
-			v = int(*n)
+			v, found = int(*n), true
 		}
 	}
-	return v, err
+	return v, found, err
 }
 
 func run(ctx context.Context, x Exec, s Set) (Result, error) {
@@ -151,8 +161,16 @@ func run(ctx context.Context, x Exec, s Set) (Result, error) {
 			return Result{}, fmt.Errorf("create %s: %w", s.Key, err)
 		}
 		res.Created = true
-	} else if res.From, err = recorded(ctx, x, s.Key); err != nil {
-		return Result{}, fmt.Errorf("read the version of %s: %w", s.Key, err)
+	} else {
+		var found bool
+		if res.From, found, err = recorded(ctx, x, s.Key); err != nil {
+			return Result{}, fmt.Errorf("read the version of %s: %w", s.Key, err)
+		}
+		if !found && s.Check != nil {
+			if err := s.Check(ctx, x); err != nil {
+				return Result{}, fmt.Errorf("%s: %w: %w", s.Key, ErrForeign, err)
+			}
+		}
 	}
 	if res.From > s.Latest() {
 		return Result{}, fmt.Errorf("%s is at version %d, this release knows %d: %w", s.Key, res.From, s.Latest(), ErrTooNew)
