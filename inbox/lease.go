@@ -402,10 +402,13 @@ func (s *Subscription[T]) leaseLoop(l *lane) {
 				break drain
 			}
 		}
-		if len(batch) > 0 && s.o.Limits.bounds() {
+		if len(batch) > 0 && (s.o.Limits.bounds() || s.q.c.Group != "") {
 			// A limited claim comes back short while the limit is reached, with
 			// rows still ready: each settlement frees a place, so claim with it
-			// (in the same statement) rather than wait for the poll.
+			// (in the same statement) rather than wait for the poll. So does a
+			// claim of a table with FIFO groups while the heads of groups with
+			// jobs waiting are in work: the settlement of a head lets its
+			// group's next job be claimed (no publish wakes the lane for it).
 			canClaim = true
 		}
 		if len(batch) > 0 && len(batch) < len(inflight) && !stopping {
@@ -533,7 +536,7 @@ func (s *Subscription[T]) leaseLoop(l *lane) {
 				l.keyless, l.keylessAt = found, time.Now().Add(s.o.PollInterval)
 			}
 		}
-		if want > 0 && len(got) < want && l.keys == nil {
+		if want > 0 && len(got) < want && l.keys == nil && !s.claimBlind(batch) {
 			canClaim = false
 			poll.Reset(s.o.PollInterval)
 		}
@@ -547,6 +550,24 @@ func (s *Subscription[T]) leaseLoop(l *lane) {
 		}
 		s.resetExt(l, ext, inflight)
 	}
+}
+
+// claimBlind reports whether a cycle's claim, on a table with FIFO groups, could
+// not see groups that the cycle's own acks freed: on Postgres the acks and the
+// claim are one statement, whose claim reads the rows as they were before the
+// acks, with those heads still in work. A short claim then says nothing of those
+// groups' next jobs, and the lane claims again at once (in a statement of its own:
+// a short claim without acks waits for the poll, so this runs once a cycle).
+func (s *Subscription[T]) claimBlind(batch []settlement) bool {
+	if s.q.c.Group == "" || s.q.dialect != Postgres {
+		return false
+	}
+	for _, st := range batch {
+		if st.d.out == Acked && st.failed == nil {
+			return true
+		}
+	}
+	return false
 }
 
 // showHeld brings Health.LimitHeld up to date with the places the lane holds.
