@@ -552,6 +552,29 @@ func (s *Subscription[T]) leaseLoop(l *lane) {
 	}
 }
 
+// cancelledInstead (holdsCancel) settles as Cancelled the job of st, whose own
+// settlement found no row under its lease: on a table with FIFO groups a job
+// cancelled in work keeps its lease, and its holder's settlements other than a
+// cancel pass it by (settleSQL), so an ack (or a retry, a dead letter...) racing
+// Queue.Cancel of the job, its handler having returned before the cancel reached
+// it, would leave the row in work until its lease ran out, and its group waiting
+// that long. Cancel said the job is settled as Cancelled whatever its handler
+// returns: it is, at once, under the same lease. It returns the rows written (1:
+// st's decision is now Cancelled; 0: the lease is lost, or the table keeps no
+// such rows).
+func (s *Subscription[T]) cancelledInstead(ctx context.Context, db querier, st *settlement, now time.Time) (int64, error) {
+	q := s.q
+	if !q.holdsCancel() {
+		return 0, nil
+	}
+	sql, args := q.settleSQL(skCancel, st.j.id, st.j.fenced(), now, 0, "", now)
+	n, err := db.exec(ctx, sql, args...)
+	if err == nil && n == 1 {
+		st.d = decision{out: Cancelled, err: ErrJobCancelled}
+	}
+	return n, err
+}
+
 // claimBlind reports whether a cycle's claim, on a table with FIFO groups, could
 // not see groups that the cycle's own acks freed: on Postgres the acks and the
 // claim are one statement, whose claim reads the rows as they were before the
@@ -563,7 +586,8 @@ func (s *Subscription[T]) claimBlind(batch []settlement) bool {
 		return false
 	}
 	for _, st := range batch {
-		if st.d.out == Acked && st.failed == nil {
+		// Acks, and acks that became cancels after the claim (cancelledInstead).
+		if (st.d.out == Acked || st.d.out == Cancelled) && st.failed == nil {
 			return true
 		}
 	}
@@ -816,6 +840,14 @@ func (s *Subscription[T]) sqliteCycle(ctx context.Context, l *lane, batch []sett
 			if err != nil {
 				return &settleFailure{i: i, err: err}
 			}
+			if n == 0 && st.d.out != Cancelled {
+				// Cancelled meanwhile? Then it is settled as that, and its group
+				// moves on (the claim below sees it).
+				var err error
+				if n, err = s.cancelledInstead(ctx, db, &batch[i], now); err != nil {
+					return &settleFailure{i: i, err: err}
+				}
+			}
 			// A cancel that finds the row written already (by Cancel, outside a
 			// group) is not lost.
 			if n == 0 && st.d.out != Cancelled {
@@ -908,6 +940,11 @@ func (s *Subscription[T]) pgCycle(ctx context.Context, l *lane, batch []settleme
 		n, err := q.db().exec(ctx, sql, args...)
 		if err != nil {
 			return &settleFailure{i: i, err: err}
+		}
+		if n == 0 && st.d.out != Cancelled {
+			if n, err = s.cancelledInstead(ctx, q.db(), st, now); err != nil {
+				return &settleFailure{i: i, err: err}
+			}
 		}
 		st.written, st.lost = true, n == 0 && st.d.out != Cancelled
 	}
@@ -1024,6 +1061,20 @@ func (s *Subscription[T]) pgCycle(ctx context.Context, l *lane, batch []settleme
 		}
 		if err != nil {
 			return err
+		}
+	}
+	for i := range batch {
+		// An ack that missed its row because the job was cancelled meanwhile is
+		// settled as Cancelled (the claim above did not see its group freed:
+		// claimBlind). The claim has committed: a failure here leaves the row to
+		// its lease, as a lost ack would.
+		st := &batch[i]
+		if st.d.out != Acked || st.written || st.failed != nil || acked[st.j.id] || !q.holdsCancel() {
+			continue
+		}
+		if n, err := s.cancelledInstead(ctx, q.db(), st, now); err == nil && n == 1 {
+			acked[st.j.id] = true
+			st.written = true
 		}
 	}
 	for _, id := range ids {
