@@ -128,6 +128,19 @@ func (q *Queue[T]) groupReady(r string) string {
 		return ""
 	}
 	g, id, ca := col(q.c.Group), col(q.c.ID), col(q.c.ClaimedAt)
+	if q.dialect == Postgres {
+		// The same, as two probes that fit the group's indexes: its claimed row
+		// (the unique index on the group where ClaimedAt is set), and the nearest
+		// row before r that is live, read backwards on the index on group and id.
+		// A row behind a head finds the row before it at once; as one probe with
+		// an OR, Postgres read the group forwards from its first row, through its
+		// finished and deleted rows, for every candidate (the fifo100 drain ran
+		// at 3,500 jobs/s, 5,600 with this).
+		return " AND (" + r + "." + g + " IS NULL OR (NOT EXISTS (SELECT 1 FROM " + q.table + " AS h WHERE h." + g + " = " + r + "." + g +
+			" AND h." + ca + " IS NOT NULL AND h." + id + " <> " + r + "." + id + " AND " + q.live("h") + ")" +
+			" AND (" + r + "." + ca + " IS NOT NULL OR (SELECT h." + id + " FROM " + q.table + " AS h WHERE h." + g + " = " + r + "." + g +
+			" AND h." + id + " < " + r + "." + id + " AND " + q.live("h") + " ORDER BY h." + id + " DESC LIMIT 1) IS NULL)))"
+	}
 	return " AND (" + r + "." + g + " IS NULL OR NOT EXISTS (SELECT 1 FROM " + q.table + " AS h WHERE h." + g + " = " + r + "." + g +
 		" AND h." + id + " <> " + r + "." + id + " AND " + q.live("h") +
 		" AND (h." + ca + " IS NOT NULL OR (h." + id + " < " + r + "." + id + " AND " + r + "." + ca + " IS NULL))))"
