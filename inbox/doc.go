@@ -113,8 +113,10 @@
 // that meets the index waits for the first's transaction) and AdvisoryLock (which
 // commits ClaimedAt when it takes a row, so the group waits for it to be settled
 // or for its session to end and the row to be taken again). A claim skips the
-// rows waiting behind a head one index probe each, so a group with a long backlog
-// ahead of the other groups' jobs, in claim order, makes each claim read it.
+// rows waiting behind a head one index probe each (two on Postgres), so a group
+// with a long backlog ahead of the other groups' jobs, in claim order, makes each
+// claim read it. In the lease form the settlement of a head claims with it, so
+// that its group's next job starts at once rather than at the next poll.
 //
 // # Limits
 //

@@ -1,5 +1,6 @@
 #!/bin/bash
 # Sitting AC: FIFO groups' drain steady (BENCHMARKS.md row Q4, 100 FIFO groups).
+# Part 2 ran the same script with OUT=/tmp/i23fifo2/sitting2 BEFORE=b509031 AFTER=6f3b8fb.
 # Interleaved rounds of the code before (BEFORE, main at d82d21e: a short claim
 # idles the lane until PollInterval though a settled head freed its group) and
 # after (AFTER: the settlement claims the group's next job), alternating which
