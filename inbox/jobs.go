@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -145,8 +146,9 @@ func (q *Queue[T]) bucketSQL(now, far string) string {
 
 // recordSelect is the select list of a JobRecord, read by scanRecord: id, bucket,
 // attempts, priority, lock deadline, claimed at, dead at, created at, last error,
-// trace, payload.
-func (q *Queue[T]) recordSelect(now, far string) string {
+// trace, payload (whole, or, with a cut, its first ListPayloadLimit bytes and
+// its length).
+func (q *Queue[T]) recordSelect(now, far string, cut *payloadCut) string {
 	c := q.c
 	intCol := func(name string) string {
 		if name == "" {
@@ -175,17 +177,50 @@ func (q *Queue[T]) recordSelect(now, far string) string {
 	}
 	return col(c.ID) + ", " + q.bucketSQL(now, far) + ", " + intCol(c.Attempts) + ", " + intCol(c.Priority) + ", " +
 		timeCol(c.LockedUntil) + ", " + timeCol(c.ClaimedAt) + ", " + timeCol(c.DeadAt) + ", " + timeCol(c.CreatedAt) + ", " +
-		textCol(c.LastError) + ", " + textCol(c.Trace) + ", " + q.payloadCol()
+		textCol(c.LastError) + ", " + textCol(c.Trace) + ", " + q.payloadSQL(cut)
+}
+
+// payloadCut is how a listing reads payloads: the first ListPayloadLimit bytes
+// and the length, computed by the database, so that a page of large payloads is
+// not read whole to show a few bytes of each. nil reads them whole.
+type payloadCut struct {
+	pgType string // Postgres: the payload column's base type
+}
+
+// payloadSQL is the payload's part of the select list: the payload whole, or,
+// with a cut, its first ListPayloadLimit bytes and its length in bytes.
+func (q *Queue[T]) payloadSQL(cut *payloadCut) string {
+	if cut == nil {
+		return q.payloadCol()
+	}
+	n := strconv.Itoa(ListPayloadLimit)
+	p := col(q.c.Payload)
+	if q.dialect == SQLite {
+		b := "CAST(" + p + " AS BLOB)"
+		return "substr(" + b + ", 1, " + n + "), length(" + b + ")"
+	}
+	switch cut.pgType {
+	case "bytea":
+	case "text", "character varying":
+		p = "convert_to(" + p + ", 'UTF8')"
+	default: // json, jsonb: as pgx reads them, in their text form
+		p = "convert_to(" + p + "::text, 'UTF8')"
+	}
+	return "substring(" + p + " from 1 for " + n + "), octet_length(" + p + ")"
 }
 
 // scanRecord reads one row of recordSelect.
-func (q *Queue[T]) scanRecord(r rows) (JobRecord, error) {
+func (q *Queue[T]) scanRecord(r rows, cut *payloadCut) (JobRecord, error) {
 	var j JobRecord
-	var bucket, attempts, priority int64
+	var bucket, attempts, priority, size int64
 	var err error
+	dest := []any{&j.Payload}
+	if cut != nil {
+		dest = append(dest, &size)
+	}
 	if q.dialect == SQLite {
 		var lu, ca, da, cr sql.NullInt64
-		err = r.Scan(&j.ID, &bucket, &attempts, &priority, &lu, &ca, &da, &cr, &j.LastError, &j.Trace, &j.Payload)
+		err = r.Scan(append([]any{&j.ID, &bucket, &attempts, &priority, &lu, &ca, &da, &cr, &j.LastError, &j.Trace}, dest...)...)
 		for _, p := range []struct {
 			v  sql.NullInt64
 			to *time.Time
@@ -196,7 +231,7 @@ func (q *Queue[T]) scanRecord(r rows) (JobRecord, error) {
 		}
 	} else {
 		var lu, ca, da, cr *time.Time
-		err = r.Scan(&j.ID, &bucket, &attempts, &priority, &lu, &ca, &da, &cr, &j.LastError, &j.Trace, &j.Payload)
+		err = r.Scan(append([]any{&j.ID, &bucket, &attempts, &priority, &lu, &ca, &da, &cr, &j.LastError, &j.Trace}, dest...)...)
 		for _, p := range []struct {
 			v  *time.Time
 			to *time.Time
@@ -214,6 +249,9 @@ func (q *Queue[T]) scanRecord(r rows) (JobRecord, error) {
 	}
 	j.Attempts, j.Priority = int(attempts), int(priority)
 	j.PayloadSize = len(j.Payload)
+	if cut != nil {
+		j.PayloadSize = int(size)
+	}
 	return j, nil
 }
 
@@ -230,13 +268,21 @@ func (q *Queue[T]) Jobs(ctx context.Context, o ListOptions) ([]JobRecord, error)
 			return nil, err
 		}
 	}
+	cut := &payloadCut{}
+	if q.dialect == Postgres {
+		cols, err := q.pgColumns(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("inbox: list jobs of %s: %w", q.name, err)
+		}
+		cut.pgType = cols[q.c.Payload].base
+	}
 	s := &stmt[T]{q: q}
 	now, far := s.arg(q.ts(q.now())), s.arg(q.ts(farFuture()))
 	where := col(q.c.ID) + " > " + s.arg(o.AfterID)
 	if o.State != "" {
 		where += " AND " + q.bucketSQL(now, far) + " = " + s.arg(o.State.bucket())
 	}
-	stmt := "SELECT " + q.recordSelect(now, far) + " FROM " + q.table + " WHERE " + where +
+	stmt := "SELECT " + q.recordSelect(now, far, cut) + " FROM " + q.table + " WHERE " + where +
 		" ORDER BY " + col(q.c.ID) + " LIMIT " + s.arg(o.Limit)
 	r, err := q.db().query(ctx, stmt, s.args...)
 	if err != nil {
@@ -245,12 +291,9 @@ func (q *Queue[T]) Jobs(ctx context.Context, o ListOptions) ([]JobRecord, error)
 	defer r.Close()
 	out := []JobRecord{}
 	for r.Next() {
-		j, err := q.scanRecord(r)
+		j, err := q.scanRecord(r, cut)
 		if err != nil {
 			return nil, fmt.Errorf("inbox: list jobs of %s: %w", q.name, err)
-		}
-		if len(j.Payload) > ListPayloadLimit {
-			j.Payload = j.Payload[:ListPayloadLimit:ListPayloadLimit]
 		}
 		out = append(out, j)
 	}
@@ -270,7 +313,7 @@ func (q *Queue[T]) Job(ctx context.Context, id int64) (JobRecord, error) {
 func (q *Queue[T]) job(ctx context.Context, db querier, id int64, lock string) (JobRecord, error) {
 	s := &stmt[T]{q: q}
 	now, far := s.arg(q.ts(q.now())), s.arg(q.ts(farFuture()))
-	stmt := "SELECT " + q.recordSelect(now, far) + " FROM " + q.table + " WHERE " + col(q.c.ID) + " = " + s.arg(id) + lock
+	stmt := "SELECT " + q.recordSelect(now, far, nil) + " FROM " + q.table + " WHERE " + col(q.c.ID) + " = " + s.arg(id) + lock
 	r, err := db.query(ctx, stmt, s.args...)
 	if err != nil {
 		return JobRecord{}, q.jobErr(id, err)
@@ -282,7 +325,7 @@ func (q *Queue[T]) job(ctx context.Context, db querier, id int64, lock string) (
 		}
 		return JobRecord{}, fmt.Errorf("inbox: %s job %d: %w", q.name, id, ErrNoJob)
 	}
-	j, err := q.scanRecord(r)
+	j, err := q.scanRecord(r, nil)
 	if err != nil {
 		return JobRecord{}, fmt.Errorf("inbox: %s job %d: %w", q.name, id, err)
 	}

@@ -1,9 +1,12 @@
 package inbox_test
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -163,6 +166,45 @@ func TestMigrateRefusesForeignTable(t *testing.T) {
 		b.exec(t, `ALTER TABLE "`+b.table+`" ADD COLUMN note TEXT`)
 		if m, err := inbox.Migrate(t.Context(), dbOf(t, b), b.table); err != nil || m.From != 0 || m.To != inbox.SchemaVersion {
 			t.Fatalf("Migrate of a first-release table: %+v, %v", m, err)
+		}
+	})
+}
+
+// Jobs (the observer's list) read every payload of the page whole and then cut
+// it to ListPayloadLimit bytes: a page of 16 one-megabyte jobs allocated 16 MB
+// and more to show 256 bytes of each (a page of MaxListLimit large jobs could
+// take the process down). The database cuts them now, and reports the length.
+func TestJobsListReadsPayloadPrefixOnly(t *testing.T) {
+	eachDB(t, func(t *testing.T, b *backend) {
+		q := defaultTable(t, b)
+		big := strings.Repeat("é", 1<<19) // 1 MiB of UTF-8
+		jobs := make([]msg, 16)
+		for i := range jobs {
+			jobs[i] = msg{N: i, Text: big}
+		}
+		if err := q.PublishBatch(t.Context(), jobs, nil); err != nil {
+			t.Fatal(err)
+		}
+		want, _ := json.Marshal(jobs[0])
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		list, err := q.Jobs(t.Context(), inbox.ListOptions{Limit: 16})
+		runtime.ReadMemStats(&after)
+		if err != nil || len(list) != 16 {
+			t.Fatalf("Jobs: %d, %v", len(list), err)
+		}
+		for i, j := range list {
+			whole, _ := json.Marshal(jobs[i])
+			if len(j.Payload) != inbox.ListPayloadLimit || j.PayloadSize != len(whole) || !bytes.HasPrefix(whole, j.Payload) {
+				t.Fatalf("job %d: %d bytes shown of %d, want %d of %d", j.ID, len(j.Payload), j.PayloadSize, inbox.ListPayloadLimit, len(whole))
+			}
+		}
+		if got := after.TotalAlloc - before.TotalAlloc; got > 4<<20 {
+			t.Fatalf("listing 16 jobs of 1 MiB allocated %d MiB", got>>20)
+		}
+		j, err := q.Job(t.Context(), list[0].ID)
+		if err != nil || !bytes.Equal(j.Payload, want) {
+			t.Fatalf("Job returns %d bytes, %v; want the payload whole", len(j.Payload), err)
 		}
 	})
 }
