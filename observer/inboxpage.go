@@ -162,6 +162,11 @@ var errNoTable = errors.New("observer: no such inbox table")
 
 func noTable(name string) error { return fmt.Errorf("%w: %q", errNoTable, name) }
 
+// MaxPayloadShown bounds the payload a job's page (and api/inbox/job) shows:
+// a longer one is cut to it (PayloadCut), so that a huge payload does not make
+// a huge page. PayloadSize is still its full length.
+const MaxPayloadShown = 64 << 10
+
 // InboxJob is one job as the observer shows it.
 type InboxJob struct {
 	ID          int64     `json:"id"`
@@ -176,7 +181,8 @@ type InboxJob struct {
 	Trace       string    `json:"trace,omitempty"`
 	// Payload is the stored payload: as text when it is valid UTF-8,
 	// otherwise base64 (PayloadEncoding "base64"). In a list it is cut to
-	// inbox.ListPayloadLimit bytes (PayloadCut); PayloadSize is its length.
+	// inbox.ListPayloadLimit bytes, on a job's page to MaxPayloadShown
+	// (PayloadCut); PayloadSize is its length.
 	Payload         string `json:"payload"`
 	PayloadEncoding string `json:"payload_encoding,omitempty"`
 	PayloadSize     int    `json:"payload_size"`
@@ -269,6 +275,9 @@ func (o *Observer) jobDetail(r *http.Request) (string, InboxJob, bool, error) {
 	j, err := jobs.Job(r.Context(), id)
 	if err != nil {
 		return table, InboxJob{}, cancel, err
+	}
+	if len(j.Payload) > MaxPayloadShown {
+		j.Payload = j.Payload[:MaxPayloadShown:MaxPayloadShown]
 	}
 	return table, inboxJob(j), cancel, nil
 }
@@ -447,7 +456,7 @@ const inboxPages = `
 </dl>
 <p>{{template "job-buttons" $}}</p>
 {{if .LastError}}<h3>Last error</h3><pre id="last-error">{{.LastError}}</pre>{{end}}
-<h3>Payload</h3><pre id="payload">{{.Payload}}</pre>
+<h3>Payload</h3><pre id="payload">{{.Payload}}</pre>{{if .PayloadCut}}<p class="meta" id="payload-cut">cut to its first bytes: {{.PayloadSize}} bytes in all</p>{{end}}
 {{end}}{{end}}
 {{end}}
 

@@ -3,12 +3,14 @@ package observer_test
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -208,6 +210,46 @@ func TestInboxDepthCountsProcessed(t *testing.T) {
 	for _, want := range []string{`gotp_inbox_jobs{state="processed",table="kept"} 2`, `gotp_inbox_jobs{state="dead",table="kept"} 1`} {
 		if !strings.Contains(body, want) {
 			t.Errorf("no %s:\n%s", want, grepLines(body, "gotp_inbox_jobs"))
+		}
+	}
+}
+
+// A job's page and api/inbox/job showed its payload whole: a 4 MiB payload made
+// a 4 MiB page (and a binary one 5.3 MiB of base64). Both cut it to
+// MaxPayloadShown now, say so, and give the full size.
+func TestInboxJobHugePayloadCut(t *testing.T) {
+	n := gotptest.NewNode(t, gotptest.Name("obs"))
+	q := jobTable(t, "sqlite")
+	id, err := q.Publish(context.Background(), invoice{Number: 1, Note: strings.Repeat("x", 4<<20)}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := observer.New(n, observer.Options{Token: "s3cret", Sources: []observer.Source{observer.InboxSource(q)}})
+	q1 := "table=" + q.Table() + "&id=" + strconv.FormatInt(id, 10)
+	code, body := get(t, o, "/observer/api/inbox/job?token=s3cret&"+q1)
+	var j observer.InboxJob
+	if err := json.Unmarshal([]byte(body), &j); code != 200 || err != nil {
+		t.Fatalf("job: %d %v", code, err)
+	}
+	if len(body) > 2*observer.MaxPayloadShown || !j.PayloadCut || j.PayloadSize < 4<<20 || len(j.Payload) != observer.MaxPayloadShown {
+		t.Fatalf("api/inbox/job of a 4 MiB payload: %d bytes, cut %v, size %d, %d shown", len(body), j.PayloadCut, j.PayloadSize, len(j.Payload))
+	}
+	code, page := get(t, o, "/observer/job?token=s3cret&"+q1)
+	if code != 200 || len(page) > 2*observer.MaxPayloadShown || !strings.Contains(page, `id="payload-cut"`) {
+		t.Fatalf("job page of a 4 MiB payload: %d, %d bytes", code, len(page))
+	}
+}
+
+// An operator's "Authorization: bearer TOKEN" (the scheme in lower case, as
+// curl users and some clients write it) was taken for no token at all: 401 for
+// the right token. The scheme is case-insensitive; a wrong token is still 401,
+// and, for an action, logged at ERROR (TestRefusedActionsAreLoggedAtError).
+func TestTokenBearerSchemeCaseInsensitive(t *testing.T) {
+	n := gotptest.NewNode(t, gotptest.Name("obs"))
+	o := observer.New(n, observer.Options{Token: "s3cret"})
+	for hdr, want := range map[string]int{"Bearer s3cret": 200, "bearer s3cret": 200, "BEARER  s3cret": 200, "bearer wrong": 401, "Basic s3cret": 401, "bearer": 401} {
+		if code, _ := get(t, o, "/observer/api/snapshot", "Authorization", hdr); code != want {
+			t.Errorf("Authorization %q: %d, want %d", hdr, code, want)
 		}
 	}
 }

@@ -194,8 +194,9 @@ func (o *Observer) Authorized(r *http.Request) bool {
 		return true
 	}
 	got := r.URL.Query().Get("token")
-	if h := r.Header.Get("Authorization"); strings.HasPrefix(h, "Bearer ") {
-		got = strings.TrimPrefix(h, "Bearer ")
+	// The scheme is case-insensitive (RFC 9110, 11.1): "bearer" is "Bearer".
+	if h := r.Header.Get("Authorization"); len(h) > 7 && strings.EqualFold(h[:7], "Bearer ") {
+		got = strings.TrimSpace(h[7:])
 	}
 	return subtle.ConstantTimeCompare([]byte(got), []byte(o.opts.Token)) == 1
 }
