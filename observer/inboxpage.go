@@ -60,7 +60,7 @@ func badParam(param, value, reason string) *RequestError {
 // parseJobID reads a job id: a positive decimal integer.
 func parseJobID(param, s string) (int64, error) {
 	id, err := strconv.ParseInt(s, 10, 64)
-	if err != nil || id <= 0 {
+	if err != nil || id <= 0 || s[0] == '+' {
 		return 0, badParam(param, s, "not a job id (a positive integer)")
 	}
 	return id, nil
@@ -110,6 +110,10 @@ func parseJobAction(body io.Reader) (table string, id int64, err error) {
 	dec := json.NewDecoder(io.LimitReader(body, maxActionBody))
 	if err := dec.Decode(&req); err != nil {
 		return "", 0, badParam("body", "", "not a JSON object {\"table\": ..., \"id\": ...}: "+err.Error())
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		// Another value after the object: which one was meant?
+		return "", 0, badParam("body", "", "more than one JSON value: send one object {\"table\": ..., \"id\": ...}")
 	}
 	if req.Table == nil || *req.Table == "" {
 		return "", 0, badParam("table", "", "required")

@@ -253,3 +253,36 @@ func TestTokenBearerSchemeCaseInsensitive(t *testing.T) {
 		}
 	}
 }
+
+// Careless and hostile job actions: a body with a second object after the first
+// acted on the first (which did the sender mean?), an id "+5" was job 5, and a
+// POST with a wrong token to a path that names no action (a trailing slash, a
+// typo) was refused in silence. Now the first two are 400, and the last is
+// logged at ERROR.
+func TestInboxJobActionAmbiguousAndUnlogged(t *testing.T) {
+	logs := gotptest.NewLogRecorder()
+	n := gotptest.NewNode(t, gotptest.Name("obs"), gotptest.Logger(logs.Logger()))
+	q := jobTable(t, "sqlite")
+	dead := deadLetters(t, q, 1)
+	o := observer.New(n, observer.Options{Token: "s3cret", AllowKill: true, Sources: []observer.Source{observer.InboxSource(q)}})
+	for _, body := range []string{
+		fmt.Sprintf(`{"table":%q,"id":%d} {"table":%q,"id":%d}`, q.Table(), dead[0], q.Table(), dead[0]+1),
+		fmt.Sprintf(`{"table":%q,"id":"+%d"}`, q.Table(), dead[0]),
+	} {
+		if rec := postJSON(o, "/observer/api/inbox/delete?token=s3cret", body); rec.Code != http.StatusBadRequest {
+			t.Errorf("delete %s: %d %s, want 400", body, rec.Code, rec.Body)
+		}
+	}
+	if _, err := q.Job(context.Background(), dead[0]); err != nil {
+		t.Fatalf("the job after refused deletes: %v", err)
+	}
+	for _, path := range []string{"/observer/api/inbox/delete/", "/observer//api/inbox/retry"} {
+		before := len(logs.Find("observer: action refused"))
+		if rec := postJSON(o, path+"?token=guess", `{}`); rec.Code != http.StatusUnauthorized {
+			t.Errorf("POST %s with a wrong token: %d, want 401", path, rec.Code)
+		}
+		if got := len(logs.Find("observer: action refused")) - before; got != 1 {
+			t.Errorf("POST %s with a wrong token: %d ERROR records, want 1", path, got)
+		}
+	}
+}

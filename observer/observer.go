@@ -148,6 +148,10 @@ func (o *Observer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if !o.Authorized(r) {
 		if a := actionOf(path); a != "" {
 			o.refused(r, a, http.StatusUnauthorized, "no token, or a wrong one")
+		} else if r.Method != http.MethodGet && r.Method != http.MethodHead {
+			// A write to a path that names no action (api/inbox/delete/, a
+			// typo): someone tried to change the node all the same.
+			o.refused(r, "unknown: "+path, http.StatusUnauthorized, "no token, or a wrong one")
 		}
 		w.Header().Set("WWW-Authenticate", `Bearer realm="gotp observer"`)
 		http.Error(w, "observer: token required", http.StatusUnauthorized)
