@@ -13,7 +13,11 @@
 // (creating it if missing), chat migrate brings the chat's history to
 // chat.HistoryVersion; each in one transaction, so a failure changes nothing.
 // inbox version prints the recorded version without changing anything (-1: no such
-// table). The exit status is 0 on success, 1 on a failure, 2 on bad usage.
+// table). migrate refuses, changing nothing, a table a newer release migrated
+// (inbox.ErrSchemaTooNew) and a table of the same name that gotp did not make
+// (inbox.ErrNotInboxTable); two migrations of one table at once, from any
+// processes, run one after the other. The exit status is 0 on success, 1 on a
+// failure, 2 on bad usage.
 package main
 
 import (
