@@ -171,18 +171,6 @@ func jsonNames(names []string) string {
 // slotSync runs slotSyncSQL (on SQLite sqliteSlotSQL in a transaction): the slots
 // kept and the slots got. refused reports an error after which nothing changed.
 func (q *Queue[T]) slotSync(ctx context.Context, names []string, tag int64, until, deadline, now time.Time, k, n int) (kept, got []string, refused bool, err error) {
-	scan := func(r rows) ([]string, error) {
-		defer r.Close()
-		var out []string
-		for r.Next() {
-			var name string
-			if err := r.Scan(&name); err != nil {
-				return nil, err
-			}
-			out = append(out, name)
-		}
-		return out, r.Err()
-	}
 	if q.dialect == SQLite {
 		ks, ka, gs, ga := q.sqliteSlotSQL(names, tag, until, deadline, now, k, n)
 		err = q.sqliteTx(ctx, func(db querier) error {
@@ -190,13 +178,13 @@ func (q *Queue[T]) slotSync(ctx context.Context, names []string, tag int64, unti
 			if err != nil {
 				return err
 			}
-			if kept, err = scan(r); err != nil || k == 0 {
+			if kept, err = scanNames(r); err != nil || k == 0 {
 				return err
 			}
 			if r, err = db.query(ctx, gs, ga...); err != nil {
 				return err
 			}
-			got, err = scan(r)
+			got, err = scanNames(r)
 			return err
 		})
 		return kept, got, true, err // a transaction that failed was rolled back
