@@ -608,7 +608,12 @@ func (h *historyOwner) commit(p *gotp.Process, batch []pendingAppend) error {
 	if h.svc != nil && h.svc.cfg.onCommit != nil {
 		h.svc.cfg.onCommit(len(batch))
 	}
-	err := h.store.AppendBatch(p.Context(), h.ms, h.rooms)
+	// Without the process's cancellation: with a context that can end,
+	// the SQLite driver starts a goroutine for every statement, to
+	// interrupt it should the context end. A transaction is bounded
+	// (maxBatch messages, maxBatchBytes) and the file is this process's
+	// alone, so it is let finish, as a kill lets it in OTP's DETS.
+	err := h.store.AppendBatch(context.WithoutCancel(p.Context()), h.ms, h.rooms)
 	clear(h.ms)
 	clear(h.rooms)
 	if err == nil && h.svc != nil {
