@@ -25,14 +25,16 @@
 // from the start of sending to the last receipt. Users below -ws speak
 // JSON over the WebSocket (/ws), the others the line protocol over TCP.
 //
-// With -flood N, N more clients connect over TCP and, while the users
-// send, each writes a command (-flood-cmd, WHO by default) over and over
-// without waiting for the replies, and reads the replies at only
-// -flood-read bytes per second: clients that pipeline and read slowly.
+// With -flood N, N more clients connect (the first -flood-ws of them over
+// the WebSocket, the others over TCP) and, while the users send, each
+// writes a command (-flood-cmd, WHO by default) over and over without
+// waiting for the replies, and reads the replies at only -flood-read bytes
+// per second: clients that pipeline and read slowly.
 package main
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -76,6 +78,7 @@ type config struct {
 	rate                    float64
 	ws                      int // users over the WebSocket
 	flood                   int // flooding clients
+	floodWS                 int // of them, over the WebSocket
 	floodRead               int // bytes/s each flooding client reads
 	floodCmd                string
 	sendBuffer              int     // the gotp server's Config.SendBuffer
@@ -98,6 +101,7 @@ func run(args []string, out io.Writer) error {
 	fs.Float64Var(&c.rate, "rate", 0, "messages/s offered by all users together, spread evenly (0: each user sends as fast as its window allows)")
 	fs.IntVar(&c.ws, "ws", 0, "how many of the users connect over the WebSocket (gotp server only)")
 	fs.IntVar(&c.flood, "flood", 0, "flooding clients beside the users: they pipeline -flood-cmd and read slowly (gotp server only)")
+	fs.IntVar(&c.floodWS, "flood-ws", 0, "how many of the flooding clients connect over the WebSocket (the others over TCP)")
 	fs.IntVar(&c.floodRead, "flood-read", 64<<10, "bytes per second each flooding client reads")
 	fs.StringVar(&c.floodCmd, "flood-cmd", "WHO", "the command flooding clients repeat")
 	fs.IntVar(&c.sendBuffer, "send-buffer", chat.DefaultSendBuffer, "the gotp server's socket send buffer per connection, bytes (negative: the kernel's autotuned default)")
@@ -114,8 +118,8 @@ func run(args []string, out io.Writer) error {
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	if c.users < 2 || c.messages < 0 || c.window < 1 || c.ws < 0 || c.ws > c.users || c.flood < 0 || c.floodRead < 1 {
-		return errors.New("need -users ≥ 2, -messages ≥ 0, -window ≥ 1, 0 ≤ -ws ≤ -users, -flood ≥ 0, -flood-read ≥ 1")
+	if c.users < 2 || c.messages < 0 || c.window < 1 || c.ws < 0 || c.ws > c.users || c.flood < 0 || c.floodWS < 0 || c.floodWS > c.flood || c.floodRead < 1 {
+		return errors.New("need -users ≥ 2, -messages ≥ 0, -window ≥ 1, 0 ≤ -ws ≤ -users, -flood ≥ 0, 0 ≤ -flood-ws ≤ -flood, -flood-read ≥ 1")
 	}
 	if c.server != "gotp" && c.server != "bare" && c.server != "bare-sqlite" {
 		return errBadServer
@@ -219,7 +223,7 @@ func serverAndClients(ctx context.Context, c config, out io.Writer) error {
 	args := []string{
 		"-addr", srv.addr, "-http-addr", srv.httpAddr, "-users", strconv.Itoa(c.users), "-ws", strconv.Itoa(c.ws),
 		"-messages", strconv.Itoa(c.messages), "-window", strconv.Itoa(c.window), "-rate", strconv.FormatFloat(c.rate, 'g', -1, 64),
-		"-flood", strconv.Itoa(c.flood), "-flood-read", strconv.Itoa(c.floodRead), "-flood-cmd", c.floodCmd,
+		"-flood", strconv.Itoa(c.flood), "-flood-ws", strconv.Itoa(c.floodWS), "-flood-read", strconv.Itoa(c.floodRead), "-flood-cmd", c.floodCmd,
 		"-timeout", c.timeout.String(),
 	}
 	cmd := exec.CommandContext(ctx, exe, args...)
@@ -438,8 +442,8 @@ func report(out io.Writer, c config, connected, result string) {
 	fmt.Fprintf(out, "send→receive latency: p50 %s, p99 %s, max %s\n",
 		time.Duration(p50).Round(time.Microsecond), time.Duration(p99).Round(time.Microsecond), time.Duration(pmax).Round(time.Microsecond))
 	if c.flood > 0 {
-		fmt.Fprintf(out, "flooding clients: %d replies (%.1f MB) read at %d B/s each; %d of %d disconnected by the server\n",
-			floodReplies, mb(uint64(floodBytes)), c.floodRead, floodEnded, c.flood)
+		fmt.Fprintf(out, "flooding clients (%d TCP, %d WebSocket): %d replies (%.1f MB) read at %d B/s each; %d of %d disconnected by the server\n",
+			c.flood-c.floodWS, c.floodWS, floodReplies, mb(uint64(floodBytes)), c.floodRead, floodEnded, c.flood)
 	}
 }
 
@@ -659,7 +663,7 @@ func (l *load) close() {
 		}
 	}
 	for _, f := range l.floods {
-		f.c.Close()
+		f.close()
 	}
 }
 
@@ -728,29 +732,136 @@ func (u *user) send(ctx context.Context, messages int, start time.Time, offset, 
 }
 
 // flooder is a client that pipelines one command without waiting for the
-// replies, and reads them slowly.
+// replies, and reads them slowly, over TCP or (ws) the WebSocket. A
+// WebSocket flooder speaks the protocol on the raw connection, so that it
+// can write many frames at a time as the TCP one writes many lines, and
+// read the server's frames at a byte rate.
 type flooder struct {
 	c       net.Conn
+	ws      bool
+	frames  frameCounter // ws: the replies read so far
 	replies atomic.Int64
 	bytes   atomic.Int64
 	ended   atomic.Bool // the server closed the connection
 }
 
+func (f *flooder) close() { f.c.Close() }
+
 func connectFlooder(ctx context.Context, d *net.Dialer, c config, i int) (*flooder, error) {
-	conn, err := d.DialContext(ctx, "tcp", c.addr)
+	ws := i < c.floodWS
+	addr := c.addr
+	if ws {
+		addr = c.httpAddr
+	}
+	conn, err := d.DialContext(ctx, "tcp", addr)
 	if err != nil {
 		return nil, err
 	}
-	f := &flooder{c: conn}
+	f := &flooder{c: conn, ws: ws}
 	rd := bufio.NewReader(conn)
 	conn.SetDeadline(time.Now().Add(30 * time.Second))
-	fmt.Fprintf(conn, "CONNECT flood%03d\n", i)
-	if line, err := rd.ReadString('\n'); err != nil || line != "OK\n" {
+	var line string
+	if ws {
+		fmt.Fprintf(conn, "GET /ws HTTP/1.1\r\nHost: %s\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"+
+			"Sec-WebSocket-Key: Z290cC1jaGF0LWxvYWQhIQ==\r\nSec-WebSocket-Version: 13\r\n\r\n", addr)
+		resp, err := http.ReadResponse(rd, nil)
+		if err != nil || resp.StatusCode != http.StatusSwitchingProtocols {
+			conn.Close()
+			return nil, fmt.Errorf("flooder %d: WebSocket upgrade: %v %v", i, resp, err)
+		}
+		conn.Write(wsFrame(fmt.Sprintf(`{"cmd":"connect","name":"flood%03d"}`, i)))
+		line, err = readWSFrame(rd)
+		if err == nil && !strings.Contains(line, `"ok"`) {
+			err = errors.New("not ok")
+		}
+		if err != nil {
+			conn.Close()
+			return nil, fmt.Errorf("flooder %d: %q %v", i, line, err)
+		}
+	} else {
+		fmt.Fprintf(conn, "CONNECT flood%03d\n", i)
+		if line, err = rd.ReadString('\n'); err != nil || line != "OK\n" {
+			conn.Close()
+			return nil, fmt.Errorf("flooder %d: %q %v", i, line, err)
+		}
+	}
+	if rd.Buffered() > 0 {
 		conn.Close()
-		return nil, fmt.Errorf("flooder %d: %q %v", i, line, err)
+		return nil, fmt.Errorf("flooder %d: unexpected bytes after the connect", i)
 	}
 	conn.SetDeadline(time.Time{})
 	return f, nil
+}
+
+// wsFrame is a client's text frame carrying payload (under 126 bytes),
+// masked with a zero key (a valid key that leaves the payload as it is).
+func wsFrame(payload string) []byte {
+	return append([]byte{0x81, 0x80 | byte(len(payload)), 0, 0, 0, 0}, payload...)
+}
+
+// readWSFrame reads one unmasked frame of the server's and returns its
+// payload.
+func readWSFrame(rd *bufio.Reader) (string, error) {
+	var h [2]byte
+	if _, err := io.ReadFull(rd, h[:]); err != nil {
+		return "", err
+	}
+	n := int(h[1] & 0x7f)
+	switch n {
+	case 126, 127:
+		ext := make([]byte, 2+6*(n-126))
+		if _, err := io.ReadFull(rd, ext); err != nil {
+			return "", err
+		}
+		n = 0
+		for _, b := range ext {
+			n = n<<8 | int(b)
+		}
+	}
+	b := make([]byte, n)
+	_, err := io.ReadFull(rd, b)
+	return string(b), err
+}
+
+// frameCounter counts the server's data frames in a stream of its bytes
+// fed in pieces of any size.
+type frameCounter struct {
+	head []byte // the header of the next frame, so far
+	left int    // bytes of the current frame's payload not yet seen
+}
+
+// feed takes the next bytes of the stream and returns how many data frames
+// ended in them.
+func (fc *frameCounter) feed(b []byte) (frames int) {
+	for len(b) > 0 {
+		if fc.left > 0 {
+			k := min(fc.left, len(b))
+			fc.left -= k
+			b = b[k:]
+			continue
+		}
+		fc.head = append(fc.head, b[0])
+		b = b[1:]
+		if len(fc.head) < 2 {
+			continue
+		}
+		need := 2 + map[byte]int{126: 2, 127: 8}[fc.head[1]&0x7f]
+		if len(fc.head) < need {
+			continue
+		}
+		n := int(fc.head[1] & 0x7f)
+		if n >= 126 {
+			n = 0
+			for _, x := range fc.head[2:need] {
+				n = n<<8 | int(x)
+			}
+		}
+		if fc.head[0]&0x08 == 0 { // a data frame, not a control frame
+			frames++
+		}
+		fc.head, fc.left = fc.head[:0], n
+	}
+	return frames
 }
 
 // run floods until stop is closed: one goroutine writes cmd over and over,
@@ -758,7 +869,11 @@ func connectFlooder(ctx context.Context, d *net.Dialer, c config, i int) (*flood
 func (f *flooder) run(cmd string, rate int, stop <-chan struct{}) (wait func()) {
 	var wg sync.WaitGroup
 	wg.Go(func() {
-		chunk := []byte(strings.Repeat(cmd+"\n", max(1, 4096/(len(cmd)+1))))
+		one := []byte(cmd + "\n")
+		if f.ws {
+			one = wsFrame(fmt.Sprintf(`{"cmd":%q}`, strings.ToLower(cmd)))
+		}
+		chunk := bytes.Repeat(one, max(1, 4096/len(one)))
 		for {
 			if _, err := f.c.Write(chunk); err != nil {
 				return
@@ -783,10 +898,10 @@ func (f *flooder) run(cmd string, rate int, stop <-chan struct{}) (wait func()) 
 			}
 			n, err := f.c.Read(buf)
 			f.bytes.Add(int64(n))
-			for _, b := range buf[:n] {
-				if b == '\n' {
-					f.replies.Add(1)
-				}
+			if f.ws {
+				f.replies.Add(int64(f.frames.feed(buf[:n])))
+			} else {
+				f.replies.Add(int64(bytes.Count(buf[:n], []byte{'\n'})))
 			}
 			if err != nil {
 				select {
@@ -817,7 +932,7 @@ func (l *load) run(ctx context.Context) (string, error) {
 	endFlood := func() (replies, bytes, ended int64) {
 		close(stopFlood)
 		for _, f := range l.floods {
-			f.c.Close()
+			f.close()
 		}
 		for _, w := range floodWaits {
 			w()

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"fmt"
 	"os"
 	"regexp"
@@ -58,12 +59,13 @@ func smallLoad(t *testing.T, server string) {
 	}
 }
 
-// TestHostileMix runs the users beside flooding clients, some of them over
-// the WebSocket, and checks that every message still arrives and that the
-// flooders were answered (slowly) rather than cut off.
+// TestHostileMix runs the users beside flooding clients, users and
+// flooders alike some of them over the WebSocket, and checks that every
+// message still arrives and that the flooders were answered (slowly)
+// rather than cut off.
 func TestHostileMix(t *testing.T) {
 	var out strings.Builder
-	if err := run([]string{"-users", "20", "-ws", "8", "-messages", "20", "-rate", "400", "-flood", "3", "-flood-read", "8192", "-data", t.TempDir()}, &out); err != nil {
+	if err := run([]string{"-users", "20", "-ws", "8", "-messages", "20", "-rate", "400", "-flood", "3", "-flood-ws", "1", "-flood-read", "8192", "-data", t.TempDir()}, &out); err != nil {
 		t.Fatalf("%v\n%s", err, out.String())
 	}
 	s := out.String()
@@ -71,7 +73,7 @@ func TestHostileMix(t *testing.T) {
 	for _, re := range []string{
 		`20 users \(12 TCP, 8 WebSocket\)`,
 		`messages: 400 in [0-9.]+ s`,
-		`flooding clients: [1-9][0-9]* replies \([0-9.]+ MB\) read at 8192 B/s each; 0 of 3 disconnected`,
+		`flooding clients \(2 TCP, 1 WebSocket\): [1-9][0-9]* replies \([0-9.]+ MB\) read at 8192 B/s each; 0 of 3 disconnected`,
 		`server RSS peak: [0-9.]+ MB`,
 		`server: 0 slow consumers disconnected`,
 	} {
@@ -185,4 +187,47 @@ func BenchmarkH1Chat(b *testing.B) {
 func median(xs []float64) float64 {
 	slices.Sort(xs)
 	return xs[len(xs)/2]
+}
+
+// serverFrame is an unmasked frame of the server's: opcode op, n bytes of
+// payload.
+func serverFrame(op byte, n int) []byte {
+	b := []byte{0x80 | op}
+	switch {
+	case n < 126:
+		b = append(b, byte(n))
+	case n < 1<<16:
+		b = append(b, 126, byte(n>>8), byte(n))
+	default:
+		b = append(b, 127, 0, 0, 0, 0, byte(n>>24), byte(n>>16), byte(n>>8), byte(n))
+	}
+	return append(b, bytes.Repeat([]byte{'x'}, n)...)
+}
+
+// FuzzFrameCounter: the WebSocket flooder counts the data frames of a
+// stream however its reads cut it (headers of 2, 4 and 10 bytes, control
+// frames not counted).
+func FuzzFrameCounter(f *testing.F) {
+	f.Add([]byte{1, 7, 200, 3})
+	f.Add([]byte{255})
+	f.Fuzz(func(t *testing.T, cuts []byte) {
+		var stream []byte
+		for _, n := range []int{0, 5, 125, 126, 300, 70000} {
+			stream = append(stream, serverFrame(1, n)...)
+			stream = append(stream, serverFrame(9, 3)...) // a ping between them
+		}
+		var fc frameCounter
+		got := 0
+		for i := 0; len(stream) > 0; i++ {
+			k := len(stream)
+			if len(cuts) > 0 {
+				k = min(k, int(cuts[i%len(cuts)])+1)
+			}
+			got += fc.feed(stream[:k])
+			stream = stream[k:]
+		}
+		if got != 6 || fc.left != 0 || len(fc.head) != 0 {
+			t.Fatalf("counted %d frames (left %d, head %d), want 6", got, fc.left, len(fc.head))
+		}
+	})
 }
