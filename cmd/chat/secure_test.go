@@ -137,7 +137,12 @@ func TestProgramMetricsBounded(t *testing.T) {
 	}
 	// Flood control, on by default: the users' CONNECTs were not held
 	// back; a client that pipelines WHO of 1,000 users (9 KB, 71 units
-	// each, against a burst of 400) is, and every WHO is answered.
+	// each, against a burst of 400) is, and every WHO is answered. A
+	// reply is charged to the commands read after it was queued, and the
+	// reader runs at most MaxPending commands ahead of the replies: by the
+	// 24th WHO at least 15 replies are charged (1,089 units with the
+	// commands), which holds the reader back whatever the timing (10, as
+	// before, could all be read before 6 replies were queued).
 	throttled := func(fams map[string]*dto.MetricFamily) float64 {
 		ms := fams["chat_throttled_commands_total"].GetMetric()
 		if len(ms) != 1 {
@@ -152,7 +157,7 @@ func TestProgramMetricsBounded(t *testing.T) {
 	if got := flood.do("CONNECT flood"); got != "OK" {
 		t.Fatalf("CONNECT flood: %q", got)
 	}
-	const whos = 10
+	const whos = 24
 	if _, err := flood.c.Write([]byte(strings.Repeat("WHO\n", whos))); err != nil {
 		t.Fatal(err)
 	}
