@@ -3,33 +3,72 @@ package inbox
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net/url"
 	"strings"
+	"time"
 
-	_ "modernc.org/sqlite" // the "sqlite" database/sql driver
+	"modernc.org/sqlite" // the "sqlite" database/sql driver
+	sqlite3 "modernc.org/sqlite/lib"
 )
+
+// sqliteBusyTimeout is the busy timeout OpenSQLite sets, and the longest it
+// retries turning a new file's journal into WAL.
+const sqliteBusyTimeout = 10 * time.Second
 
 // OpenSQLite opens a SQLite database file (created if missing) set up for the inbox:
 // WAL journal, a 10 s busy timeout, synchronous=NORMAL and immediate write
 // transactions, so that concurrent writers wait for each other instead of failing
 // with "database is locked". It pings the database before returning.
+//
+// Many processes may open one new file at once: the switch to WAL, which takes
+// a lock SQLite will not wait for under the busy timeout, is retried until it
+// succeeds or the busy timeout has passed.
 func OpenSQLite(ctx context.Context, path string) (*sql.DB, error) {
 	if path == "" || strings.Contains(path, "?") {
 		return nil, &ConfigError{Field: "path", Reason: "empty or carries its own query string"}
 	}
 	v := url.Values{}
-	v.Add("_pragma", "journal_mode(WAL)")
-	v.Add("_pragma", "busy_timeout(10000)")
+	// Not journal_mode(WAL) here: see walMode.
+	v.Add("_pragma", fmt.Sprintf("busy_timeout(%d)", sqliteBusyTimeout.Milliseconds()))
 	v.Add("_pragma", "synchronous(NORMAL)")
 	v.Add("_txlock", "immediate")
 	db, err := sql.Open("sqlite", "file:"+path+"?"+v.Encode())
 	if err != nil {
 		return nil, fmt.Errorf("inbox: open %s: %w", path, err)
 	}
-	if err := db.PingContext(ctx); err != nil {
+	if err := walMode(ctx, db); err != nil {
 		_ = db.Close()
 		return nil, fmt.Errorf("inbox: open %s: %w", path, err)
 	}
 	return db, nil
+}
+
+// walMode turns db's journal into WAL, which the file keeps for every later
+// connection. On a file not yet in WAL the switch reads the header and then
+// upgrades its read lock to write the new mode; an upgrade that meets another
+// connection's lock fails with SQLITE_BUSY at once, without the busy handler
+// (waiting could deadlock two upgraders), so processes opening one new file
+// together failed at open. The switch is retried, with a jittered pause, until
+// it succeeds, ctx ends or sqliteBusyTimeout has passed. Once the file is in WAL
+// the pragma only reads, and waits on locks under the busy timeout.
+func walMode(ctx context.Context, db *sql.DB) error {
+	deadline := time.Now().Add(sqliteBusyTimeout)
+	for pause := time.Millisecond; ; pause = min(2*pause, 50*time.Millisecond) {
+		var mode string
+		err := db.QueryRowContext(ctx, "PRAGMA journal_mode=WAL").Scan(&mode)
+		var se *sqlite.Error
+		if err == nil || !errors.As(err, &se) || se.Code()&0xff != sqlite3.SQLITE_BUSY || time.Now().After(deadline) {
+			return err
+		}
+		t := time.NewTimer(pause/2 + rand.N(pause))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case <-t.C:
+		}
+	}
 }

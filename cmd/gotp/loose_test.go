@@ -70,12 +70,6 @@ func TestInboxMigrateConcurrentProcesses(t *testing.T) {
 		}
 	}
 	t.Run("sqlite", func(t *testing.T) {
-		if os.Getenv("GOTP_KNOWN_BUGS") == "" {
-			// Known bug, open: concurrent processes opening one new SQLite
-			// file can fail at open with SQLITE_BUSY (the open's pragmas run
-			// before the busy timeout applies); failed 1 of 2 CI runs.
-			t.Skip("known bug: SQLITE_BUSY at open under concurrent migrate; set GOTP_KNOWN_BUGS=1 to run")
-		}
 		path := filepath.Join(t.TempDir(), "jobs.db")
 		if f, err := os.Create(path); err == nil {
 			f.Close()
