@@ -143,6 +143,31 @@ func TestInboxMigrateRefusesForeignAndNewer(t *testing.T) {
 	}
 }
 
+// chat migrate on a file whose messages table another program made (no history
+// version recorded): it exits 1 saying gotp did not make it and which columns it
+// lacks, and leaves the table as it was. Before, the step's ALTERs ran on it and
+// it failed with "no such column: pair". (The chat's history is SQLite only: a
+// postgres:// -db is refused before anything is opened, TestInboxMigrateSQLite.)
+func TestChatMigrateRefusesForeignTable(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "app.db")
+	db, err := inbox.OpenSQLite(context.Background(), path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	const foreign = `CREATE TABLE messages (id INTEGER PRIMARY KEY, subject TEXT, body TEXT)`
+	if _, err := db.Exec(foreign); err != nil {
+		t.Fatal(err)
+	}
+	code, out := gotp(t, "chat", "migrate", "-db", path)
+	if code != 1 || !strings.Contains(out, "gotp did not make") || !strings.Contains(out, "messages.pair") {
+		t.Errorf("chat migrate of a foreign table: %d %q", code, out)
+	}
+	if ddl := sqliteDDL(t, db, "messages"); ddl != foreign {
+		t.Errorf("the foreign table became %s", ddl)
+	}
+}
+
 func sqliteDDL(t *testing.T, db *sql.DB, table string) string {
 	t.Helper()
 	var ddl string

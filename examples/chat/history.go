@@ -191,6 +191,22 @@ const historyDDL = `CREATE TABLE IF NOT EXISTS messages (
 	);
 	CREATE INDEX IF NOT EXISTS room_messages_room ON room_messages (room, id);`
 
+// ErrNotHistory is matched by the error of MigrateHistory (and OpenStore) on a
+// file with no history version recorded whose messages table (or room_messages
+// table, if it has one) lacks a column every release's history had: a table of
+// the same name that gotp did not make. The file is left as it is.
+var ErrNotHistory = migrate.ErrForeign
+
+// historyColumns are the columns each history table has had since its first
+// release; a file with no version recorded must have them to be migrated.
+var historyColumns = []struct {
+	table string
+	cols  []string
+}{
+	{"messages", []string{"id", "sender", "recipient", "body", "pair"}},
+	{"room_messages", []string{"id", "origin", "seq", "room", "sender", "body", "at"}},
+}
+
 // historySchema is the history's migrations. Version 0 is a file of any
 // release before versions were recorded: step 1 brings each of them (one
 // without rooms, or without message times) to today's schema.
@@ -200,6 +216,35 @@ var historySchema = migrate.Set{
 		return x.Exists(ctx, `SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'messages'`)
 	},
 	Base: func(ctx context.Context, x migrate.Exec) error { return x.Exec(ctx, historyDDL) },
+	// Check refuses a messages table, or a room_messages table, that lacks a
+	// column of the history's: the steps would ALTER someone else's table.
+	Check: func(ctx context.Context, x migrate.Exec) error {
+		var missing []string
+		for _, h := range historyColumns {
+			if h.table != "messages" {
+				ok, err := x.Exists(ctx, `SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?1`, h.table)
+				if err != nil {
+					return err
+				}
+				if !ok {
+					continue
+				}
+			}
+			for _, c := range h.cols {
+				ok, err := x.Exists(ctx, `SELECT 1 FROM pragma_table_info(?1) WHERE name = ?2`, h.table, c)
+				if err != nil {
+					return err
+				}
+				if !ok {
+					missing = append(missing, h.table+"."+c)
+				}
+			}
+		}
+		if len(missing) > 0 {
+			return fmt.Errorf("it lacks column(s) %s of the chat's history; give the history a file of its own", strings.Join(missing, ", "))
+		}
+		return nil
+	},
 	Steps: []migrate.Step{{Desc: "rooms and message times", Up: func(ctx context.Context, x migrate.Exec) error {
 		if err := x.Exec(ctx, historyDDL); err != nil {
 			return err
