@@ -21,6 +21,7 @@ package inbox_test
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -67,6 +68,12 @@ type childConfig struct {
 	Crash       string
 	MaxAttempts int
 	Groups      bool // the table has GroupColumns (FIFO groups)
+	// Limits go to the subscription (the table then has GroupColumns, for
+	// Partition); each handler's return is recorded too ("X" records), so that
+	// the parent can count handlers in work at once. Block makes every handler
+	// wait for its context to end (the process to be killed) instead of Work.
+	Limits inbox.Limits
+	Block  bool
 }
 
 // runFaultChild is the body of an instance process; it returns the exit status.
@@ -99,7 +106,7 @@ func faultChild(cfg childConfig) error {
 	defer rec.f.Close()
 	var q *inbox.Queue[msg]
 	qcfg := inbox.Config[msg]{Table: cfg.Table, Logger: logger}
-	if cfg.Groups {
+	if cfg.Groups || cfg.Limits != (inbox.Limits{}) {
 		qcfg.Columns = inbox.GroupColumns()
 	}
 	if cfg.DB == "sqlite" {
@@ -151,6 +158,13 @@ func faultChild(cfg childConfig) error {
 			_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
 			select {} // the process is going
 		}
+		if cfg.Limits != (inbox.Limits{}) {
+			defer func() { rec.write("X %d %d %s %d", j.ID, j.Attempt, cfg.Instance, time.Now().UnixNano()) }()
+		}
+		if cfg.Block {
+			<-ctx.Done()
+			return context.Cause(ctx)
+		}
 		d := cfg.Work/2 + rand.N(cfg.Work+1)
 		select {
 		case <-time.After(d):
@@ -160,6 +174,7 @@ func faultChild(cfg childConfig) error {
 		}
 	}, inbox.SubscribeOptions{
 		Workers: cfg.Workers, Form: cfg.Form, Lease: cfg.Lease, PollInterval: 50 * time.Millisecond, MaxAttempts: cfg.MaxAttempts,
+		Limits: cfg.Limits,
 		Observe: func(r inbox.Result) {
 			settle := "ok"
 			switch {
@@ -243,6 +258,7 @@ type faultRun struct {
 	terms    int  // Postgres: terminations of every instance's backends
 	lockStop bool // SQLite: stop an instance while another process holds the write lock
 	timeout  time.Duration
+	keys     int // with cfg.Limits: job i has partition key "k<i%keys>"
 
 	dir      string
 	prefix   string // of every instance name
@@ -494,18 +510,31 @@ func (f *faultRun) run() faultSummary {
 	f.killed = map[string]time.Time{}
 	f.cfg.Table = f.b.table
 	f.cfg.Log = filepath.Join(f.dir, "executions.log")
-	batch := make([]msg, f.jobs)
-	for i := range batch {
-		batch[i] = msg{N: i}
-	}
-	for i := 0; i < len(batch); i += 1000 {
-		if err := q.PublishBatch(t.Context(), batch[i:min(i+1000, len(batch))], nil); err != nil {
-			t.Fatal(err)
-		}
-	}
 	ids := map[int64]bool{}
-	for _, id := range f.ids() {
-		ids[id] = true
+	keyOf := map[int64]string{} // with keys: each job's partition key
+	if f.keys > 0 {
+		kq := newQueue(t, f.b, inbox.Config[msg]{Columns: inbox.GroupColumns()})
+		for i := range f.jobs {
+			k := fmt.Sprint("k", i%f.keys)
+			id, err := kq.Publish(t.Context(), msg{N: i}, &inbox.PublishOpts{Partition: k})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ids[id], keyOf[id] = true, k
+		}
+	} else {
+		batch := make([]msg, f.jobs)
+		for i := range batch {
+			batch[i] = msg{N: i}
+		}
+		for i := 0; i < len(batch); i += 1000 {
+			if err := q.PublishBatch(t.Context(), batch[i:min(i+1000, len(batch))], nil); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for _, id := range f.ids() {
+			ids[id] = true
+		}
 	}
 	for range f.size {
 		f.alive = append(f.alive, f.spawn(f.cfg))
@@ -577,6 +606,16 @@ func (f *faultRun) run() faultSummary {
 	s.Lost += int(f.remaining())
 	for _, e := range s.Errors {
 		t.Error(e)
+	}
+	if l := f.cfg.Limits; l != (inbox.Limits{}) {
+		most, perKey := limitLoad(string(recs), keyOf, f.killed)
+		s.MostInWork, s.MostOfKey = most, perKey
+		if l.Concurrency > 0 && most > l.Concurrency {
+			t.Errorf("%d handlers in work at once across the instances, Concurrency %d", most, l.Concurrency)
+		}
+		if l.PerPartition > 0 && perKey > l.PerPartition {
+			t.Errorf("%d handlers of one key in work at once across the instances, PerPartition %d", perKey, l.PerPartition)
+		}
 	}
 	if s.Lost != 0 || s.AckedTwice != 0 || s.Unexplained != 0 || s.StopMax > f.cfg.StopIn+time.Second || len(s.Errors) > 0 {
 		t.Errorf("summary %s\nevents:\n%s", s, strings.Join(f.events, "\n"))
@@ -666,6 +705,7 @@ type faultSummary struct {
 	MaxOverlap                         time.Duration
 	Stops                              int
 	StopMax                            time.Duration
+	MostInWork, MostOfKey              int // with Limits: handlers in work at once, overall and of one key
 	Errors                             []string
 	ByInstance                         map[string]map[string]int // instance → fate → runs, for failure messages
 }
@@ -716,6 +756,8 @@ func analyze(log string, ids map[int64]bool, killed map[string]time.Time, window
 				continue
 			}
 			r.ended, r.end, r.outcome, r.settle, r.cause = true, time.Unix(0, ns), f[5], f[6], f[7]
+		case f[0] == "X" && len(f) == 5:
+			// A handler's return (limits runs): limitLoad reads them.
 		case f[0] == "T" && len(f) == 4:
 			ns, _ := strconv.ParseInt(f[2], 10, 64)
 			s.Stops++
@@ -787,6 +829,61 @@ func analyze(log string, ids map[int64]bool, killed map[string]time.Time, window
 		}
 	}
 	return s
+}
+
+// limitLoad reads the handlers' starts (S) and returns (X) in an execution log
+// and reports the most handlers in work at once across every instance, overall
+// and of one partition key (keyOf, by job id). A run its instance's kill cut
+// short ends at the kill. The records of each instance are written in its order,
+// and a handler's return is written before its slot or place is given back, so an
+// overlap here is an overlap of handlers.
+func limitLoad(log string, keyOf map[int64]string, killed map[string]time.Time) (most, mostOfKey int) {
+	type ev struct {
+		at  int64
+		d   int
+		key string
+	}
+	var evs []ev
+	open := map[string]ev{} // "id attempt instance" -> its start
+	for line := range strings.Lines(log) {
+		f := strings.Fields(line)
+		if len(f) != 5 || (f[0] != "S" && f[0] != "X") {
+			continue
+		}
+		id, _ := strconv.ParseInt(f[1], 10, 64)
+		ns, _ := strconv.ParseInt(f[4], 10, 64)
+		run := f[1] + " " + f[2] + " " + f[3]
+		if f[0] == "S" {
+			open[run] = ev{ns, 1, keyOf[id]}
+			evs = append(evs, open[run])
+		} else if s, ok := open[run]; ok {
+			delete(open, run)
+			evs = append(evs, ev{ns, -1, s.key})
+		}
+	}
+	for run, s := range open {
+		inst := strings.Fields(run)[2]
+		if k := killed[inst]; !k.IsZero() {
+			evs = append(evs, ev{k.UnixNano(), -1, s.key})
+		} // else it never ended: it counts to the end
+	}
+	// Ends before starts at the same instant: a slot handed on at once.
+	slices.SortFunc(evs, func(a, b ev) int {
+		if a.at != b.at {
+			return cmp.Compare(a.at, b.at)
+		}
+		return cmp.Compare(a.d, b.d)
+	})
+	now, ofKey := 0, map[string]int{}
+	for _, e := range evs {
+		now += e.d
+		ofKey[e.key] += e.d
+		most = max(most, now)
+		if e.key != "" {
+			mostOfKey = max(mostOfKey, ofKey[e.key])
+		}
+	}
+	return most, mostOfKey
 }
 
 // faultParams are the sizes of one fault run: the short one of the normal suite, or
