@@ -13,3 +13,21 @@ func RunDue[T any](ctx context.Context, p *Periodic[T], now time.Time) (int, err
 
 // Dispatched counts the rows a lease-form subscription has handed to its workers.
 func Dispatched[T any](s *Subscription[T]) int64 { return s.dispatched.Load() }
+
+// KeyBookkeeping is the size of the PerPartition bookkeeping of s's lanes that
+// the workers share (keySlots' gate: places, handlers and waits by key): it should
+// stay within the lanes' workers whatever the keys. (The loop's own maps are not
+// read: the loop runs.)
+func KeyBookkeeping[T any](s *Subscription[T]) int {
+	n := 0
+	for _, l := range s.lanes {
+		ks := l.keys
+		if ks == nil {
+			continue
+		}
+		ks.mu.Lock()
+		n += len(ks.caps) + len(ks.run) + len(ks.running) + len(ks.wakes)
+		ks.mu.Unlock()
+	}
+	return n
+}

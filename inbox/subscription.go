@@ -180,6 +180,8 @@ type Subscription[T any] struct {
 	dispatched atomic.Int64
 	// slotted: Limits.Concurrency is held by slots (slots.go).
 	slotted bool
+	// lanes are the lease form's lanes, made by launch (read by tests).
+	lanes []*lane
 
 	w         *waker
 	conns     chan struct{} // one token per connection the subscription may hold
@@ -373,6 +375,7 @@ func (s *Subscription[T]) launch(ctx context.Context) bool {
 			if i < s.o.Workers%lanes {
 				l.n++
 			}
+			s.lanes = append(s.lanes, l)
 			l.work = l.n * max(s.batch, 1)
 			l.max = l.work + s.o.Prefetch/lanes
 			l.jobs = make(chan *leased, l.max)
