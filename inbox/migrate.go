@@ -146,25 +146,9 @@ func migrations(d Dialect, table string) migrate.Set {
 		},
 		Base: ddl(baseSchema(d, table)...),
 		Check: func(ctx context.Context, x migrate.Exec) error {
-			var missing []string
-			for _, c := range baseColumns {
-				var ok bool
-				var err error
-				if d == Postgres {
-					ok, err = x.Exists(ctx, `SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass($1) AND attname = $2 AND attnum > 0 AND NOT attisdropped`, qt, c)
-				} else {
-					schema, name := "main", table
-					if i := strings.LastIndex(table, "."); i >= 0 {
-						schema, name = table[:i], table[i+1:]
-					}
-					ok, err = x.Exists(ctx, `SELECT 1 FROM pragma_table_info(?1, ?2) WHERE name = ?3`, name, schema, c)
-				}
-				if err != nil {
-					return err
-				}
-				if !ok {
-					missing = append(missing, c)
-				}
+			missing, err := missingColumns(ctx, x, d, table, baseColumns)
+			if err != nil {
+				return err
 			}
 			if len(missing) > 0 {
 				return fmt.Errorf("it lacks column(s) %s of the first release's schema; pick another table name (a table mapped with Columns is yours to migrate)", strings.Join(missing, ", "))
@@ -178,10 +162,81 @@ func migrations(d Dialect, table string) migrate.Set {
 				`ALTER TABLE `+qt+` ADD COLUMN unique_states INTEGER NOT NULL DEFAULT 0`,
 				`CREATE UNIQUE INDEX `+indexName(d, table, "_unique")+` ON `+indexTable(d, table)+` (unique_key) WHERE unique_key IS NOT NULL`,
 			)},
-			{Desc: "periodic jobs", Up: ddl(ticksDDL(d, table))},
-			{Desc: "fifo groups and limits", Up: ddl(groupsDDL(d, table)...)},
+			{Desc: "periodic jobs", Up: steps(sideTable(d, table+"_periodic", "kind", "last_tick"), ddl(ticksDDL(d, table)))},
+			{Desc: "fifo groups and limits", Up: steps(sideTable(d, table+"_limits", "name", "window_start", "starts"), ddl(groupsDDL(d, table)...))},
 		},
 	}
+}
+
+// steps runs fs in order, up to the first error.
+func steps(fs ...func(context.Context, migrate.Exec) error) func(context.Context, migrate.Exec) error {
+	return func(ctx context.Context, x migrate.Exec) error {
+		for _, f := range fs {
+			if err := f(ctx, x); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+}
+
+// sideTable refuses, in the step that makes one of a queue's own tables
+// (TABLE_periodic, TABLE_limits: name), a table of that name that exists without
+// its columns cols, with an error matching ErrNotInboxTable: the step's CREATE
+// TABLE IF NOT EXISTS would keep it, and Periodic or Limits would meet it only
+// when they start (or, for a table with the columns but not gotp's, never).
+func sideTable(d Dialect, name string, cols ...string) func(context.Context, migrate.Exec) error {
+	return func(ctx context.Context, x migrate.Exec) error {
+		var ok bool
+		var err error
+		if d == Postgres {
+			ok, err = x.Exists(ctx, `SELECT 1 WHERE to_regclass($1) IS NOT NULL`, quoteIdent(name))
+		} else {
+			schema, n := splitName(name)
+			ok, err = x.Exists(ctx, `SELECT 1 FROM pragma_table_list WHERE schema = ?1 AND name = ?2`, schema, n)
+		}
+		if err != nil || !ok {
+			return err
+		}
+		missing, err := missingColumns(ctx, x, d, name, cols)
+		if err != nil {
+			return err
+		}
+		if len(missing) > 0 {
+			return fmt.Errorf("%w: %s exists without column(s) %s of gotp's; rename or drop it", migrate.ErrForeign, name, strings.Join(missing, ", "))
+		}
+		return nil
+	}
+}
+
+// missingColumns are the columns of cols that table lacks.
+func missingColumns(ctx context.Context, x migrate.Exec, d Dialect, table string, cols []string) ([]string, error) {
+	var missing []string
+	for _, c := range cols {
+		var ok bool
+		var err error
+		if d == Postgres {
+			ok, err = x.Exists(ctx, `SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass($1) AND attname = $2 AND attnum > 0 AND NOT attisdropped`, quoteIdent(table), c)
+		} else {
+			schema, name := splitName(table)
+			ok, err = x.Exists(ctx, `SELECT 1 FROM pragma_table_info(?1, ?2) WHERE name = ?3`, name, schema, c)
+		}
+		if err != nil {
+			return nil, err
+		}
+		if !ok {
+			missing = append(missing, c)
+		}
+	}
+	return missing, nil
+}
+
+// splitName is a SQLite table name's schema ("main" if none) and name.
+func splitName(table string) (schema, name string) {
+	if i := strings.LastIndex(table, "."); i >= 0 {
+		return table[:i], table[i+1:]
+	}
+	return "main", table
 }
 
 // baseColumns are the columns of version 0, which a table with no version

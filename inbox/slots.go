@@ -97,8 +97,12 @@ func (q *Queue[T]) ensureSlots(ctx context.Context, n int, rate bool) error {
 		if _, err := q.sqldb.ExecContext(ctx, limitsDDL(SQLite, q.name)); err != nil {
 			return err
 		}
-		_, err := q.sqldb.ExecContext(ctx, "INSERT OR IGNORE INTO "+q.limitsTable()+" (name, window_start, starts) SELECT value, 0, 0 FROM json_each(?1)", jsonNames(names))
-		return err
+		ins := "INSERT OR IGNORE INTO " + q.limitsTable() + " (name, window_start, starts) SELECT value, 0, 0 FROM json_each(?1)"
+		if _, err := q.sqldb.ExecContext(ctx, ins, jsonNames(names)); err != nil {
+			// A table of that name without gotp's columns, most often.
+			return &StatementError{Table: q.limitsTable(), Statement: ins, Err: err}
+		}
+		return nil
 	}
 	var exists bool
 	if err := q.pool.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", q.table).Scan(&exists); err != nil || !exists {
@@ -112,8 +116,15 @@ func (q *Queue[T]) ensureSlots(ctx context.Context, n int, rate bool) error {
 			return err
 		}
 	}
-	_, err := q.pool.Exec(ctx, "INSERT INTO "+q.limitsTable()+" (name, window_start, starts) SELECT n, 0, 0 FROM unnest($1::text[]) AS n ON CONFLICT (name) DO NOTHING", names)
-	return err
+	ins := "INSERT INTO " + q.limitsTable() + " (name, window_start, starts) SELECT n, 0, 0 FROM unnest($1::text[]) AS n ON CONFLICT (name) DO NOTHING"
+	if _, err := q.pool.Exec(ctx, ins, names); err != nil {
+		if isPgError(err) {
+			// A table of that name without gotp's columns, most often.
+			return &StatementError{Table: q.limitsTable(), Statement: ins, Err: err}
+		}
+		return err
+	}
+	return nil
 }
 
 // slotSyncSQL extends the lease of the slots a lane holds (names, under tag and the
