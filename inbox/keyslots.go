@@ -236,7 +236,9 @@ func (q *Queue[T]) keyTakeSQL(names []string, tag int64, until, deadline, now ti
 		", cand AS (SELECT 'p ' || i || ' ' || ready.v AS name FROM ready CROSS JOIN generate_series(0, " + nA + "::int - 1) AS i)" +
 		", kept AS (UPDATE " + lt + " SET starts = " + dlA + "::bigint WHERE name = ANY(" + namesA + "::text[]) AND window_start = " + tagA + "::bigint AND starts = " + untilA + "::bigint RETURNING name)" +
 		", got AS (UPDATE " + lt + " SET window_start = " + tagA + "::bigint, starts = " + dlA + "::bigint WHERE name IN (SELECT l.name FROM " + lt + " AS l JOIN cand ON cand.name = l.name" +
-		" WHERE l.name <> ALL(" + namesA + "::text[]) AND l.starts <= " + nowA + "::bigint ORDER BY random() LIMIT " + kA + "::int FOR UPDATE OF l SKIP LOCKED) RETURNING name)" +
+		" WHERE l.name <> ALL(" + namesA + "::text[]) AND l.starts <= " + nowA + "::bigint" +
+		" AND NOT EXISTS (SELECT 1 FROM " + lt + " AS f WHERE f.name = 'fence' AND f.starts > " + nowA + "::bigint)" +
+		" ORDER BY random() LIMIT " + kA + "::int FOR UPDATE OF l SKIP LOCKED) RETURNING name)" +
 		", made AS (INSERT INTO " + lt + " (name, window_start, starts) SELECT cand.name, 0, 0 FROM cand" +
 		" WHERE NOT EXISTS (SELECT 1 FROM " + lt + " AS l WHERE l.name = cand.name) ON CONFLICT (name) DO NOTHING RETURNING name)" +
 		" SELECT name, true FROM kept UNION ALL SELECT name, false FROM got UNION ALL SELECT name, NULL::boolean FROM made"
@@ -350,8 +352,15 @@ func (s *Subscription[T]) syncKeys(l *lane, claiming bool, inflight map[int64]*l
 			return
 		}
 		if refused {
-			s.q.log.Warn("inbox: places of Limits.PerPartition not extended; trying again", "table", s.q.name, "err", err)
-			ks.extendAt, ks.retryAt = now.Add(s.o.Lease/10), now.Add(slotRetry)
+			// As syncSlots: back off while refused; at once after a dropped
+			// TABLE_limits made again.
+			ks.backoff = min(max(2*ks.backoff, slotRetry), s.o.PollInterval)
+			ks.extendAt, ks.retryAt = now.Add(min(s.o.Lease/10, ks.backoff)), now.Add(ks.backoff)
+			if s.remakeLimits(err) {
+				ks.extendAt, ks.retryAt = now, now
+				return
+			}
+			s.q.log.Warn("inbox: places of Limits.PerPartition not extended; trying again", "table", s.q.name, "err", err, "retry_in", ks.backoff)
 			return
 		}
 		s.q.log.Warn("inbox: places of Limits.PerPartition in doubt; holding none until their lease ends", "table", s.q.name, "err", err)
@@ -488,6 +497,7 @@ func (q *Queue[T]) sqliteKeyTakeSQL(names []string, tag int64, until, deadline, 
 		" WHERE k.v IS NOT NULL AND EXISTS (SELECT 1 FROM " + q.table + " AS r WHERE r." + pk + " = k.v AND " + q.claimable("?1") + ")"
 	got = "UPDATE " + lt + " SET window_start = ?1, starts = ?2 WHERE name IN (SELECT l.name FROM " + lt + " AS l" +
 		" WHERE l.name GLOB 'p *' AND l.starts <= ?3 AND l.name NOT IN (SELECT value FROM json_each(?4))" +
+		" AND NOT EXISTS (SELECT 1 FROM " + lt + " AS f WHERE f.name = 'fence' AND f.starts > ?3)" +
 		" AND EXISTS (SELECT 1 FROM " + q.table + " AS r WHERE r." + pk + " = " + placeKeySQLite("l.name") + " AND " + q.claimable("?5") + ")" +
 		" ORDER BY random() LIMIT ?6) RETURNING name"
 	return kept, []any{deadline.UnixMicro(), held, tag, until.UnixMicro()},

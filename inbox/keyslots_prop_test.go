@@ -106,7 +106,7 @@ func propTable(t *testing.T, q, mk *Queue[struct{}]) *Queue[struct{}] {
 	if err := mk.CreateTable(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	if err := q.ensureSlots(t.Context(), 0, false); err != nil {
+	if err := q.ensureSlots(t.Context(), 0, false, time.Minute, false); err != nil {
 		t.Fatal(err)
 	}
 	return q

@@ -757,7 +757,8 @@ func (s *Subscription[T]) cycle(l *lane, batch []settlement, want int) (got []*l
 	ctx := s.ctx
 	r := newRetrier(&q.health, q.log, "table", q.name, "form", s.o.Form.String())
 	defer r.done()
-	split := false // settle acks one statement each, to find the one that fails
+	split := false  // settle acks one statement each, to find the one that fails
+	remade := false // TABLE_limits made again (once a call)
 	for {
 		got, lost = nil, map[int64]bool{}
 		if want == 0 && !pending(batch, s.q.holdsCancel()) {
@@ -800,6 +801,10 @@ func (s *Subscription[T]) cycle(l *lane, batch []settlement, want int) (got []*l
 			// statement each, at once, to find it.
 			split = true
 			continue
+		}
+		if !remade && s.o.Limits.on() && s.remakeLimits(err) {
+			remade = true
+			continue // TABLE_limits was dropped (Rate counts in it): made again
 		}
 		// With nothing to settle, Stop cuts the pause short: the claim is dropped.
 		pctx := ctx

@@ -3,12 +3,16 @@ package inbox
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"math/rand/v2"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // Slots: how Limits.Concurrency holds without serialising claims on Postgres, and
@@ -84,47 +88,125 @@ func (l Limits) prefetches(batch bool) bool {
 // mapping: the default schema has it from version 4), its first n slot rows and,
 // if rate, the counter row of Limits.Rate, unless the queue's table itself is
 // missing.
-func (q *Queue[T]) ensureSlots(ctx context.Context, n int, rate bool) error {
+//
+// A TABLE_limits that went missing was dropped (by hand: nothing of gotp drops
+// it) if a subscription found it gone while it ran (running) or Migrate had made
+// it (the version recorded is 4 or later). Lanes of other instances may still run
+// handlers in the slots and places of the dropped table, which a table made
+// afresh would show free; so the table is made with a fence, a row "fence" whose
+// deadline is a lease (lease) away, and no slot or place is taken before it
+// passes, by which time every lease of the dropped table has ended. That is
+// logged at WARN; a table made for the first time, at INFO. The counter of Rate
+// starts afresh: the window in which the table is made again may start up to
+// 2 × Rate.
+func (q *Queue[T]) ensureSlots(ctx context.Context, n int, rate bool, lease time.Duration, running bool) error {
 	names := slotNames(n)
-	if rate {
-		names = append(names, "starts")
+	if rate || running {
+		names = append(names, "starts") // running: for whichever subscription has Rate
 	}
+	lt := q.limitsTable()
+	var missing bool
 	if q.dialect == SQLite {
 		var exists int
 		if err := q.sqldb.QueryRowContext(ctx, "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = ?1", q.name).Scan(&exists); err != nil || exists == 0 {
 			return err
 		}
-		if _, err := q.sqldb.ExecContext(ctx, limitsDDL(SQLite, q.name)); err != nil {
+		schema, name := splitName(q.name + "_limits")
+		if err := q.sqldb.QueryRowContext(ctx, "SELECT count(*) = 0 FROM pragma_table_list WHERE schema = ?1 AND name = ?2", schema, name).Scan(&missing); err != nil {
 			return err
 		}
-		ins := "INSERT OR IGNORE INTO " + q.limitsTable() + " (name, window_start, starts) SELECT value, 0, 0 FROM json_each(?1)"
-		if _, err := q.sqldb.ExecContext(ctx, ins, jsonNames(names)); err != nil {
+		if missing {
+			if _, err := q.sqldb.ExecContext(ctx, limitsDDL(SQLite, q.name)); err != nil {
+				return err
+			}
+		}
+	} else {
+		var exists bool
+		if err := q.pool.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL, to_regclass($2) IS NULL", q.table, lt).Scan(&exists, &missing); err != nil || !exists {
+			return err // no such table: the statements' check names it
+		}
+		if missing {
+			if _, err := q.pool.Exec(ctx, limitsDDL(Postgres, q.name)); err != nil {
+				// Two instances creating the table at once: one of them meets a unique
+				// violation in the catalog; the table is there either way.
+				var ok bool
+				if qerr := q.pool.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", lt).Scan(&ok); qerr != nil || !ok {
+					return err
+				}
+			}
+		}
+	}
+	if missing {
+		if running || q.migratedTo(ctx, 4) {
+			names = append(names, "fence")
+			q.log.Warn("inbox: "+lt+" was missing (dropped while in use?); made again: Limits take no slot or place for one lease, until the dropped table's have ended",
+				"table", q.name, "lease", lease)
+		} else {
+			q.log.Info("inbox: made "+lt+" for Limits", "table", q.name)
+		}
+	}
+	fence := time.Now().Add(lease).UnixMicro()
+	if q.dialect == SQLite {
+		ins := "INSERT OR IGNORE INTO " + lt + " (name, window_start, starts) SELECT value, 0, CASE value WHEN 'fence' THEN ?2 ELSE 0 END FROM json_each(?1)"
+		if _, err := q.sqldb.ExecContext(ctx, ins, jsonNames(names), fence); err != nil {
 			// A table of that name without gotp's columns, most often.
-			return &StatementError{Table: q.limitsTable(), Statement: ins, Err: err}
+			return &StatementError{Table: lt, Statement: ins, Err: err}
 		}
 		return nil
 	}
-	var exists bool
-	if err := q.pool.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", q.table).Scan(&exists); err != nil || !exists {
-		return err // no such table: the statements' check names it
-	}
-	if _, err := q.pool.Exec(ctx, limitsDDL(Postgres, q.name)); err != nil {
-		// Two instances creating the table at once: one of them meets a unique
-		// violation in the catalog; the table is there either way.
-		var ok bool
-		if qerr := q.pool.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", q.limitsTable()).Scan(&ok); qerr != nil || !ok {
-			return err
-		}
-	}
-	ins := "INSERT INTO " + q.limitsTable() + " (name, window_start, starts) SELECT n, 0, 0 FROM unnest($1::text[]) AS n ON CONFLICT (name) DO NOTHING"
-	if _, err := q.pool.Exec(ctx, ins, names); err != nil {
+	ins := "INSERT INTO " + lt + " (name, window_start, starts) SELECT n, 0, CASE n WHEN 'fence' THEN $2::bigint ELSE 0 END FROM unnest($1::text[]) AS n ON CONFLICT (name) DO NOTHING"
+	if _, err := q.pool.Exec(ctx, ins, names, fence); err != nil {
 		if isPgError(err) {
 			// A table of that name without gotp's columns, most often.
-			return &StatementError{Table: q.limitsTable(), Statement: ins, Err: err}
+			return &StatementError{Table: lt, Statement: ins, Err: err}
 		}
 		return err
 	}
 	return nil
+}
+
+// migratedTo reports whether Migrate recorded version v or later for the queue's
+// table (false if it cannot tell).
+func (q *Queue[T]) migratedTo(ctx context.Context, v int) bool {
+	var got int
+	var err error
+	if q.dialect == SQLite {
+		err = q.sqldb.QueryRowContext(ctx, "SELECT version FROM gotp_schema WHERE key = ?1", "inbox:"+q.name).Scan(&got)
+	} else {
+		err = q.pool.QueryRow(ctx, "SELECT version FROM gotp_schema WHERE key = $1", "inbox:"+q.name).Scan(&got)
+	}
+	return err == nil && got >= v
+}
+
+// limitsGone reports whether err is a statement's refusal because TABLE_limits
+// does not exist.
+func (q *Queue[T]) limitsGone(err error) bool {
+	if err == nil {
+		return false
+	}
+	_, name := splitName(q.name + "_limits")
+	if pe, ok := errors.AsType[*pgconn.PgError](err); ok {
+		return pe.Code == "42P01" && strings.Contains(pe.Message, name) // undefined_table
+	}
+	msg := err.Error()
+	return strings.Contains(msg, "no such table") && strings.Contains(msg, name)
+}
+
+// remakeLimits makes TABLE_limits again for a subscription that found it gone
+// while it ran (ensureSlots, running), and reports whether it did.
+func (s *Subscription[T]) remakeLimits(err error) bool {
+	if !s.q.limitsGone(err) {
+		return false
+	}
+	n := 0
+	if s.slotted {
+		n = s.o.Limits.Concurrency
+	}
+	if err := s.q.ensureSlots(s.ctx, n, s.o.Limits.Rate > 0, s.o.Lease, true); err != nil {
+		s.q.log.Warn("inbox: making the table of Limits again failed", "table", s.q.name, "err", err)
+		return false
+	}
+	return true
 }
 
 // slotSyncSQL extends the lease of the slots a lane holds (names, under tag and the
@@ -141,6 +223,7 @@ func (q *Queue[T]) slotSyncSQL(names []string, tag int64, until, deadline, now t
 	sql := "WITH kept AS (UPDATE " + lt + " SET starts = $4::bigint WHERE name = ANY($1::text[]) AND window_start = $2::bigint AND starts = $3::bigint RETURNING name)" +
 		", got AS (UPDATE " + lt + " SET window_start = $2::bigint, starts = $4::bigint WHERE name IN (SELECT name FROM " + lt +
 		" WHERE name = ANY($5::text[]) AND name <> ALL($1::text[]) AND starts <= $6::bigint" +
+		" AND NOT EXISTS (SELECT 1 FROM " + lt + " AS f WHERE f.name = 'fence' AND f.starts > $6::bigint)" +
 		" AND EXISTS (SELECT 1 FROM " + q.table + " WHERE " + q.claimable("$8::timestamptz") + ") LIMIT $7::int FOR UPDATE SKIP LOCKED) RETURNING name)" +
 		" SELECT name, true FROM kept UNION ALL SELECT name, false FROM got"
 	return sql, []any{names, tag, until.UnixMicro(), deadline.UnixMicro(), slotNames(n), now.UnixMicro(), k, q.ts(now)}
@@ -168,6 +251,7 @@ func (q *Queue[T]) sqliteSlotSQL(names []string, tag int64, until, deadline, now
 	kept = "UPDATE " + lt + " SET starts = ?1 WHERE name IN (SELECT value FROM json_each(?2)) AND window_start = ?3 AND starts = ?4 RETURNING name"
 	got = "UPDATE " + lt + " SET window_start = ?1, starts = ?2 WHERE name IN (SELECT name FROM " + lt +
 		" WHERE name IN (SELECT value FROM json_each(?3)) AND name NOT IN (SELECT value FROM json_each(?4)) AND starts <= ?5" +
+		" AND NOT EXISTS (SELECT 1 FROM " + lt + " AS f WHERE f.name = 'fence' AND f.starts > ?5)" +
 		" AND EXISTS (SELECT 1 FROM " + q.table + " WHERE " + q.claimable("?6") + ") LIMIT ?7) RETURNING name"
 	return kept, []any{deadline.UnixMicro(), held, tag, until.UnixMicro()},
 		got, []any{tag, deadline.UnixMicro(), jsonNames(slotNames(n)), held, now.UnixMicro(), q.ts(now), k}
@@ -432,10 +516,16 @@ func (s *Subscription[T]) syncSlots(l *lane, need int) {
 			return
 		}
 		if refused {
-			// Refused: nothing changed. Try again shortly; the timer stops the
-			// handlers if the lease runs out first.
-			s.q.log.Warn("inbox: slots of Limits.Concurrency not extended; trying again", "table", s.q.name, "err", err)
-			ls.extendAt, ls.retryAt = now.Add(s.o.Lease/10), now.Add(slotRetry)
+			// Refused: nothing changed. Try again shortly, backing off while
+			// refused (the timer stops the handlers if the lease runs out first);
+			// at once if the refusal was a dropped TABLE_limits, made again.
+			ls.backoff = min(max(2*ls.backoff, slotRetry), s.o.PollInterval)
+			ls.extendAt, ls.retryAt = now.Add(min(s.o.Lease/10, ls.backoff)), now.Add(ls.backoff)
+			if s.remakeLimits(err) {
+				ls.extendAt, ls.retryAt = now, now
+				return
+			}
+			s.q.log.Warn("inbox: slots of Limits.Concurrency not extended; trying again", "table", s.q.name, "err", err, "retry_in", ls.backoff)
 			return
 		}
 		// Whether the statement committed is unknown: the slots may hold either

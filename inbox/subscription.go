@@ -495,7 +495,7 @@ func (s *Subscription[T]) check(ctx context.Context) error {
 			if s.slotted {
 				n = s.o.Limits.Concurrency
 			}
-			if err := q.ensureSlots(ctx, n, s.o.Limits.Rate > 0); err != nil {
+			if err := q.ensureSlots(ctx, n, s.o.Limits.Rate > 0, s.o.Lease, false); err != nil {
 				return fmt.Errorf("inbox: %s: make the table of Limits: %w", q.name, err)
 			}
 		}
@@ -503,7 +503,7 @@ func (s *Subscription[T]) check(ctx context.Context) error {
 			add(q.rateReserveSQL(s.o.Limits.Per), nil)
 		}
 		if s.o.Limits.PerPartition > 0 {
-			if err := q.ensureSlots(ctx, 0, false); err != nil {
+			if err := q.ensureSlots(ctx, 0, false, s.o.Lease, false); err != nil {
 				return fmt.Errorf("inbox: %s: make the table of Limits: %w", q.name, err)
 			}
 			if q.dialect == SQLite {

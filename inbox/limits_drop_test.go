@@ -1,0 +1,168 @@
+package inbox_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/gotp/gotp/inbox"
+)
+
+// syncBuf is a log sink safe for the subscriptions' goroutines.
+type syncBuf struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuf) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuf) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// TABLE_limits dropped while two instances drain under each limit (a careless
+// operator): the instance that finds it gone makes it again and says so at WARN,
+// with a fence that keeps every slot and place untaken for a lease, until the
+// dropped table's holders have lost theirs; never more in work than the limit;
+// every job runs; the log does not flood. Before, the lanes retried the missing
+// table every 2 ms, logging a WARN each time (4,400 lines, 1.1 MB in 20 s), and
+// once their leases ran out claimed nothing more: the drain wedged for good.
+func TestAttackLimitsTableDroppedWhileRunning(t *testing.T) {
+	cases := []struct {
+		name string
+		l    inbox.Limits
+	}{
+		{"concurrency", inbox.Limits{Concurrency: 2}},
+		{"perpartition", inbox.Limits{PerPartition: 1}},
+		{"both", inbox.Limits{Concurrency: 2, PerPartition: 1}},
+		{"rate", inbox.Limits{Rate: 20, Per: 100 * time.Millisecond}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			eachDB(t, func(t *testing.T, b *backend) {
+				const n = 60
+				groupTable(t, b)
+				var lb syncBuf
+				logger := slog.New(slog.NewTextHandler(&lb, &slog.HandlerOptions{Level: slog.LevelInfo}))
+				pub := newQueue(t, b, inbox.Config[msg]{Columns: inbox.GroupColumns()})
+				for i := range n {
+					if _, err := pub.Publish(t.Context(), msg{N: i}, &inbox.PublishOpts{Partition: fmt.Sprint("k", i%2)}); err != nil {
+						t.Fatal(err)
+					}
+				}
+				g := newGauge()
+				var done atomic.Int64
+				var dropped atomic.Bool
+				done2 := newTally(n)
+				for range 2 {
+					start(t, newQueue(t, b, inbox.Config[msg]{Columns: inbox.GroupColumns(), Logger: logger}), func(ctx context.Context, j inbox.Job[msg]) error {
+						k := fmt.Sprint("k", j.Payload.N%2)
+						g.enter(k)
+						time.Sleep(10 * time.Millisecond)
+						g.leave(k)
+						if done.Add(1) == 10 && dropped.CompareAndSwap(false, true) {
+							b.exec(t, `DROP TABLE "`+b.table+`_limits"`)
+						}
+						done2.add(j.Payload.N)
+						return nil
+					}, inbox.SubscribeOptions{Workers: 3, PollInterval: 20 * time.Millisecond, Lease: 600 * time.Millisecond, Limits: c.l})
+				}
+				done2.wait(t, 30*time.Second)
+				l := lb.String()
+				if !strings.Contains(l, "was missing") || !strings.Contains(l, "made again") {
+					t.Errorf("no WARN that TABLE_limits was made again; log:\n%s", l[max(0, len(l)-2000):])
+				}
+				if lines := strings.Count(l, "\n"); lines > 200 {
+					t.Errorf("%d log lines: the missing table flooded the log; last:\n%s", lines, l[max(0, len(l)-2000):])
+				}
+				if c.l.Concurrency > 0 && g.max > c.l.Concurrency {
+					t.Errorf("%d jobs in work at once, Concurrency %d", g.max, c.l.Concurrency)
+				}
+				for k, m := range g.keyMax {
+					if c.l.PerPartition > 0 && m > c.l.PerPartition {
+						t.Errorf("key %s: %d jobs in work at once, PerPartition %d", k, m, c.l.PerPartition)
+					}
+				}
+			})
+		})
+	}
+}
+
+// TABLE_limits dropped before a subscription starts on a table Migrate made: Start
+// makes it again, logs that at WARN and fences it for a lease (instances still
+// running may hold the dropped table's slots); then the limit holds and the jobs
+// run. A table mapped by the caller (no version recorded) gets TABLE_limits made
+// at its first Start with an INFO line and no fence. Before, both were made
+// silently, and the first with no fence.
+func TestLimitsTableMadeAgainAtStart(t *testing.T) {
+	eachDB(t, func(t *testing.T, b *backend) {
+		groupTable(t, b)
+		b.exec(t, `DROP TABLE "`+b.table+`_limits"`)
+		var lb syncBuf
+		logger := slog.New(slog.NewTextHandler(&lb, &slog.HandlerOptions{Level: slog.LevelInfo}))
+		q := newQueue(t, b, inbox.Config[msg]{Columns: inbox.GroupColumns(), Logger: logger})
+		for i := range 10 {
+			if _, err := q.Publish(t.Context(), msg{N: i}, nil); err != nil {
+				t.Fatal(err)
+			}
+		}
+		g := newGauge()
+		done := newTally(10)
+		start(t, q, func(ctx context.Context, j inbox.Job[msg]) error {
+			g.enter("")
+			time.Sleep(time.Millisecond)
+			g.leave("")
+			done.add(j.Payload.N)
+			return nil
+		}, inbox.SubscribeOptions{Workers: 4, PollInterval: 20 * time.Millisecond, Lease: 400 * time.Millisecond, Limits: inbox.Limits{Concurrency: 2}})
+		if l := lb.String(); !strings.Contains(l, "level=WARN") || !strings.Contains(l, "was missing") {
+			t.Errorf("Start made TABLE_limits again without a WARN; log:\n%s", l)
+		}
+		if n := b.queryN(t, `SELECT count(*) FROM "`+b.table+`_limits" WHERE name = 'fence'`); n != 1 {
+			t.Errorf("%d fence rows, want 1", n)
+		}
+		done.wait(t, 20*time.Second)
+		if g.max > 2 {
+			t.Errorf("%d jobs in work at once, Concurrency 2", g.max)
+		}
+
+		// A caller's own table (made here by Migrate, its version record and
+		// TABLE_limits then removed): made with INFO, no fence.
+		own := b.table + "_own"
+		t.Cleanup(func() {
+			for _, s := range []string{"", "_periodic", "_limits"} {
+				b.exec(t, `DROP TABLE IF EXISTS "`+own+s+`"`)
+			}
+		})
+		if _, err := inbox.Migrate(t.Context(), dbOf(t, b), own); err != nil {
+			t.Fatal(err)
+		}
+		b.exec(t, `DELETE FROM gotp_schema WHERE key = `+b.ph(1), "inbox:"+own)
+		b.exec(t, `DROP TABLE "`+own+`_limits"`)
+		c := newQueue(t, b, inbox.Config[msg]{Table: own, Columns: inbox.GroupColumns(), Logger: logger})
+		s, err := c.Subscribe(func(context.Context, inbox.Job[msg]) error { return nil }, inbox.SubscribeOptions{Limits: inbox.Limits{Concurrency: 2}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		before := strings.Count(lb.String(), "level=WARN")
+		run(t, s)
+		if strings.Count(lb.String(), "level=WARN") != before || !strings.Contains(lb.String(), "_own_limits\\\" for Limits") {
+			t.Errorf("a first TABLE_limits of the caller's own table: want an INFO line and no WARN; log:\n%s", lb.String())
+		}
+		if n := b.queryN(t, `SELECT count(*) FROM "`+own+`_limits" WHERE name = 'fence'`); n != 0 {
+			t.Errorf("%d fence rows on a first TABLE_limits, want 0", n)
+		}
+	})
+}
