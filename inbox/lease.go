@@ -460,7 +460,7 @@ func (s *Subscription[T]) leaseLoop(l *lane) {
 		if l.slots != nil {
 			// Slots before the claim, which takes no more rows than they can run
 			// soon (slots.go).
-			s.syncSlots(l, s.slotNeed(l, len(inflight)-len(batch), canClaim && !stopping))
+			s.syncSlots(l, s.slotNeed(l, len(inflight)-len(batch), canClaim && !stopping), len(inflight)-len(batch))
 			n = s.claimLimit(l)
 		}
 		if l.keys != nil {
@@ -546,7 +546,7 @@ func (s *Subscription[T]) leaseLoop(l *lane) {
 		// short) or a look for rows without a key is due.
 		if l.slots != nil && !canClaim {
 			// The claim came back short: give back the slots the jobs held do not need.
-			s.syncSlots(l, s.slotNeed(l, len(inflight), false))
+			s.syncSlots(l, s.slotNeed(l, len(inflight), false), len(inflight))
 		}
 		s.resetExt(l, ext, inflight)
 	}

@@ -14,15 +14,25 @@ import (
 	"github.com/gotp/gotp/inbox"
 )
 
-// syncBuf is a log sink safe for the subscriptions' goroutines.
+// syncBuf is a log sink safe for the subscriptions' goroutines. If want is set,
+// seen is closed once a write contains it.
 type syncBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
+	mu   sync.Mutex
+	b    bytes.Buffer
+	want string
+	seen chan struct{}
 }
 
 func (s *syncBuf) Write(p []byte) (int, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.want != "" && bytes.Contains(p, []byte(s.want)) {
+		select {
+		case <-s.seen:
+		default:
+			close(s.seen)
+		}
+	}
 	return s.b.Write(p)
 }
 
@@ -36,9 +46,11 @@ func (s *syncBuf) String() string {
 // operator): the instance that finds it gone makes it again and says so at WARN,
 // with a fence that keeps every slot and place untaken for a lease, until the
 // dropped table's holders have lost theirs; never more in work than the limit;
-// every job runs; the log does not flood. Before, the lanes retried the missing
-// table every 2 ms, logging a WARN each time (4,400 lines, 1.1 MB in 20 s), and
-// once their leases ran out claimed nothing more: the drain wedged for good.
+// every job runs; the log does not flood. The handlers that start after the drop
+// wait for that WARN, so that the drain cannot end on the dropped table's leases.
+// Before, the lanes retried the missing table every 2 ms, logging a WARN each
+// time (4,400 lines, 1.1 MB in 20 s), and once their leases ran out claimed
+// nothing more: the drain wedged for good.
 func TestAttackLimitsTableDroppedWhileRunning(t *testing.T) {
 	cases := []struct {
 		name string
@@ -54,34 +66,54 @@ func TestAttackLimitsTableDroppedWhileRunning(t *testing.T) {
 			eachDB(t, func(t *testing.T, b *backend) {
 				const n = 60
 				groupTable(t, b)
-				var lb syncBuf
-				logger := slog.New(slog.NewTextHandler(&lb, &slog.HandlerOptions{Level: slog.LevelInfo}))
+				lb := &syncBuf{want: "made again", seen: make(chan struct{})}
+				logger := slog.New(slog.NewTextHandler(lb, &slog.HandlerOptions{Level: slog.LevelInfo}))
+				g := newGauge()
+				var done atomic.Int64
+				dropped := make(chan struct{})
+				var once sync.Once
+				tally := newTally(n)
+				for range 2 {
+					start(t, newQueue(t, b, inbox.Config[msg]{Columns: inbox.GroupColumns(), Logger: logger}), func(ctx context.Context, j inbox.Job[msg]) error {
+						select {
+						case <-dropped:
+							select { // made again before this job runs
+							case <-lb.seen:
+							case <-ctx.Done():
+								return context.Cause(ctx)
+							}
+						default:
+						}
+						k := fmt.Sprint("k", j.Payload.N%2)
+						g.enter(k)
+						time.Sleep(5 * time.Millisecond)
+						g.leave(k)
+						if done.Add(1) == 10 {
+							once.Do(func() {
+								b.exec(t, `DROP TABLE "`+b.table+`_limits"`)
+								close(dropped)
+							})
+						}
+						tally.add(j.Payload.N)
+						return nil
+					}, inbox.SubscribeOptions{Workers: 3, PollInterval: 20 * time.Millisecond, Lease: 600 * time.Millisecond, Limits: c.l})
+				}
+				// Both instances run before the jobs come (and the drop with them).
 				pub := newQueue(t, b, inbox.Config[msg]{Columns: inbox.GroupColumns()})
 				for i := range n {
 					if _, err := pub.Publish(t.Context(), msg{N: i}, &inbox.PublishOpts{Partition: fmt.Sprint("k", i%2)}); err != nil {
 						t.Fatal(err)
 					}
 				}
-				g := newGauge()
-				var done atomic.Int64
-				var dropped atomic.Bool
-				done2 := newTally(n)
-				for range 2 {
-					start(t, newQueue(t, b, inbox.Config[msg]{Columns: inbox.GroupColumns(), Logger: logger}), func(ctx context.Context, j inbox.Job[msg]) error {
-						k := fmt.Sprint("k", j.Payload.N%2)
-						g.enter(k)
-						time.Sleep(10 * time.Millisecond)
-						g.leave(k)
-						if done.Add(1) == 10 && dropped.CompareAndSwap(false, true) {
-							b.exec(t, `DROP TABLE "`+b.table+`_limits"`)
-						}
-						done2.add(j.Payload.N)
-						return nil
-					}, inbox.SubscribeOptions{Workers: 3, PollInterval: 20 * time.Millisecond, Lease: 600 * time.Millisecond, Limits: c.l})
+				select {
+				case <-tally.all:
+				case <-time.After(30 * time.Second):
+					l := lb.String()
+					tally.mu.Lock()
+					t.Fatalf("%d of %d jobs handled in 30 s; log:\n%s", len(tally.seen), n, l[max(0, len(l)-3000):])
 				}
-				done2.wait(t, 30*time.Second)
 				l := lb.String()
-				if !strings.Contains(l, "was missing") || !strings.Contains(l, "made again") {
+				if !strings.Contains(l, "was missing") {
 					t.Errorf("no WARN that TABLE_limits was made again; log:\n%s", l[max(0, len(l)-2000):])
 				}
 				if lines := strings.Count(l, "\n"); lines > 200 {
@@ -110,8 +142,8 @@ func TestLimitsTableMadeAgainAtStart(t *testing.T) {
 	eachDB(t, func(t *testing.T, b *backend) {
 		groupTable(t, b)
 		b.exec(t, `DROP TABLE "`+b.table+`_limits"`)
-		var lb syncBuf
-		logger := slog.New(slog.NewTextHandler(&lb, &slog.HandlerOptions{Level: slog.LevelInfo}))
+		lb := &syncBuf{}
+		logger := slog.New(slog.NewTextHandler(lb, &slog.HandlerOptions{Level: slog.LevelInfo}))
 		q := newQueue(t, b, inbox.Config[msg]{Columns: inbox.GroupColumns(), Logger: logger})
 		for i := range 10 {
 			if _, err := q.Publish(t.Context(), msg{N: i}, nil); err != nil {
@@ -163,6 +195,70 @@ func TestLimitsTableMadeAgainAtStart(t *testing.T) {
 		}
 		if n := b.queryN(t, `SELECT count(*) FROM "`+own+`_limits" WHERE name = 'fence'`); n != 0 {
 			t.Errorf("%d fence rows on a first TABLE_limits, want 0", n)
+		}
+	})
+}
+
+// A lane that loses its slots (here an operator resets TABLE_limits' slot rows,
+// as a stalled database or a cut connection would also make it lose them) while
+// it holds rows waiting for a slot, and no other row of the table may be claimed:
+// it takes slots again for the rows it holds and runs them. Before, a lane took
+// new slots only while the table had a claimable row, and these rows, held by
+// the lane and their leases extended, waited for a slot for ever (and Stop for
+// them).
+func TestLimitsSlotsLostWithRowsWaiting(t *testing.T) {
+	eachDB(t, func(t *testing.T, b *backend) {
+		q := groupTable(t, b)
+		release := make(chan struct{})
+		started := make(chan int, 8)
+		var first atomic.Int64
+		start(t, q, func(ctx context.Context, j inbox.Job[msg]) error {
+			started <- j.Payload.N
+			if first.Add(1) <= 2 {
+				select { // the first two fill the slots until the slots are lost
+				case <-release:
+				case <-ctx.Done():
+				}
+				return context.Cause(ctx)
+			}
+			return nil
+		}, inbox.SubscribeOptions{Workers: 2, Prefetch: 2, PollInterval: 20 * time.Millisecond, Lease: 600 * time.Millisecond,
+			Backoff: func(int) time.Duration { return time.Hour }, // the two cut short stay out of the way
+			Limits:  inbox.Limits{Concurrency: 2}})
+		for i := range 4 {
+			if _, err := q.Publish(t.Context(), msg{N: i}, nil); err != nil {
+				t.Fatal(err)
+			}
+		}
+		blocked := map[int]bool{}
+		for range 2 {
+			select {
+			case n := <-started:
+				blocked[n] = true
+			case <-time.After(20 * time.Second):
+				t.Fatal("the first two jobs did not start")
+			}
+		}
+		// All four rows are held by the lane (two running, two waiting for a
+		// slot, prefetched); none is claimable. Reset the slots.
+		within(t, 10*time.Second, func() bool {
+			return b.queryN(t, `SELECT count(*) FROM "`+b.table+`" WHERE claimed_at IS NOT NULL`) == 4
+		}, "the lane holds all four rows")
+		b.exec(t, `UPDATE "`+b.table+`_limits" SET window_start = 0, starts = 0 WHERE name LIKE 'slot %'`)
+		got := map[int]bool{}
+		for len(got) < 2 {
+			select {
+			case n := <-started:
+				got[n] = true
+			case <-time.After(20 * time.Second):
+				t.Fatalf("the rows waiting for a slot never ran after the slots were lost (ran %v)", got)
+			}
+		}
+		close(release)
+		for n := range got {
+			if blocked[n] {
+				t.Fatalf("ran %v after the slots were lost, want the two that waited (the first were %v)", got, blocked)
+			}
 		}
 	})
 }

@@ -213,9 +213,11 @@ func (s *Subscription[T]) remakeLimits(err error) bool {
 // deadline until) to deadline and takes up to k free ones of the first n with it.
 // Result rows are (name, kept): kept for a slot held already.
 //
-// New slots are taken only while the table has a row that may be claimed: a lane
-// that polls an empty table holds none.
-func (q *Queue[T]) slotSyncSQL(names []string, tag int64, until, deadline, now time.Time, k, n int) (string, []any) {
+// New slots are taken only while the table has a row that may be claimed, or the
+// lane holds rows waiting for a slot (waiting): a lane that polls an empty table
+// holds none, and one that lost its slots with rows in hand takes them again
+// though no other row is ready.
+func (q *Queue[T]) slotSyncSQL(names []string, tag int64, until, deadline, now time.Time, k, n int, waiting bool) (string, []any) {
 	if names == nil {
 		names = []string{} // an empty array, not NULL
 	}
@@ -224,9 +226,9 @@ func (q *Queue[T]) slotSyncSQL(names []string, tag int64, until, deadline, now t
 		", got AS (UPDATE " + lt + " SET window_start = $2::bigint, starts = $4::bigint WHERE name IN (SELECT name FROM " + lt +
 		" WHERE name = ANY($5::text[]) AND name <> ALL($1::text[]) AND starts <= $6::bigint" +
 		" AND NOT EXISTS (SELECT 1 FROM " + lt + " AS f WHERE f.name = 'fence' AND f.starts > $6::bigint)" +
-		" AND EXISTS (SELECT 1 FROM " + q.table + " WHERE " + q.claimable("$8::timestamptz") + ") LIMIT $7::int FOR UPDATE SKIP LOCKED) RETURNING name)" +
+		" AND ($9::boolean OR EXISTS (SELECT 1 FROM " + q.table + " WHERE " + q.claimable("$8::timestamptz") + ")) LIMIT $7::int FOR UPDATE SKIP LOCKED) RETURNING name)" +
 		" SELECT name, true FROM kept UNION ALL SELECT name, false FROM got"
-	return sql, []any{names, tag, until.UnixMicro(), deadline.UnixMicro(), slotNames(n), now.UnixMicro(), k, q.ts(now)}
+	return sql, []any{names, tag, until.UnixMicro(), deadline.UnixMicro(), slotNames(n), now.UnixMicro(), k, q.ts(now), waiting}
 }
 
 // slotFreeSQL gives back the slots names that a lane holds under tag and until.
@@ -245,16 +247,16 @@ func (q *Queue[T]) slotFreeSQL(names []string, tag int64, until time.Time) (stri
 // sqliteSlotSQL is slotSyncSQL on SQLite, which has no writes in a WITH: the
 // extension (args kept) and the take (args got), run in one write transaction,
 // each returning the names of its slots.
-func (q *Queue[T]) sqliteSlotSQL(names []string, tag int64, until, deadline, now time.Time, k, n int) (kept string, keptArgs []any, got string, gotArgs []any) {
+func (q *Queue[T]) sqliteSlotSQL(names []string, tag int64, until, deadline, now time.Time, k, n int, waiting bool) (kept string, keptArgs []any, got string, gotArgs []any) {
 	lt := q.limitsTable()
 	held := jsonNames(names)
 	kept = "UPDATE " + lt + " SET starts = ?1 WHERE name IN (SELECT value FROM json_each(?2)) AND window_start = ?3 AND starts = ?4 RETURNING name"
 	got = "UPDATE " + lt + " SET window_start = ?1, starts = ?2 WHERE name IN (SELECT name FROM " + lt +
 		" WHERE name IN (SELECT value FROM json_each(?3)) AND name NOT IN (SELECT value FROM json_each(?4)) AND starts <= ?5" +
 		" AND NOT EXISTS (SELECT 1 FROM " + lt + " AS f WHERE f.name = 'fence' AND f.starts > ?5)" +
-		" AND EXISTS (SELECT 1 FROM " + q.table + " WHERE " + q.claimable("?6") + ") LIMIT ?7) RETURNING name"
+		" AND (?8 OR EXISTS (SELECT 1 FROM " + q.table + " WHERE " + q.claimable("?6") + ")) LIMIT ?7) RETURNING name"
 	return kept, []any{deadline.UnixMicro(), held, tag, until.UnixMicro()},
-		got, []any{tag, deadline.UnixMicro(), jsonNames(slotNames(n)), held, now.UnixMicro(), q.ts(now), k}
+		got, []any{tag, deadline.UnixMicro(), jsonNames(slotNames(n)), held, now.UnixMicro(), q.ts(now), k, waiting}
 }
 
 // jsonNames is names as a JSON array, for SQLite's json_each.
@@ -265,9 +267,9 @@ func jsonNames(names []string) string {
 
 // slotSync runs slotSyncSQL (on SQLite sqliteSlotSQL in a transaction): the slots
 // kept and the slots got. refused reports an error after which nothing changed.
-func (q *Queue[T]) slotSync(ctx context.Context, names []string, tag int64, until, deadline, now time.Time, k, n int) (kept, got []string, refused bool, err error) {
+func (q *Queue[T]) slotSync(ctx context.Context, names []string, tag int64, until, deadline, now time.Time, k, n int, waiting bool) (kept, got []string, refused bool, err error) {
 	if q.dialect == SQLite {
-		ks, ka, gs, ga := q.sqliteSlotSQL(names, tag, until, deadline, now, k, n)
+		ks, ka, gs, ga := q.sqliteSlotSQL(names, tag, until, deadline, now, k, n, waiting)
 		err = q.sqliteTx(ctx, func(db querier) error {
 			r, err := db.query(ctx, ks, ka...)
 			if err != nil {
@@ -284,7 +286,7 @@ func (q *Queue[T]) slotSync(ctx context.Context, names []string, tag int64, unti
 		})
 		return kept, got, true, err // a transaction that failed was rolled back
 	}
-	sql, args := q.slotSyncSQL(names, tag, until, deadline, now, k, n)
+	sql, args := q.slotSyncSQL(names, tag, until, deadline, now, k, n, waiting)
 	err = func() error {
 		r, err := q.pool.Query(ctx, sql, args...)
 		if err != nil {
@@ -470,12 +472,12 @@ func newLaneSlots(waiting *atomic.Int64) *laneSlots {
 const slotRetry = 2 * time.Millisecond
 
 // syncSlots brings the lane's slots towards need (the jobs it holds, at most its
-// workers; nothing without slots): it gives
+// workers; nothing without slots), the lane holding held rows: it gives
 // back idle slots above need, and asks for more (extending the lease of those it
 // holds in the same statement) when it has fewer, or when the lease is due for
 // extension. Failures are logged and tried again with a later cycle; the expiry
 // timer stops the handlers if the lease cannot be extended in time.
-func (s *Subscription[T]) syncSlots(l *lane, need int) {
+func (s *Subscription[T]) syncSlots(l *lane, need, held int) {
 	ls := l.slots
 	if ls == nil {
 		return
@@ -509,7 +511,10 @@ func (s *Subscription[T]) syncSlots(l *lane, need int) {
 		return
 	}
 	deadline := trunc(now.Add(s.o.Lease))
-	kept, got, refused, err := s.q.slotSync(s.ctx, ls.names, ls.tag, ls.until, deadline, trunc(now), k, s.o.Limits.Concurrency)
+	// Rows held beyond the slots wait for one (the slots were lost): take slots
+	// for them even if no other row is ready.
+	waiting := held > len(ls.names)
+	kept, got, refused, err := s.q.slotSync(s.ctx, ls.names, ls.tag, ls.until, deadline, trunc(now), k, s.o.Limits.Concurrency, waiting)
 	if err != nil {
 		s.q.health.noteErr(err)
 		if s.ctx.Err() != nil {

@@ -518,11 +518,11 @@ func (s *Subscription[T]) check(ctx context.Context) error {
 		}
 		if s.slotted {
 			if q.dialect == SQLite {
-				kept, ka, got, ga := q.sqliteSlotSQL(nil, 0, now, now, now, 1, 1)
+				kept, ka, got, ga := q.sqliteSlotSQL(nil, 0, now, now, now, 1, 1, false)
 				add(kept, ka)
 				add(got, ga)
 			} else {
-				add(q.slotSyncSQL(nil, 0, now, now, now, 1, 1))
+				add(q.slotSyncSQL(nil, 0, now, now, now, 1, 1, false))
 			}
 			add(q.slotFreeSQL(nil, 0, now))
 		}
