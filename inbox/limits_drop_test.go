@@ -262,3 +262,55 @@ func TestLimitsSlotsLostWithRowsWaiting(t *testing.T) {
 		}
 	})
 }
+
+// TABLE_limits emptied by hand (DELETE, TRUNCATE) while a subscription under
+// Concurrency drains: the slot rows are made again, at WARN and fenced for a
+// lease as a dropped table is, and every job runs within the limit. Before, no
+// take found a slot row any more: once the lease of its slots ran out the lane
+// claimed nothing, for good (19 of 40 jobs on SQLite).
+func TestLimitsSlotRowsDeleted(t *testing.T) {
+	eachDB(t, func(t *testing.T, b *backend) {
+		q := groupTable(t, b)
+		lb := &syncBuf{want: "were missing", seen: make(chan struct{})}
+		lq := newQueue(t, b, inbox.Config[msg]{Columns: inbox.GroupColumns(), Logger: slog.New(slog.NewTextHandler(lb, nil))})
+		const n = 40
+		g := newGauge()
+		deleted := make(chan struct{})
+		var once sync.Once
+		done := newTally(n)
+		start(t, lq, func(ctx context.Context, j inbox.Job[msg]) error {
+			select {
+			case <-deleted:
+				select { // the rows made again before this job runs
+				case <-lb.seen:
+				case <-ctx.Done():
+					return context.Cause(ctx)
+				}
+			default:
+			}
+			g.enter("")
+			time.Sleep(2 * time.Millisecond)
+			g.leave("")
+			if j.Payload.N == 5 {
+				once.Do(func() {
+					b.exec(t, `DELETE FROM "`+b.table+`_limits"`)
+					close(deleted)
+				})
+			}
+			done.add(j.Payload.N)
+			return nil
+		}, inbox.SubscribeOptions{Workers: 3, PollInterval: 20 * time.Millisecond, Lease: 600 * time.Millisecond, Limits: inbox.Limits{Concurrency: 2}})
+		for i := range n {
+			if _, err := q.Publish(t.Context(), msg{N: i}, nil); err != nil {
+				t.Fatal(err)
+			}
+		}
+		done.wait(t, 30*time.Second)
+		if g.max > 2 {
+			t.Errorf("%d jobs in work at once, Concurrency 2", g.max)
+		}
+		if n := b.queryN(t, `SELECT count(*) FROM "`+b.table+`_limits" WHERE name LIKE 'slot %'`); n != 2 {
+			t.Errorf("%d slot rows, want 2", n)
+		}
+	})
+}

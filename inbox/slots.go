@@ -456,6 +456,7 @@ type laneSlots struct {
 	extendAt time.Time     // when the lease is extended next
 	need     int           // the slots the lane last wanted
 	retryAt  time.Time     // no new slots asked for before (the last ask came back short)
+	rowsAt   time.Time     // slotRowsBack not before
 	backoff  time.Duration // the wait before the next ask, while asks come back short
 	timer    *time.Timer
 	expired  chan struct{} // a token from the timer: the lease is about to end unextended
@@ -548,11 +549,49 @@ func (s *Subscription[T]) syncSlots(l *lane, need, held int) {
 	if len(got) < k {
 		ls.backoff = min(max(2*ls.backoff, slotRetry), s.o.PollInterval)
 		ls.retryAt = now.Add(ls.backoff)
+		if len(ls.names) == 0 && !now.Before(ls.rowsAt) {
+			// Nothing held nor got: the slot rows may be gone (TABLE_limits
+			// emptied by hand), which no take would ever find; checked once per
+			// poll.
+			ls.rowsAt = now.Add(s.o.PollInterval)
+			s.slotRowsBack()
+		}
 	} else {
 		ls.backoff = 0
 	}
 	s.armSlots(ls)
 	ls.gate.resize(len(ls.names), &LeaseLostError{Table: s.q.name, Op: "slot lost"})
+}
+
+// slotRowsBack makes again, fenced for a lease as a TABLE_limits made again is
+// (ensureSlots), the slot rows of Limits.Concurrency that are missing from
+// TABLE_limits: deleted by hand, their holders may still run handlers in them.
+func (s *Subscription[T]) slotRowsBack() {
+	q, n := s.q, s.o.Limits.Concurrency
+	var have int
+	var err error
+	if q.dialect == SQLite {
+		err = q.sqldb.QueryRowContext(s.ctx, "SELECT count(*) FROM "+q.limitsTable()+" WHERE name IN (SELECT value FROM json_each(?1))", jsonNames(slotNames(n))).Scan(&have)
+	} else {
+		err = q.pool.QueryRow(s.ctx, "SELECT count(*) FROM "+q.limitsTable()+" WHERE name = ANY($1::text[])", slotNames(n)).Scan(&have)
+	}
+	if err != nil || have >= n {
+		return
+	}
+	fence := time.Now().Add(s.o.Lease).UnixMicro()
+	if q.dialect == SQLite {
+		_, err = q.sqldb.ExecContext(s.ctx, "INSERT INTO "+q.limitsTable()+" AS l (name, window_start, starts) SELECT value, 0, CASE value WHEN 'fence' THEN ?2 ELSE 0 END FROM json_each(?1) WHERE 1"+
+			" ON CONFLICT (name) DO UPDATE SET starts = max(l.starts, excluded.starts) WHERE l.name = 'fence'", jsonNames(append(slotNames(n), "fence")), fence)
+	} else {
+		_, err = q.pool.Exec(s.ctx, "INSERT INTO "+q.limitsTable()+" AS l (name, window_start, starts) SELECT v, 0, CASE v WHEN 'fence' THEN $2::bigint ELSE 0 END FROM unnest($1::text[]) AS v"+
+			" ON CONFLICT (name) DO UPDATE SET starts = GREATEST(l.starts, excluded.starts) WHERE l.name = 'fence'", append(slotNames(n), "fence"), fence)
+	}
+	if err != nil {
+		q.log.Warn("inbox: making the missing slots of Limits.Concurrency again failed", "table", q.name, "err", err)
+		return
+	}
+	q.log.Warn("inbox: slots of Limits.Concurrency were missing from "+q.limitsTable()+" (deleted while in use?); made again: no slot or place is taken for one lease, until the deleted slots' holders have stopped",
+		"table", q.name, "missing", n-have, "lease", s.o.Lease)
 }
 
 // slotNeed is how many slots a lane with held jobs wants: one per worker while it
