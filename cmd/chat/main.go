@@ -87,7 +87,7 @@ func run(args []string) int {
 		readTimeout  = fs.Duration("read-timeout", chat.DefaultReadTimeout, "how long a partly received line or WebSocket message may take to complete (then ERROR read_timeout); negative: no limit")
 		idleTimeout  = fs.Duration("idle-timeout", 0, "close a connection that sends nothing for this long, with ERROR idle_timeout (0, the default: never)")
 		writeTimeout = fs.Duration("write-timeout", chat.DefaultWriteTimeout, "disconnect a client that reads nothing for this long")
-		cmdRate      = fs.Float64("command-rate", chat.DefaultCommandRate, "flood control: units a second each connection may spend beyond -command-burst; a command costs 1 per 128 bytes of its text and its replies, at least 1 (a short SEND 1, a WHO of 1,000 users about 71); a faster client waits (its connection stops reading), nothing is refused; negative: off")
+		cmdRate      = fs.Float64("command-rate", chat.DefaultCommandRate, "flood control: units a second each connection may spend beyond -command-burst; a command costs 1 per 128 bytes of its text, its replies and the lines it makes others receive, at least 1 (a short SEND 1, a WHO of 1,000 users about 71, a short SAY to a room of 1,000 about 200); a faster client waits (its connection stops reading), nothing is refused; negative: off")
 		cmdBurst     = fs.Int("command-burst", chat.DefaultCommandBurst, "flood control: units a connection may spend at once before -command-rate holds it back")
 		sendBuffer   = fs.Int("send-buffer", chat.DefaultSendBuffer, "socket send buffer of each connection, bytes (SO_SNDBUF): how far replies may run ahead of a client that reads slowly, beyond -max-output; negative: the kernel's autotuned default")
 	)

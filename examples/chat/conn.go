@@ -86,6 +86,12 @@ type conn struct {
 	// messages reach the client in the order they were committed (see
 	// historyOwner.deliver).
 	mailed atomic.Int32
+
+	// fanOut counts the bytes of the events this connection's commands
+	// made the service queue for other clients (a SAY's ROOM line, once for
+	// each member of the room): flood control charges them as it charges
+	// replies (see commandBucket).
+	fanOut atomic.Int64
 }
 
 // slowNow tells a connection that the history owner could not queue a
@@ -131,7 +137,7 @@ func (c *conn) Init(ctx context.Context, p *gotp.Process) error {
 		defer c.svc.goroutines.Done()
 		why := c.w.read(func(in inbound) bool {
 			if flood != nil {
-				waited, ok := flood.wait(pctx, in.cmd, c.out.replied.Load())
+				waited, ok := flood.wait(pctx, in.cmd, c.out.replied.Load()+c.fanOut.Load())
 				if waited {
 					c.svc.throttled.Add(1)
 				}
@@ -488,6 +494,9 @@ func (c *conn) exec(p *gotp.Process, cmd Command) Reply {
 		}
 		if err := c.inst.Broadcast(roomGroup(cmd.Room), "say", m); err != nil {
 			return Error{Reason: Unavailable}
+		}
+		if members, err := c.inst.Members(roomGroup(cmd.Room)); err == nil {
+			c.fanOut.Add(int64(len(members) * roomLineLen(m)))
 		}
 		return OK{}
 	}

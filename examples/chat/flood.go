@@ -11,22 +11,27 @@ import (
 // a connection whose budget is spent waits until it is positive again.
 //
 // A command costs one unit for each CostBytes (128) bytes it carries (a
-// SEND's or SAY's text) and the connection's replies to it take, and at
-// least one: a SEND of a short message (SENT) costs 1, a WHO with 1,000
-// users online (9 KB) about 71, a HISTORY of HistoryMaxBytes 2,048. So
-// the replies of a client that pipelines expensive commands are held to
-// CommandRate × CostBytes bytes a second (25.6 KB/s by default), while a
-// user may send DefaultCommandRate short messages a second (the users of
-// H1 flat out send about 55).
+// SEND's or SAY's text), the connection's replies to it take, and the
+// events it makes the service queue for other clients take (a SAY: its
+// ROOM line once for each member of the room), and at least one: a SEND
+// of a short message (SENT) costs 1, a WHO with 1,000 users online (9 KB)
+// about 71, a HISTORY of HistoryMaxBytes 2,048, a short SAY to a room of
+// 10 members 2 and to one of 1,000 about 200. So what a client that
+// pipelines expensive commands makes the service write, to itself or to
+// others, is held to CommandRate × CostBytes bytes a second (25.6 KB/s by
+// default), while a user may send DefaultCommandRate short messages a
+// second (the users of H1 flat out send about 55), or a line a second to
+// a room of 1,000 after a burst of two: one client cannot make the
+// service fan out more than it could write to the client itself.
 //
 // Waiting is backpressure, not refusal: the connection's reader stops
 // reading the socket until the budget is positive (the client's further
 // commands wait in the kernel's buffers, then in the client, as when its
 // MaxPending commands are taken). Nothing is refused or dropped and the
 // client is not disconnected; every command that waited counts in
-// Service.ThrottledCommands. The cost of a command's replies is known once
-// it has run, so it is charged to the commands after it: an expensive
-// command always runs, and the ones after it wait for it.
+// Service.ThrottledCommands. The cost of a command's replies (and fan-out)
+// is known once it has run, so it is charged to the commands after it: an
+// expensive command always runs, and the ones after it wait for it.
 
 // CostBytes is how many bytes of a command's text, or of its replies,
 // cost one unit of flood control (see Config.CommandRate).
@@ -98,3 +103,8 @@ func (b *commandBucket) wait(ctx context.Context, cmd Command, replied int64) (w
 		return true, false
 	}
 }
+
+// roomLineLen is the length of m's ROOM line on the line protocol
+// ("ROOM <room> <from> <text>\n"): what flood control charges a SAY for
+// each member of its room.
+func roomLineLen(m RoomMsg) int { return len("ROOM   \n") + len(m.Room) + len(m.From) + len(m.Text) }

@@ -184,3 +184,58 @@ func TestDefaultFloodControlRates(t *testing.T) {
 	}
 	t.Logf("a WHO of %d bytes; a WHO flooder gets %d in a minute, %.0f B/s", who, n, rate)
 }
+
+// A SAY costs flood control by what it makes the service write to the
+// room's members, not only by its own text: a client pipelining SAYs to a
+// room of 41 members is held back (every SAY still answered, every member
+// given every ROOM line), where the same SAYs to a room of its own are not.
+// One client cannot make the service fan out more than it could make it
+// write to the client itself.
+func TestSayChargedByItsRoom(t *testing.T) {
+	ts := startServiceConfig(t, Config{})
+	talker := connect(t, ts, "talker")
+	text := strings.Repeat("x", 100)
+	says := func(room string, n int) {
+		t.Helper()
+		var b strings.Builder
+		for range n {
+			fmt.Fprintf(&b, "SAY %s %s\n", room, text)
+		}
+		talker.send(strings.TrimSuffix(b.String(), "\n"))
+		for i := 0; i < 2*n; i++ { // an OK and its own ROOM line for each, in either order
+			if got := talker.line(); got != "OK" && got != "ROOM "+room+" talker "+text {
+				t.Fatalf("SAY to %s: %.40q", room, got)
+			}
+		}
+	}
+
+	// Alone in a room: 30 SAYs of about 2 units each, against a burst of 400.
+	talker.expect("JOIN alone", "OK")
+	says("alone", 30)
+	if got := ts.ThrottledCommands(); got != 0 {
+		t.Fatalf("30 SAYs to a room of one: %d commands waited, want 0", got)
+	}
+
+	// A room of 41: a ROOM line of 119 bytes to each member, 38 units a
+	// SAY. A cost is charged to the commands read after it and the reader
+	// runs at most MaxPending commands ahead: by the 30th SAY at least 21
+	// are charged (about 800 units).
+	const members = 40
+	others := make([]*client, members)
+	for i := range others {
+		others[i] = connect(t, ts, fmt.Sprintf("m%02d", i))
+		others[i].expect("JOIN big", "OK")
+	}
+	talker.expect("JOIN big", "OK")
+	says("big", 30)
+	if got := ts.ThrottledCommands(); got == 0 {
+		t.Fatalf("30 SAYs to a room of %d: no command waited", members+1)
+	}
+	for i, m := range others {
+		for k := range 30 {
+			if got := m.line(); got != "ROOM big talker "+text {
+				t.Fatalf("member %d, ROOM line %d: %.40q", i, k, got)
+			}
+		}
+	}
+}

@@ -104,8 +104,9 @@ type Config struct {
 
 	// CommandRate is each connection's flood control, in units a second
 	// (see CostBytes): a command costs one unit for each CostBytes bytes
-	// of its text and of its replies, and at least one, so WHO, HISTORY
-	// and JOIN cost by the size of what they return and a short SEND one.
+	// of its text, of its replies and of the events it makes others
+	// receive, and at least one, so WHO, HISTORY and JOIN cost by the size
+	// of what they return, SAY by its room's members, and a short SEND one.
 	// A connection may spend CommandBurst units at once and
 	// CommandRate a second; beyond that its commands wait: its connection
 	// stops reading until the budget is positive again (TCP then holds
