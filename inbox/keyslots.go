@@ -22,13 +22,18 @@ import (
 // PerPartition rows of a key are held across every instance, by the lanes that hold
 // its places; rows without a key are not limited.
 //
-// A lane takes free places of keys with ready rows (FOR UPDATE SKIP LOCKED, in a
-// random order, so that each key with ready rows gets its turn, and one key's
-// backlog cannot hold more than its PerPartition places) while it has workers to
-// spare, extends the lease of all it holds in the same statement every third of a
-// lease, and gives back the places of a key that its last claim found no more
-// ready rows for. The statement that takes also makes the rows of keys that have
-// none; the rows of keys whose places are all free and that have no unfinished
+// A lane takes free places of keys with ready rows (FOR UPDATE SKIP LOCKED) while
+// it has workers to spare, extends the lease of all it holds in the same statement
+// every third of a lease, and gives back the places of a key that its last claim
+// found no more ready rows for. The keys it takes places of are found by a walk of
+// the keys in key order (keyWalkSQL: one index probe a key) from where its last
+// walk stopped, the first from the key of a random row, wrapping around: at most
+// keyWindow(k) keys for k places, so that a take costs as much with 5,000 keys
+// with ready rows as with 5, each key with ready rows gets its turn in each round
+// of a lane's walk, and one key's backlog cannot hold more than its PerPartition
+// places. A take that got fewer than it asked for before the walk went round every
+// key asks again at once. The statement that takes also makes the rows of the
+// walked keys that have none; the rows of keys whose places are all free and that have no unfinished
 // row are deleted when a lane gives back the last places of a key it held, and
 // once per poll by a lane that holds none. A lane whose places' lease is
 // about to end unextended (a tenth of a lease before) cancels the handlers of its
@@ -48,6 +53,7 @@ import (
 type keySlots struct {
 	tag      int64
 	held     map[string][]string // the places held, by key
+	cursor   keyCursor           // where the last take's walk of the keys stopped
 	inflight map[string]int      // the lane's rows held, by key
 	dry      map[string]bool     // keys the last claim found no more ready rows of
 	until    time.Time           // the places' lease deadline
@@ -215,30 +221,68 @@ func placeKey(name string) string {
 	return k
 }
 
+// keyCursor is where a lane's walk of the keys stopped: the last key it passed
+// (set false: none yet, the walk starts after the key of a random row).
+type keyCursor struct {
+	key string
+	set bool
+}
+
+// keyWindow is how many keys a take of k places walks at most: the cost of a take
+// is bounded by the places asked for, not by the keys with ready rows.
+func keyWindow(k int) int { return 4*k + 16 }
+
+// keyWalkSQL walks up to w keys of the table in key order after the key cur (a
+// NULL cur: after the key of the first keyed row from the id at fraction f of the
+// ids, a random row), wrapping around once to the first key and ending at cur:
+// one index probe per key. Result rows are (key, ready: it has a row claimable at
+// now), in walk order.
+func (q *Queue[T]) keyWalkSQL(cur *string, f float64, w int, now time.Time) (string, []any) {
+	s := &stmt[T]{q: q}
+	pk, id, t := col(q.c.Partition), col(q.c.ID), q.table
+	nowTs := s.arg(q.ts(now))
+	curA, fA, wA := s.arg(cur), s.arg(f), s.arg(w)
+	text, big, tr, fl, fc := "::text", "::bigint", "true", "false", "::float8"
+	if q.dialect == SQLite {
+		text, big, tr, fl, fc = "", "", "1", "0", ""
+	}
+	next := func(v string) string { return "(SELECT min(" + pk + ") FROM " + t + " WHERE " + pk + " > " + v + ")" }
+	first := "(SELECT min(" + pk + ") FROM " + t + " WHERE " + pk + " IS NOT NULL)"
+	random := "(SELECT " + pk + " FROM " + t + " WHERE " + pk + " IS NOT NULL AND " + id + " >= (SELECT min(" + id + ") + CAST((max(" + id + ") - min(" + id + ") + 1) * " + fA + fc + " AS bigint) FROM " + t + ") ORDER BY " + id + " LIMIT 1)"
+	sql := "WITH RECURSIVE c(v) AS (SELECT coalesce(" + curA + text + ", " + random + ", ''))" +
+		", w(v, n, wr) AS (SELECT coalesce(" + next("c.v") + ", " + first + "), 1, CASE WHEN " + next("c.v") + " IS NULL THEN " + tr + " ELSE " + fl + " END FROM c" +
+		" UNION ALL SELECT coalesce(" + next("w.v") + ", CASE WHEN w.wr THEN NULL ELSE " + first + " END), w.n + 1, CASE WHEN w.wr OR " + next("w.v") + " IS NULL THEN " + tr + " ELSE " + fl + " END FROM w, c" +
+		" WHERE w.v IS NOT NULL AND w.n < " + wA + big + " AND NOT (w.wr AND w.v >= c.v))" +
+		" SELECT w.v, EXISTS (SELECT 1 FROM " + t + " AS r WHERE r." + pk + " = w.v AND " + q.claimable(nowTs) + ") FROM w, c" +
+		" WHERE w.v IS NOT NULL AND NOT (w.wr AND w.v > c.v) ORDER BY w.n"
+	return sql, s.args
+}
+
 // keyTakeSQL extends the lease of the places a lane holds (names, under tag and
-// the deadline until) to deadline, takes up to k free places of keys with ready
-// rows at now, and makes the places of ready keys that have fewer than n. Result
-// rows are (name, held): true for a place held already, false for one taken, NULL
-// for one made (free: taken by a later call).
-func (q *Queue[T]) keyTakeSQL(names []string, tag int64, until, deadline, now time.Time, k, n int) (string, []any) {
+// the deadline until) to deadline, takes up to k free places of the keys cand
+// with ready rows at now (first of the first keys), and makes the places of those
+// keys that have fewer than n. Result rows are (name, held): true for a place held
+// already, false for one taken, NULL for one made (free: taken by a later call).
+func (q *Queue[T]) keyTakeSQL(names, cand []string, tag int64, until, deadline, now time.Time, k, n int) (string, []any) {
 	if names == nil {
 		names = []string{} // an empty array, not NULL (which no name is unequal to)
+	}
+	if cand == nil {
+		cand = []string{}
 	}
 	s := &stmt[T]{q: q}
 	lt := q.limitsTable()
 	pk := col(q.c.Partition)
 	nowTs := s.arg(q.ts(now))
 	namesA, tagA, untilA, dlA := s.arg(names), s.arg(tag), s.arg(until.UnixMicro()), s.arg(deadline.UnixMicro())
-	nowA, kA, nA := s.arg(now.UnixMicro()), s.arg(k), s.arg(n)
-	sql := "WITH RECURSIVE k(v) AS (SELECT min(" + pk + ") FROM " + q.table + " WHERE " + pk + " IS NOT NULL" +
-		" UNION ALL SELECT (SELECT min(" + pk + ") FROM " + q.table + " WHERE " + pk + " > k.v) FROM k WHERE k.v IS NOT NULL)" +
-		", ready AS (SELECT k.v FROM k WHERE k.v IS NOT NULL AND " + kA + "::int > 0 AND EXISTS (SELECT 1 FROM " + q.table + " AS r WHERE r." + pk + " = k.v AND " + q.claimable(nowTs) + "))" +
-		", cand AS (SELECT 'p ' || i || ' ' || ready.v AS name FROM ready CROSS JOIN generate_series(0, " + nA + "::int - 1) AS i)" +
+	nowA, kA, nA, candA := s.arg(now.UnixMicro()), s.arg(k), s.arg(n), s.arg(cand)
+	sql := "WITH ready AS (SELECT c.v, c.o FROM unnest(" + candA + "::text[]) WITH ORDINALITY AS c(v, o) WHERE " + kA + "::int > 0 AND EXISTS (SELECT 1 FROM " + q.table + " AS r WHERE r." + pk + " = c.v AND " + q.claimable(nowTs) + "))" +
+		", cand AS (SELECT 'p ' || i || ' ' || ready.v AS name, ready.o, i FROM ready CROSS JOIN generate_series(0, " + nA + "::int - 1) AS i)" +
 		", kept AS (UPDATE " + lt + " SET starts = " + dlA + "::bigint WHERE name = ANY(" + namesA + "::text[]) AND window_start = " + tagA + "::bigint AND starts = " + untilA + "::bigint RETURNING name)" +
 		", got AS (UPDATE " + lt + " SET window_start = " + tagA + "::bigint, starts = " + dlA + "::bigint WHERE name IN (SELECT l.name FROM " + lt + " AS l JOIN cand ON cand.name = l.name" +
 		" WHERE l.name <> ALL(" + namesA + "::text[]) AND l.starts <= " + nowA + "::bigint" +
 		" AND NOT EXISTS (SELECT 1 FROM " + lt + " AS f WHERE f.name = 'fence' AND f.starts > " + nowA + "::bigint)" +
-		" ORDER BY random() LIMIT " + kA + "::int FOR UPDATE OF l SKIP LOCKED) RETURNING name)" +
+		" ORDER BY cand.o, cand.i LIMIT " + kA + "::int FOR UPDATE OF l SKIP LOCKED) RETURNING name)" +
 		", made AS (INSERT INTO " + lt + " (name, window_start, starts) SELECT cand.name, 0, 0 FROM cand" +
 		" WHERE NOT EXISTS (SELECT 1 FROM " + lt + " AS l WHERE l.name = cand.name) ON CONFLICT (name) DO NOTHING RETURNING name)" +
 		" SELECT name, true FROM kept UNION ALL SELECT name, false FROM got UNION ALL SELECT name, NULL::boolean FROM made"
@@ -345,7 +389,7 @@ func (s *Subscription[T]) syncKeys(l *lane, claiming bool, inflight map[int64]*l
 	}
 	deadline := trunc(now.Add(s.o.Lease))
 	names := ks.names()
-	kept, got, made, refused, err := s.q.keyTake(s.ctx, names, ks.tag, ks.until, deadline, trunc(now), k, n)
+	kept, got, made, more, refused, err := s.q.keyTake(s.ctx, &ks.cursor, names, ks.tag, ks.until, deadline, trunc(now), k, n)
 	if err != nil {
 		s.q.health.noteErr(err)
 		if s.ctx.Err() != nil {
@@ -378,8 +422,9 @@ func (s *Subscription[T]) syncKeys(l *lane, claiming bool, inflight map[int64]*l
 	ks.until = deadline
 	ks.extendAt = now.Add(s.o.Lease / 3)
 	switch {
-	case made > 0:
-		ks.backoff, ks.retryAt = 0, now // new keys' places: take them at once
+	case made > 0 || (more && len(got) < k):
+		// New keys' places, or keys the walk has not reached: take them at once.
+		ks.backoff, ks.retryAt = 0, now
 	case len(got) < k:
 		ks.backoff = min(max(2*ks.backoff, slotRetry), s.o.PollInterval)
 		ks.retryAt = now.Add(ks.backoff)
@@ -482,36 +527,73 @@ func placeKeySQLite(name string) string {
 
 // sqliteKeyTakeSQL is keyTakeSQL on SQLite, which has no writes in a WITH: the
 // extension of the places held (kept, as sqliteSlotSQL's), the places made of
-// ready keys that have fewer than n (made), and the take of up to k free places
-// of keys with ready rows (got), run in one write transaction in that order, so
-// that the take may take the places just made. kept and got return the names.
-func (q *Queue[T]) sqliteKeyTakeSQL(names []string, tag int64, until, deadline, now time.Time, k, n int) (kept string, keptArgs []any, made string, madeArgs []any, got string, gotArgs []any) {
+// the keys cand with ready rows that have fewer than n (made), and the take of up
+// to k free places of those keys, first of the first keys (got), run in one write
+// transaction in that order, so that the take may take the places just made. kept
+// and got return the names.
+func (q *Queue[T]) sqliteKeyTakeSQL(names, cand []string, tag int64, until, deadline, now time.Time, k, n int) (kept string, keptArgs []any, made string, madeArgs []any, got string, gotArgs []any) {
 	lt := q.limitsTable()
 	pk := col(q.c.Partition)
 	held := jsonNames(names)
+	keys := jsonNames(cand)
 	kept = "UPDATE " + lt + " SET starts = ?1 WHERE name IN (SELECT value FROM json_each(?2)) AND window_start = ?3 AND starts = ?4 RETURNING name"
-	made = "WITH RECURSIVE k(v) AS (SELECT min(" + pk + ") FROM " + q.table + " WHERE " + pk + " IS NOT NULL" +
-		" UNION ALL SELECT (SELECT min(" + pk + ") FROM " + q.table + " WHERE " + pk + " > k.v) FROM k WHERE k.v IS NOT NULL)" +
-		", i(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM i WHERE i + 1 < ?2)" +
-		" INSERT OR IGNORE INTO " + lt + " (name, window_start, starts) SELECT 'p ' || i.i || ' ' || k.v, 0, 0 FROM k, i" +
-		" WHERE k.v IS NOT NULL AND EXISTS (SELECT 1 FROM " + q.table + " AS r WHERE r." + pk + " = k.v AND " + q.claimable("?1") + ")"
-	got = "UPDATE " + lt + " SET window_start = ?1, starts = ?2 WHERE name IN (SELECT l.name FROM " + lt + " AS l" +
-		" WHERE l.name GLOB 'p *' AND l.starts <= ?3 AND l.name NOT IN (SELECT value FROM json_each(?4))" +
+	made = "WITH RECURSIVE i(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM i WHERE i + 1 < ?2)" +
+		" INSERT OR IGNORE INTO " + lt + " (name, window_start, starts) SELECT 'p ' || i.i || ' ' || c.value, 0, 0 FROM json_each(?3) AS c, i" +
+		" WHERE EXISTS (SELECT 1 FROM " + q.table + " AS r WHERE r." + pk + " = c.value AND " + q.claimable("?1") + ")"
+	got = "WITH RECURSIVE i(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM i WHERE i + 1 < ?8)" +
+		" UPDATE " + lt + " SET window_start = ?1, starts = ?2 WHERE name IN (SELECT l.name FROM json_each(?7) AS c, i JOIN " + lt + " AS l ON l.name = 'p ' || i.i || ' ' || c.value" +
+		" WHERE l.starts <= ?3 AND l.name NOT IN (SELECT value FROM json_each(?4))" +
 		" AND NOT EXISTS (SELECT 1 FROM " + lt + " AS f WHERE f.name = 'fence' AND f.starts > ?3)" +
-		" AND EXISTS (SELECT 1 FROM " + q.table + " AS r WHERE r." + pk + " = " + placeKeySQLite("l.name") + " AND " + q.claimable("?5") + ")" +
-		" ORDER BY random() LIMIT ?6) RETURNING name"
+		" AND EXISTS (SELECT 1 FROM " + q.table + " AS r WHERE r." + pk + " = c.value AND " + q.claimable("?5") + ")" +
+		" ORDER BY c.key, i.i LIMIT ?6) RETURNING name"
 	return kept, []any{deadline.UnixMicro(), held, tag, until.UnixMicro()},
-		made, []any{q.ts(now), n},
-		got, []any{tag, deadline.UnixMicro(), now.UnixMicro(), held, q.ts(now), k}
+		made, []any{q.ts(now), n, keys},
+		got, []any{tag, deadline.UnixMicro(), now.UnixMicro(), held, q.ts(now), k, keys, n}
 }
 
-// keyTake runs keyTakeSQL (on SQLite sqliteKeyTakeSQL in a transaction): the
-// places kept, the places got, and how many were made (free, for a later call;
-// none on SQLite, whose take sees them). refused reports an error after which
+// keyTake runs keyTakeSQL (on SQLite sqliteKeyTakeSQL in a transaction), after,
+// when it takes (k > 0), keyWalkSQL from the lane's cursor cur for the keys to
+// take places of: the places kept, the places got, and how many were made (free,
+// for a later call; none on SQLite, whose take sees them). cur moves to the last
+// key the take is done with: that of the last place got if it got k, else the
+// last key walked, but before the first key it made places of and could not take
+// (Postgres); more reports that the walk ended short of every key (a take that got
+// fewer than k may find more at once). refused reports an error after which
 // nothing changed.
-func (q *Queue[T]) keyTake(ctx context.Context, names []string, tag int64, until, deadline, now time.Time, k, n int) (kept, got []string, made int, refused bool, err error) {
+func (q *Queue[T]) keyTake(ctx context.Context, cur *keyCursor, names []string, tag int64, until, deadline, now time.Time, k, n int) (kept, got []string, made int, more, refused bool, err error) {
+	var walked, cand []string
+	if k > 0 {
+		w := keyWindow(k)
+		var c *string
+		if cur.set {
+			c = &cur.key
+		}
+		sql, args := q.keyWalkSQL(c, rand.Float64(), w, now)
+		r, err := q.db().query(ctx, sql, args...)
+		if err != nil {
+			return nil, nil, 0, false, true, err
+		}
+		for r.Next() {
+			var v string
+			var ready bool
+			if err := r.Scan(&v, &ready); err != nil {
+				r.Close()
+				return nil, nil, 0, false, true, err
+			}
+			walked = append(walked, v)
+			if ready {
+				cand = append(cand, v)
+			}
+		}
+		r.Close()
+		if err := r.Err(); err != nil {
+			return nil, nil, 0, false, true, err
+		}
+		more = len(walked) >= w
+	}
+	var madeNames []string
 	if q.dialect == SQLite {
-		ks, ka, ms, ma, gs, ga := q.sqliteKeyTakeSQL(names, tag, until, deadline, now, k, n)
+		ks, ka, ms, ma, gs, ga := q.sqliteKeyTakeSQL(names, cand, tag, until, deadline, now, k, n)
 		err = q.sqliteTx(ctx, func(db querier) error {
 			r, err := db.query(ctx, ks, ka...)
 			if err != nil {
@@ -529,33 +611,55 @@ func (q *Queue[T]) keyTake(ctx context.Context, names []string, tag int64, until
 			got, err = scanNames(r)
 			return err
 		})
-		return kept, got, 0, true, err // a transaction that failed was rolled back
-	}
-	sql, args := q.keyTakeSQL(names, tag, until, deadline, now, k, n)
-	err = func() error {
-		r, err := q.pool.Query(ctx, sql, args...)
-		if err != nil {
-			return err
-		}
-		defer r.Close()
-		for r.Next() {
-			var name string
-			var isHeld *bool
-			if err := r.Scan(&name, &isHeld); err != nil {
+		refused = true // a transaction that failed was rolled back
+	} else {
+		sql, args := q.keyTakeSQL(names, cand, tag, until, deadline, now, k, n)
+		err = func() error {
+			r, err := q.pool.Query(ctx, sql, args...)
+			if err != nil {
 				return err
 			}
-			switch {
-			case isHeld == nil:
-				made++
-			case *isHeld:
-				kept = append(kept, name)
-			default:
-				got = append(got, name)
+			defer r.Close()
+			for r.Next() {
+				var name string
+				var isHeld *bool
+				if err := r.Scan(&name, &isHeld); err != nil {
+					return err
+				}
+				switch {
+				case isHeld == nil:
+					madeNames = append(madeNames, name)
+				case *isHeld:
+					kept = append(kept, name)
+				default:
+					got = append(got, name)
+				}
 			}
+			return r.Err()
+		}()
+		refused = isPgError(err)
+	}
+	if err != nil || k == 0 {
+		return kept, got, len(madeNames), more, refused, err
+	}
+	pos := make(map[string]int, len(walked))
+	for i, v := range walked {
+		pos[v] = i
+	}
+	end := len(walked) - 1
+	if len(got) >= k {
+		end = 0
+		for _, name := range got {
+			end = max(end, pos[placeKey(name)])
 		}
-		return r.Err()
-	}()
-	return kept, got, made, isPgError(err), err
+	}
+	for _, name := range madeNames {
+		end = min(end, pos[placeKey(name)]-1)
+	}
+	if end >= 0 {
+		cur.key, cur.set = walked[end], true
+	}
+	return kept, got, len(madeNames), more, false, nil
 }
 
 // scanNames reads a result of one text column and closes it.

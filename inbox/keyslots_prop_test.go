@@ -23,9 +23,10 @@ type placeRow struct{ tag, until int64 }
 // propLane is a lane of the model: its tag and the places it believes it holds
 // under the deadline until.
 type propLane struct {
-	tag   int64
-	held  []string
-	until int64
+	tag    int64
+	held   []string
+	until  int64
+	cursor keyCursor
 }
 
 // The places of Limits.PerPartition against a model, on the statements the lanes
@@ -190,7 +191,7 @@ func placesModel(rt *rapid.T, q *Queue[struct{}]) {
 	// it against the model.
 	take := func(l *propLane, k int) {
 		deadline := now + lease
-		kept, got, _, _, err := q.keyTake(ctx, l.held, l.tag, at(l.until), at(deadline), at(now), k, n)
+		kept, got, _, _, _, err := q.keyTake(ctx, &l.cursor, l.held, l.tag, at(l.until), at(deadline), at(now), k, n)
 		if err != nil {
 			rt.Fatal(err)
 		}
