@@ -30,6 +30,8 @@ import (
 //     that and Concurrency: 40, or a Rate of 10,000,000 per second (which does
 //     not bind: the cost of counting starts). nolimit20 is that queue and those
 //     keys with no limit.
+//   - nolimit2k and perpart2k: the same over 2,000 keys, with no limit or
+//     Limits{PerPartition: 2} (tenants by the thousand).
 //
 // One op is one drain of the whole table; jobs/s is reported. Publishing and Start
 // are outside the timer.
@@ -49,6 +51,8 @@ func BenchmarkDrainGroups(b *testing.B) {
 		{"perpart2", 0, 32, inbox.Limits{PerPartition: 2}, 20},
 		{"perpart2limit40", 0, 32, inbox.Limits{PerPartition: 2, Concurrency: 40}, 20},
 		{"rate", 0, 32, inbox.Limits{Rate: 10_000_000, Per: time.Second}, 20},
+		{"nolimit2k", 0, 32, inbox.Limits{}, 2000},
+		{"perpart2k", 0, 32, inbox.Limits{PerPartition: 2}, 2000},
 	}
 	columns := func(groups, keys int) inbox.Columns {
 		switch {
