@@ -155,8 +155,8 @@
 // key with ready rows (a drain of 2 jobs a key at 5,000 keys: 2,369 jobs/s on SQLite,
 // as at 200 keys, and 806 on Postgres, 0.66x of its 200-key figure; walking every
 // key it was 770 and 584). Over many keys of a few jobs each the limit still costs
-// most of a drain's throughput (2,000 keys of 5 jobs: 0.27x of no limit on SQLite,
-// 0.11x on Postgres): each key's places are made, taken and swept. A
+// most of a drain's throughput (2,000 keys of 5 jobs: 0.32x of no limit on SQLite,
+// 0.35x on Postgres): each key's places are made, taken and dropped. A
 // TABLE_limits dropped by hand is made again, at WARN, by Start or by the first
 // claimer to find it gone, with a fence: no slot or place is taken for one lease,
 // until the handlers that held the dropped table's have stopped (Rate's count

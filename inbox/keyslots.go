@@ -51,18 +51,19 @@ import (
 // the lane's loop uses it; running and the expiry timer are shared with the
 // workers.
 type keySlots struct {
-	tag      int64
-	held     map[string][]string // the places held, by key
-	cursor   keyCursor           // where the last take's walk of the keys stopped
-	inflight map[string]int      // the lane's rows held, by key
-	dry      map[string]bool     // keys the last claim found no more ready rows of
-	until    time.Time           // the places' lease deadline
-	extendAt time.Time
-	retryAt  time.Time // no new places asked for before (the last ask came back short)
-	sweepAt  time.Time // keyDropSQL next, while the lane holds no place (once per poll)
-	backoff  time.Duration
-	timer    *time.Timer
-	expired  chan struct{} // a token from the timer: the lease is about to end unextended
+	tag         int64
+	held        map[string][]string // the places held, by key
+	cursor      keyCursor           // where the last take's walk of the keys stopped
+	inflight    map[string]int      // the lane's rows held, by key
+	dry         map[string]bool     // keys the last claim found no more ready rows of
+	until       time.Time           // the places' lease deadline
+	extendAt    time.Time
+	retryAt     time.Time // no new places asked for before (the last ask came back short)
+	sweepAt     time.Time // keyDropSQL next, while the lane holds no place (once per poll)
+	fullSweepAt time.Time // keyDropSQL next, whatever the lane holds (once per lease)
+	backoff     time.Duration
+	timer       *time.Timer
+	expired     chan struct{} // a token from the timer: the lease is about to end unextended
 
 	// The gate of the workers: a keyed job's handler runs only while its key has
 	// fewer handlers running in the lane than places held (caps).
@@ -310,6 +311,29 @@ func (q *Queue[T]) keyDropSQL(now time.Time, n int) (string, []any) {
 		" AND NOT EXISTS (SELECT 1 FROM " + lt + " AS h WHERE h.name IN (SELECT 'p ' || i || ' ' || " + key + " FROM generate_series(0, " + nA + "::int - 1) AS i) AND h.starts > " + nowA + "::bigint)", s.args
 }
 
+// keyDropKeysSQL is keyDropSQL for the keys keys only: the places of those of
+// them that have no unfinished row and no place held are deleted, a few index
+// probes a key. A lane runs it for the keys whose last places it gave back, so
+// that keys going dry cost as much with 5,000 keys in TABLE_limits as with 5
+// (keyDropSQL reads every place row).
+func (q *Queue[T]) keyDropKeysSQL(keys []string, now time.Time, n int) (string, []any) {
+	s := &stmt[T]{q: q}
+	lt := q.limitsTable()
+	pk := col(q.c.Partition)
+	nowA, nA := s.arg(now.UnixMicro()), s.arg(n)
+	if q.dialect == SQLite {
+		keysA := s.arg(jsonNames(keys))
+		return "WITH RECURSIVE i(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM i WHERE i + 1 < " + nA + ")" +
+			" DELETE FROM " + lt + " WHERE starts <= " + nowA + " AND name IN (SELECT 'p ' || i.i || ' ' || g.value FROM json_each(" + keysA + ") AS g, i" +
+			" WHERE NOT EXISTS (SELECT 1 FROM " + q.table + " AS r WHERE r." + pk + " = g.value AND " + q.live("r") + ")" +
+			" AND NOT EXISTS (SELECT 1 FROM " + lt + " AS h WHERE h.name IN (SELECT 'p ' || j.i || ' ' || g.value FROM i AS j) AND h.starts > " + nowA + "))", s.args
+	}
+	keysA := s.arg(keys)
+	return "DELETE FROM " + lt + " AS l WHERE l.starts <= " + nowA + "::bigint AND l.name IN (SELECT 'p ' || i || ' ' || g.k FROM unnest(" + keysA + "::text[]) AS g(k), generate_series(0, " + nA + "::int - 1) AS i" +
+		" WHERE NOT EXISTS (SELECT 1 FROM " + q.table + " AS r WHERE r." + pk + " = g.k AND " + q.live("r") + ")" +
+		" AND NOT EXISTS (SELECT 1 FROM " + lt + " AS h WHERE h.name IN (SELECT 'p ' || j || ' ' || g.k FROM generate_series(0, " + nA + "::int - 1) AS j) AND h.starts > " + nowA + "::bigint))", s.args
+}
+
 // syncKeys brings the lane's places towards what it needs: it gives back the idle
 // places of keys its last claim found dry (deleting the rows of keys gone idle),
 // and asks for more, extending the lease of those it holds in the same statement,
@@ -371,13 +395,20 @@ func (s *Subscription[T]) syncKeys(l *lane, claiming bool, inflight map[int64]*l
 		}
 		s.q.Wake() // another lane of this process may be waiting for places
 	}
-	if len(gone) > 0 || (len(ks.held) == 0 && !now.Before(ks.sweepAt)) {
-		// Keys gone idle lose their places' rows; swept also once per poll while
-		// the lane holds none (as an idle lane polls), for the rows a take made
-		// for a key whose last rows were settled meanwhile.
-		ks.sweepAt = now.Add(s.o.PollInterval)
+	if len(gone) > 0 {
+		// Keys gone idle lose their places' rows (best effort: the rows are
+		// made again on demand).
+		sql, args := s.q.keyDropKeysSQL(gone, trunc(now), n)
+		_, _ = s.q.db().exec(s.ctx, sql, args...)
+	}
+	if (len(ks.held) == 0 && !now.Before(ks.sweepAt)) || !now.Before(ks.fullSweepAt) {
+		// Every key's, once per poll while the lane holds none (as an idle lane
+		// polls) and once per lease whatever it holds: for the rows a take made
+		// for a key whose last rows were settled meanwhile, by a lane that never
+		// held them.
+		ks.sweepAt, ks.fullSweepAt = now.Add(s.o.PollInterval), now.Add(s.o.Lease)
 		sql, args := s.q.keyDropSQL(trunc(now), n)
-		_, _ = s.q.db().exec(s.ctx, sql, args...) // best effort: the rows are made again on demand
+		_, _ = s.q.db().exec(s.ctx, sql, args...)
 	}
 	held := ks.count()
 	k := 0

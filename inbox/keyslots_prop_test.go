@@ -308,6 +308,23 @@ func placesModel(rt *rapid.T, q *Queue[struct{}]) {
 			}
 			check("drop")
 		},
+		"dropKeys": func(rt *rapid.T) {
+			some := rapid.SliceOfDistinct(rapid.SampledFrom(keys), rapid.ID[string]).Draw(rt, "keys")
+			sql, args := q.keyDropKeysSQL(some, at(now), n)
+			if _, err := q.db().exec(ctx, sql, args...); err != nil {
+				rt.Fatal(err)
+			}
+			live := map[string]bool{}
+			for name, p := range places {
+				live[placeKey(name)] = live[placeKey(name)] || p.until > now
+			}
+			for name := range places {
+				if k := placeKey(name); slices.Contains(some, k) && rows[k] == 0 && !live[k] {
+					delete(places, name)
+				}
+			}
+			check("dropKeys")
+		},
 	})
 
 	// No place leaked: once every lease has ended, a fresh lane with every key

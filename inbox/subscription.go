@@ -516,6 +516,7 @@ func (s *Subscription[T]) check(ctx context.Context) error {
 			}
 			add(q.keyWalkSQL(nil, 0.5, 1, now))
 			add(q.keyDropSQL(now, 1))
+			add(q.keyDropKeysSQL([]string{"k"}, now, 1))
 		}
 		if s.slotted {
 			if q.dialect == SQLite {
