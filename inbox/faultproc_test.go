@@ -276,6 +276,35 @@ type faultRun struct {
 	events   []string
 }
 
+// childBackend is the backend of a test whose instances are child processes,
+// on db ("sqlite" or "postgres"), and sets cfg's DSN for them.
+func childBackend(t *testing.T, db string, cfg *childConfig) *backend {
+	if db == "sqlite" {
+		b := sqliteBackend(t)
+		cfg.DSN = b.path
+		return b
+	}
+	b := pgBackend(t)
+	cfg.DSN = pgURL(t)
+	return b
+}
+
+// spawner is a faultRun for a test that spawns its own children on b's table
+// (made already): their execution log in a folder of the test's, cfg's Table
+// and Log set for them, and every child killed at the end of the test.
+func spawner(t *testing.T, b *backend, name string, cfg *childConfig) *faultRun {
+	f := &faultRun{t: t, b: b, dir: t.TempDir(), prefix: fmt.Sprintf("inbox%s%d", name, time.Now().UnixNano()%1e9)}
+	cfg.Table = b.table
+	cfg.Log = filepath.Join(f.dir, "executions.log")
+	t.Cleanup(func() {
+		for _, c := range f.all {
+			_ = c.cmd.Process.Kill()
+			<-c.done
+		}
+	})
+	return f
+}
+
 func (f *faultRun) spawn(cfg childConfig) *child {
 	t := f.t
 	t.Helper()
@@ -941,13 +970,7 @@ func TestFaultRun(t *testing.T) {
 			// either way: only a crash of the machine would).
 			fsync := os.Getenv("INBOX_FAULT_FSYNC") == "1" || os.Getenv("INBOX_FAULT") != "" && os.Getenv("INBOX_FAULT_FSYNC") != "0"
 			cfg := childConfig{DB: c.db, Form: c.form, StopIn: 2 * time.Second, Fsync: fsync}
-			if c.db == "sqlite" {
-				b = sqliteBackend(t)
-				cfg.DSN = b.path
-			} else {
-				b = pgBackend(t)
-				cfg.DSN = pgURL(t)
-			}
+			b = childBackend(t, c.db, &cfg)
 			jobs, size, workers, kills, terms, work, lease, timeout := faultParams(b.dialect)
 			cfg.Workers, cfg.Work, cfg.Lease = workers, work, lease
 			f := &faultRun{t: t, b: b, cfg: cfg, jobs: jobs, size: size, kills: kills, terms: terms,

@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -30,13 +29,7 @@ func TestFIFOGroupsKilledProcess(t *testing.T) {
 			var b *backend
 			cfg := childConfig{DB: c.db, Form: c.form, StopIn: 2 * time.Second, Workers: 1, Work: 20 * time.Millisecond,
 				Lease: 600 * time.Millisecond, Crash: "crash", MaxAttempts: 5, Groups: true}
-			if c.db == "sqlite" {
-				b = sqliteBackend(t)
-				cfg.DSN = b.path
-			} else {
-				b = pgBackend(t)
-				cfg.DSN = pgURL(t)
-			}
+			b = childBackend(t, c.db, &cfg)
 			q := groupTable(t, b)
 			ctx := t.Context()
 			type pub struct {
@@ -57,15 +50,7 @@ func TestFIFOGroupsKilledProcess(t *testing.T) {
 					crashID = id
 				}
 			}
-			f := &faultRun{t: t, b: b, dir: t.TempDir(), prefix: fmt.Sprintf("inboxgroupkill%d", time.Now().UnixNano()%1e9)}
-			cfg.Table = b.table
-			cfg.Log = filepath.Join(f.dir, "executions.log")
-			t.Cleanup(func() {
-				for _, c := range f.all {
-					_ = c.cmd.Process.Kill()
-					<-c.done
-				}
-			})
+			f := spawner(t, b, "groupkill", &cfg)
 			ch := f.spawn(cfg)
 			// Wait until the child has started the head of group a.
 			within(t, 30*time.Second, func() bool {

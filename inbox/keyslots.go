@@ -427,12 +427,7 @@ func (s *Subscription[T]) syncKeys(l *lane, claiming bool, inflight map[int64]*l
 			return
 		}
 		if refused {
-			// As syncSlots: back off while refused; at once after a dropped
-			// TABLE_limits made again.
-			ks.backoff = min(max(2*ks.backoff, slotRetry), s.o.PollInterval)
-			ks.extendAt, ks.retryAt = now.Add(min(s.o.Lease/10, ks.backoff)), now.Add(ks.backoff)
-			if s.remakeLimits(err) {
-				ks.extendAt, ks.retryAt = now, now
+			if s.backOffRefused(err, now, &ks.backoff, &ks.extendAt, &ks.retryAt) {
 				return
 			}
 			s.q.log.Warn("inbox: places of Limits.PerPartition not extended; trying again", "table", s.q.name, "err", err, "retry_in", ks.backoff)

@@ -235,6 +235,24 @@ func placesModel(rt *rapid.T, q *Queue[struct{}]) {
 		}
 	}
 
+	// drop runs sql, which deletes idle places, and deletes from the model the
+	// places of the keys only lets through that have no rows and no place held.
+	drop := func(op, sql string, args []any, only func(key string) bool) {
+		if _, err := q.db().exec(ctx, sql, args...); err != nil {
+			rt.Fatal(err)
+		}
+		live := map[string]bool{}
+		for name, p := range places {
+			live[placeKey(name)] = live[placeKey(name)] || p.until > now
+		}
+		for name := range places {
+			if k := placeKey(name); only(k) && rows[k] == 0 && !live[k] {
+				delete(places, name)
+			}
+		}
+		check(op)
+	}
+
 	rt.Repeat(map[string]func(*rapid.T){
 		"take": func(rt *rapid.T) {
 			l := rapid.SampledFrom(lanes).Draw(rt, "lane")
@@ -294,36 +312,12 @@ func placesModel(rt *rapid.T, q *Queue[struct{}]) {
 		},
 		"drop": func(rt *rapid.T) {
 			sql, args := q.keyDropSQL(at(now), n)
-			if _, err := q.db().exec(ctx, sql, args...); err != nil {
-				rt.Fatal(err)
-			}
-			live := map[string]bool{}
-			for name, p := range places {
-				live[placeKey(name)] = live[placeKey(name)] || p.until > now
-			}
-			for name := range places {
-				if k := placeKey(name); rows[k] == 0 && !live[k] {
-					delete(places, name)
-				}
-			}
-			check("drop")
+			drop("drop", sql, args, func(string) bool { return true })
 		},
 		"dropKeys": func(rt *rapid.T) {
 			some := rapid.SliceOfDistinct(rapid.SampledFrom(keys), rapid.ID[string]).Draw(rt, "keys")
 			sql, args := q.keyDropKeysSQL(some, at(now), n)
-			if _, err := q.db().exec(ctx, sql, args...); err != nil {
-				rt.Fatal(err)
-			}
-			live := map[string]bool{}
-			for name, p := range places {
-				live[placeKey(name)] = live[placeKey(name)] || p.until > now
-			}
-			for name := range places {
-				if k := placeKey(name); slices.Contains(some, k) && rows[k] == 0 && !live[k] {
-					delete(places, name)
-				}
-			}
-			check("dropKeys")
+			drop("dropKeys", sql, args, func(k string) bool { return slices.Contains(some, k) })
 		},
 	})
 

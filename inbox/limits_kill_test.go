@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -27,13 +26,7 @@ func TestLimitsFaultRun(t *testing.T) {
 			var b *backend
 			cfg := childConfig{DB: db, Form: inbox.Lease, StopIn: 2 * time.Second, Workers: 4, Work: 20 * time.Millisecond,
 				Lease: 2 * time.Second, Limits: inbox.Limits{Concurrency: 5, PerPartition: 2}}
-			if db == "sqlite" {
-				b = sqliteBackend(t)
-				cfg.DSN = b.path
-			} else {
-				b = pgBackend(t)
-				cfg.DSN = pgURL(t)
-			}
+			b = childBackend(t, db, &cfg)
 			f := &faultRun{t: t, b: b, cfg: cfg, jobs: 300, size: 2, kills: 2, keys: 6, timeout: 2 * time.Minute}
 			if os.Getenv("INBOX_FAULT") != "" {
 				f.jobs, f.size, f.kills, f.keys, f.timeout = 4000, 3, 6, 40, 10*time.Minute
@@ -67,13 +60,7 @@ func TestLimitsKilledProcessHoldingsComeBack(t *testing.T) {
 			limits := inbox.Limits{Concurrency: 2, PerPartition: 2}
 			cfg := childConfig{DB: db, Form: inbox.Lease, StopIn: 2 * time.Second, Workers: 4, Lease: 1500 * time.Millisecond,
 				Limits: limits, Block: true}
-			if db == "sqlite" {
-				b = sqliteBackend(t)
-				cfg.DSN = b.path
-			} else {
-				b = pgBackend(t)
-				cfg.DSN = pgURL(t)
-			}
+			b = childBackend(t, db, &cfg)
 			q := groupTable(t, b)
 			const n = 20
 			for i := range n {
@@ -81,15 +68,7 @@ func TestLimitsKilledProcessHoldingsComeBack(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			f := &faultRun{t: t, b: b, dir: t.TempDir(), prefix: fmt.Sprintf("inboxlimitkill%d", time.Now().UnixNano()%1e9)}
-			cfg.Table = b.table
-			cfg.Log = filepath.Join(f.dir, "executions.log")
-			t.Cleanup(func() {
-				for _, c := range f.all {
-					_ = c.cmd.Process.Kill()
-					<-c.done
-				}
-			})
+			f := spawner(t, b, "limitkill", &cfg)
 			ch := f.spawn(cfg)
 			within(t, 30*time.Second, func() bool {
 				b, _ := os.ReadFile(cfg.Log)

@@ -4,9 +4,7 @@ import (
 	"bufio"
 	"context"
 	"errors"
-	"fmt"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -28,13 +26,7 @@ func TestRescueKilledProcess(t *testing.T) {
 			var b *backend
 			cfg := childConfig{DB: c.db, Form: c.form, StopIn: 2 * time.Second, Workers: 2, Work: 2 * time.Millisecond,
 				Lease: 400 * time.Millisecond, Crash: "crash", MaxAttempts: 3}
-			if c.db == "sqlite" {
-				b = sqliteBackend(t)
-				cfg.DSN = b.path
-			} else {
-				b = pgBackend(t)
-				cfg.DSN = pgURL(t)
-			}
+			b = childBackend(t, c.db, &cfg)
 			q := defaultTable(t, b)
 			ctx := t.Context()
 			crashID, err := q.Publish(ctx, msg{N: -1, Text: "crash"}, nil)
@@ -49,14 +41,7 @@ func TestRescueKilledProcess(t *testing.T) {
 			if err := q.PublishBatch(ctx, batch, nil); err != nil {
 				t.Fatal(err)
 			}
-			f := &faultRun{t: t, b: b, dir: t.TempDir(), prefix: fmt.Sprintf("inboxrescue%d", time.Now().UnixNano()%1e9)}
-			cfg.Table = b.table
-			cfg.Log = filepath.Join(f.dir, "executions.log")
-			t.Cleanup(func() {
-				for _, c := range f.all {
-					_ = c.cmd.Process.Kill()
-				}
-			})
+			f := spawner(t, b, "rescue", &cfg)
 			settled := func() bool {
 				st, err := q.Stats(ctx)
 				return err == nil && st.Dead == 1 && st.Ready+st.InWork+st.Delayed == 0

@@ -192,6 +192,21 @@ func (q *Queue[T]) limitsGone(err error) bool {
 	return strings.Contains(msg, "no such table") && strings.Contains(msg, name)
 }
 
+// backOffRefused is what a lane does after a refused sync of its slots or
+// places, which changed nothing: it tries again after a backoff that doubles
+// while refused, up to PollInterval (extending the lease no later than a tenth
+// of it), or at once if the refusal was a dropped TABLE_limits, made again
+// (remade: true).
+func (s *Subscription[T]) backOffRefused(err error, now time.Time, backoff *time.Duration, extendAt, retryAt *time.Time) (remade bool) {
+	*backoff = min(max(2**backoff, slotRetry), s.o.PollInterval)
+	*extendAt, *retryAt = now.Add(min(s.o.Lease/10, *backoff)), now.Add(*backoff)
+	if s.remakeLimits(err) {
+		*extendAt, *retryAt = now, now
+		return true
+	}
+	return false
+}
+
 // remakeLimits makes TABLE_limits again for a subscription that found it gone
 // while it ran (ensureSlots, running), and reports whether it did.
 func (s *Subscription[T]) remakeLimits(err error) bool {
@@ -522,13 +537,9 @@ func (s *Subscription[T]) syncSlots(l *lane, need, held int) {
 			return
 		}
 		if refused {
-			// Refused: nothing changed. Try again shortly, backing off while
-			// refused (the timer stops the handlers if the lease runs out first);
-			// at once if the refusal was a dropped TABLE_limits, made again.
-			ls.backoff = min(max(2*ls.backoff, slotRetry), s.o.PollInterval)
-			ls.extendAt, ls.retryAt = now.Add(min(s.o.Lease/10, ls.backoff)), now.Add(ls.backoff)
-			if s.remakeLimits(err) {
-				ls.extendAt, ls.retryAt = now, now
+			// Refused: nothing changed (the timer stops the handlers if the
+			// lease runs out first).
+			if s.backOffRefused(err, now, &ls.backoff, &ls.extendAt, &ls.retryAt) {
 				return
 			}
 			s.q.log.Warn("inbox: slots of Limits.Concurrency not extended; trying again", "table", s.q.name, "err", err, "retry_in", ls.backoff)

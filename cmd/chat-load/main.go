@@ -845,7 +845,13 @@ func (fc *frameCounter) feed(b []byte) (frames int) {
 		if len(fc.head) < 2 {
 			continue
 		}
-		need := 2 + map[byte]int{126: 2, 127: 8}[fc.head[1]&0x7f]
+		need := 2
+		switch fc.head[1] & 0x7f {
+		case 126:
+			need += 2
+		case 127:
+			need += 8
+		}
 		if len(fc.head) < need {
 			continue
 		}
