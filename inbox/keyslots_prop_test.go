@@ -191,7 +191,7 @@ func placesModel(rt *rapid.T, q *Queue[struct{}]) {
 	// it against the model.
 	take := func(l *propLane, k int) {
 		deadline := now + lease
-		kept, got, _, _, _, err := q.keyTake(ctx, &l.cursor, l.held, l.tag, at(l.until), at(deadline), at(now), k, n)
+		kept, got, _, _, err := q.keyTake(ctx, &l.cursor, l.held, l.tag, at(l.until), at(deadline), at(now), k, n)
 		if err != nil {
 			rt.Fatal(err)
 		}
@@ -206,13 +206,15 @@ func placesModel(rt *rapid.T, q *Queue[struct{}]) {
 				rt.Fatalf("lane %d: kept %v of %v, the model's places %v", l.tag, kept, l.held, places)
 			}
 		}
-		// Free places of ready keys: on SQLite those made by this take too (one
-		// transaction); on Postgres those that existed before it (its snapshot).
-		if k > 0 && q.dialect == SQLite {
-			propMake(places, rows, n)
+		// Free places of ready keys, also those that have no row, which the take
+		// makes as it takes them (and makes no others).
+		ready := places
+		if k > 0 {
+			ready = maps.Clone(places)
+			propMake(ready, rows, n)
 		}
 		var free []string
-		for name, p := range places {
+		for name, p := range ready {
 			if p.until <= now && rows[placeKey(name)] > 0 && !slices.Contains(l.held, name) {
 				free = append(free, name)
 			}
@@ -224,9 +226,6 @@ func placesModel(rt *rapid.T, q *Queue[struct{}]) {
 		}
 		if len(got) != min(k, len(free)) {
 			rt.Fatalf("lane %d asked for %d places and got %v of the free %v", l.tag, k, got, free)
-		}
-		if k > 0 && q.dialect == Postgres {
-			propMake(places, rows, n)
 		}
 		l.held = append(kept, got...)
 		l.until = deadline
