@@ -130,11 +130,12 @@
 // claims. On SQLite (one writer) a claim with Rate counts the window's starts in
 // its write transaction; on Postgres a claimer with Rate reserves starts from the
 // window's counter row in TABLE_limits (one short statement) and claims no more
-// than its reserve. PerPartition is held by places on both: TABLE_limits holds
-// PerPartition rows for each key with ready rows, made on demand; a claimer leases
-// places of ready keys (on Postgres FOR UPDATE SKIP LOCKED; in a random order, so
-// that each key gets its turn), claims rows of a key only for the places it holds,
-// and runs no more handlers of a key than its places, as with the slots below. A Concurrency
+// than its reserve. PerPartition is held by places on both: TABLE_limits holds up
+// to PerPartition rows for each key, made when first taken; a claimer leases
+// places of ready keys (on Postgres FOR UPDATE SKIP LOCKED; keys in turn, in key
+// order from a random key, so that each key gets its turn), claims rows of a key
+// only for the places it holds, and runs no more handlers of a key than its
+// places, as with the slots below. A Concurrency
 // limit does without counts too: TABLE_limits holds one slot row per handler that may
 // run; each claimer takes free slots (on Postgres FOR UPDATE SKIP LOCKED) under a
 // lease of its own, extended every third of a lease and given back when it needs
@@ -155,8 +156,9 @@
 // key with ready rows (a drain of 2 jobs a key at 5,000 keys: 2,369 jobs/s on SQLite,
 // as at 200 keys, and 806 on Postgres, 0.66x of its 200-key figure; walking every
 // key it was 770 and 584). Over many keys of a few jobs each the limit still costs
-// most of a drain's throughput (2,000 keys of 5 jobs: 0.32x of no limit on SQLite,
-// 0.35x on Postgres): each key's places are made, taken and dropped. A
+// about half of a drain's throughput (2,000 keys of 5 jobs: 0.47x to 0.50x of no
+// limit on SQLite, 0.43x to 0.50x on Postgres): each key's places are taken,
+// claimed for and given back, a few statements shared by the keys of a take. A
 // TABLE_limits dropped by hand is made again, at WARN, by Start or by the first
 // claimer to find it gone, with a fence: no slot or place is taken for one lease,
 // until the handlers that held the dropped table's have stopped (Rate's count
