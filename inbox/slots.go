@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
@@ -115,52 +116,86 @@ func (q *Queue[T]) ensureSlots(ctx context.Context, n int, rate bool, lease time
 		if err := q.sqldb.QueryRowContext(ctx, "SELECT count(*) = 0 FROM pragma_table_list WHERE schema = ?1 AND name = ?2", schema, name).Scan(&missing); err != nil {
 			return err
 		}
-		if missing {
-			if _, err := q.sqldb.ExecContext(ctx, limitsDDL(SQLite, q.name)); err != nil {
-				return err
-			}
-		}
 	} else {
 		var exists bool
 		if err := q.pool.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL, to_regclass($2) IS NULL", q.table, lt).Scan(&exists, &missing); err != nil || !exists {
 			return err // no such table: the statements' check names it
 		}
-		if missing {
-			if _, err := q.pool.Exec(ctx, limitsDDL(Postgres, q.name)); err != nil {
-				// Two instances creating the table at once: one of them meets a unique
-				// violation in the catalog; the table is there either way.
-				var ok bool
-				if qerr := q.pool.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", lt).Scan(&ok); qerr != nil || !ok {
-					return err
-				}
-			}
-		}
+	}
+	fenced := missing && (running || q.migratedTo(ctx, 4))
+	if fenced {
+		names = append(names, "fence")
+	}
+	fence := time.Now().Add(lease).UnixMicro()
+	var ins string
+	if q.dialect == SQLite {
+		ins = "INSERT OR IGNORE INTO " + lt + " (name, window_start, starts) SELECT value, 0, CASE value WHEN 'fence' THEN ?2 ELSE 0 END FROM json_each(?1)"
+	} else {
+		ins = "INSERT INTO " + lt + " (name, window_start, starts) SELECT n, 0, CASE n WHEN 'fence' THEN $2::bigint ELSE 0 END FROM unnest($1::text[]) AS n ON CONFLICT (name) DO NOTHING"
 	}
 	if missing {
-		if running || q.migratedTo(ctx, 4) {
-			names = append(names, "fence")
+		// The table and its rows, the fence with them, in one transaction: a take
+		// that found the table made but not yet fenced would take places while
+		// the dropped table's holders may still run.
+		if err := q.makeLimits(ctx, ins, names, fence); err != nil {
+			return err
+		}
+		if fenced {
 			q.log.Warn("inbox: "+lt+" was missing (dropped while in use?); made again: Limits take no slot or place for one lease, until the dropped table's have ended",
 				"table", q.name, "lease", lease)
 		} else {
 			q.log.Info("inbox: made "+lt+" for Limits", "table", q.name)
 		}
+		return nil
 	}
-	fence := time.Now().Add(lease).UnixMicro()
 	if q.dialect == SQLite {
-		ins := "INSERT OR IGNORE INTO " + lt + " (name, window_start, starts) SELECT value, 0, CASE value WHEN 'fence' THEN ?2 ELSE 0 END FROM json_each(?1)"
 		if _, err := q.sqldb.ExecContext(ctx, ins, jsonNames(names), fence); err != nil {
 			// A table of that name without gotp's columns, most often.
 			return &StatementError{Table: lt, Statement: ins, Err: err}
 		}
 		return nil
 	}
-	ins := "INSERT INTO " + lt + " (name, window_start, starts) SELECT n, 0, CASE n WHEN 'fence' THEN $2::bigint ELSE 0 END FROM unnest($1::text[]) AS n ON CONFLICT (name) DO NOTHING"
 	if _, err := q.pool.Exec(ctx, ins, names, fence); err != nil {
 		if isPgError(err) {
 			// A table of that name without gotp's columns, most often.
 			return &StatementError{Table: lt, Statement: ins, Err: err}
 		}
 		return err
+	}
+	return nil
+}
+
+// makeLimits makes TABLE_limits with the rows names (ins, whose fence row, if
+// named, ends at fence) in one transaction.
+func (q *Queue[T]) makeLimits(ctx context.Context, ins string, names []string, fence int64) error {
+	if q.dialect == SQLite {
+		return q.sqliteTx(ctx, func(db querier) error {
+			if _, err := db.exec(ctx, limitsDDL(SQLite, q.name)); err != nil {
+				return err
+			}
+			_, err := db.exec(ctx, ins, jsonNames(names), fence)
+			return err
+		})
+	}
+	err := pgx.BeginFunc(ctx, q.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, limitsDDL(Postgres, q.name)); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, ins, names, fence)
+		return err
+	})
+	if err != nil {
+		// Two instances making the table at once: one of them meets a unique
+		// violation in the catalog; the table is there either way, made with
+		// the other's rows, which include these (the same names, from the same
+		// limits) but for the slots of a larger Concurrency, added here.
+		var ok bool
+		if qerr := q.pool.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", q.limitsTable()).Scan(&ok); qerr != nil || !ok {
+			return err
+		}
+		if _, err := q.pool.Exec(ctx, ins, names, fence); err != nil {
+			return err
+		}
 	}
 	return nil
 }
