@@ -784,7 +784,8 @@ func scanNames(r rows) ([]string, error) {
 // a drain over 2,000 keys. SQLite has no LATERAL, and a LIMIT cannot name a
 // column: each key's first ready rows in claim order, as many as the most any key
 // may take (one scan of the partition index, stopped there), are gathered in a
-// JSON array, of which the key takes its first ns. Its LIMITs are literals: a
+// JSON array in claim order (an ORDER BY in the aggregate: SQLite 3.44 and
+// later), of which the key takes its first ns. Its LIMITs are literals: a
 // LIMIT that is a parameter makes SQLite prepare the statement a second time
 // once the parameter is bound (it plans with the value).
 func (q *Queue[T]) sqliteKeyedClaimSQL(l Limits, keys []string, ns []int, keyless bool, deadline, now time.Time, limit int) (string, []any) {
@@ -804,15 +805,15 @@ func (q *Queue[T]) sqliteKeyedClaimSQL(l Limits, keys []string, ns []int, keyles
 		most = max(most, v)
 	}
 	keysA, nsA, mostA, keylessA := s.arg(jsonNames(keys)), s.arg(jsonInts(ns)), strconv.Itoa(most), s.arg(keyless)
+	prioR := "0"
+	if q.c.Priority != "" {
+		prioR = "r." + col(q.c.Priority)
+	}
 	keyed := "SELECT c.id, " + prio + " AS prio, c.turn FROM (SELECT j.value AS id, j.key + 1 AS turn FROM json_each(" + keysA + ") AS k" +
-		", json_each((SELECT json_group_array(x.id) FROM (SELECT r." + id + " AS id FROM " + q.table + " AS r WHERE r." + pk + " = k.value AND " + where +
+		", json_each((SELECT json_group_array(x.id ORDER BY x.pr, x.lu, x.id) FROM (SELECT r." + id + " AS id, " + prioR + " AS pr, r." + col(q.c.LockedUntil) + " AS lu FROM " + q.table + " AS r WHERE r." + pk + " = k.value AND " + where +
 		" ORDER BY " + q.order() + " LIMIT " + mostA + ") AS x)) AS j WHERE j.key < json_extract(" + nsA + ", '$[' || k.key || ']')) AS c" +
 		" JOIN " + q.table + " AS p ON p." + id + " = c.id"
-	keylessPrio := "0"
-	if q.c.Priority != "" {
-		keylessPrio = "r." + col(q.c.Priority)
-	}
-	none := "SELECT id, prio, row_number() OVER () AS turn FROM (SELECT r." + id + " AS id, " + keylessPrio + " AS prio FROM " + q.table + " AS r WHERE " + keylessA + " AND r." + pk + " IS NULL AND " + where +
+	none := "SELECT id, prio, row_number() OVER () AS turn FROM (SELECT r." + id + " AS id, " + prioR + " AS prio FROM " + q.table + " AS r WHERE " + keylessA + " AND r." + pk + " IS NULL AND " + where +
 		" ORDER BY " + q.order() + " LIMIT " + lim + ")"
 	sql := "UPDATE " + q.table + " SET " + strings.Join(set, ", ") +
 		" WHERE " + id + " IN (SELECT id FROM (" + keyed + " UNION ALL " + none + ") ORDER BY turn, prio, random() LIMIT " + lim + ")" +
