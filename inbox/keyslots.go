@@ -282,9 +282,9 @@ func (q *Queue[T]) keyWalkCTEs(s *stmt[T], cur *string, f float64, w int) (ctes,
 // others), inserting them in name order, so that two takes that make the same
 // places never wait for each other in a cycle (in walk order, which starts at
 // each lane's own cursor, they deadlocked: 15 of 40 rounds of four lanes making
-// 40 new keys' places at once). Result rows
-// are (name, kind, n): kind 0 for a place held already, 1 for one taken, 2 for a
-// key walked (name), n-th in the walk. One round trip a take, not two, and the
+// 40 new keys' places at once). Result rows are (name, kind, n): kind 0 for a
+// place held already, 1 for one taken, 2 for a key walked (name), n-th in the
+// walk. One round trip a take, not two, and the
 // keys' readiness is read once. The places are found by their names
 // (= ANY(ARRAY(...)): index probes), not joined: TABLE_limits holds a place for
 // each key with unfinished rows, and Postgres chose two sequential scans of it
