@@ -218,29 +218,23 @@ func TestPlacesHammer(t *testing.T) {
 // place first and moved the cursor past the eight keys before it, which then
 // lost their turn in that round.
 func TestPlacesTakeInWalkOrder(t *testing.T) {
-	dbs := map[string]func(t *testing.T) *Queue[struct{}]{"sqlite": propSQLite}
-	if url := os.Getenv("POSTGRES_TEST_URL"); url != "" {
-		dbs["postgres"] = func(t *testing.T) *Queue[struct{}] { return propPostgres(t, url) }
-	}
-	for name, mk := range dbs {
-		t.Run(name, func(t *testing.T) {
-			q := mk(t)
-			ctx := context.Background()
-			keys := placesFill(t, q, 10, 1)
-			now := trunc(time.Now().Add(time.Hour))
-			// key k0008 has a free place row (given back earlier); the others none.
-			if _, err := q.db().exec(ctx, "INSERT INTO "+q.limitsTable()+" (name, window_start, starts) VALUES ('p 0 k0008', 0, 0)"); err != nil {
-				t.Fatal(err)
-			}
-			cur := keyCursor{key: "", set: true} // the walk starts at k0000
-			_, got, _, _, err := q.keyTake(ctx, &cur, nil, 7, time.Time{}, now.Add(time.Minute), now, 1, 1)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Logf("%s: got %v, cursor now %q (keys %v)", name, got, cur.key, keys)
-			if len(got) != 1 || got[0] != "p 0 k0000" {
-				t.Errorf("%s: took %v, not the first key's place; keys k0000..k0007 lose their turn (cursor %q)", name, got, cur.key)
-			}
-		})
-	}
+	eachPropDB(t, func(t *testing.T, q *Queue[struct{}]) {
+		name := q.dialect.String()
+		ctx := context.Background()
+		keys := placesFill(t, q, 10, 1)
+		now := trunc(time.Now().Add(time.Hour))
+		// key k0008 has a free place row (given back earlier); the others none.
+		if _, err := q.db().exec(ctx, "INSERT INTO "+q.limitsTable()+" (name, window_start, starts) VALUES ('p 0 k0008', 0, 0)"); err != nil {
+			t.Fatal(err)
+		}
+		cur := keyCursor{key: "", set: true} // the walk starts at k0000
+		_, got, _, _, err := q.keyTake(ctx, &cur, nil, 7, time.Time{}, now.Add(time.Minute), now, 1, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("%s: got %v, cursor now %q (keys %v)", name, got, cur.key, keys)
+		if len(got) != 1 || got[0] != "p 0 k0000" {
+			t.Errorf("%s: took %v, not the first key's place; keys k0000..k0007 lose their turn (cursor %q)", name, got, cur.key)
+		}
+	})
 }
