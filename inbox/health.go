@@ -39,8 +39,8 @@ type Health struct {
 	// after a failed claim right now: 0 when every claimer's last claim succeeded.
 	Failing int64
 	// LimitHeld is how many places of Limits this process's subscriptions hold in
-	// TABLE_limits right now: slots of Limits.Concurrency and, on Postgres, places
-	// of Limits.PerPartition.
+	// TABLE_limits right now: slots of Limits.Concurrency and places of
+	// Limits.PerPartition.
 	LimitHeld int64
 	// LimitWaiting is how many jobs this process's subscriptions hold that wait
 	// for a slot or place to run in right now (a worker has them; a claimer holds

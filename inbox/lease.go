@@ -829,9 +829,9 @@ func (s *Subscription[T]) sqliteCycle(ctx context.Context, l *lane, batch []sett
 	// The statements inside the transaction run on a context that cannot be
 	// cancelled: the transaction holds the write lock, so none of them waits for
 	// another connection, and modernc's driver (and database/sql, for a query) starts
-	// a goroutine per statement to watch a context that can. BEGIN IMMEDIATE, which
-	// waits for the lock, and COMMIT still run on ctx, so that Stop's deadline
-	// interrupts them.
+	// a goroutine per statement to watch a context that can. The transaction itself
+	// (sqliteTx), whose start waits for the lock, still runs on ctx, so that Stop's
+	// deadline interrupts the wait and rolls it back.
 	sctx := ctx
 	ctx = context.WithoutCancel(ctx)
 	err = q.sqliteTx(sctx, func(db querier) error {

@@ -1,0 +1,140 @@
+package inbox_test
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/gotp/gotp/inbox"
+)
+
+// drainPools drains n jobs over 4 partition keys with two instances, each a Queue
+// on a pool of its own made by open, under PerPartition 2 and Concurrency 3, while
+// the jobs are published one by one from a third pool, and that pool deletes as
+// many delayed jobs one by one (a transaction that reads before it writes). It
+// fails the test if a job is run twice or not settled as a clean ack, if a key or
+// the table goes over its limit, if a delete fails, or if any instance met a
+// failed claim.
+func drainPools(t *testing.T, open func(t *testing.T, path string) *sql.DB, n int) {
+	path := filepath.Join(t.TempDir(), "inbox.db")
+	newQ := func() *inbox.Queue[msg] {
+		q, err := inbox.NewSQLite(open(t, path), inbox.Config[msg]{Table: "jobs", Columns: inbox.GroupColumns(), Logger: quiet()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return q
+	}
+	pub := newQ()
+	if err := pub.CreateTable(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	var later []int64
+	for i := range n {
+		id, err := pub.Publish(t.Context(), msg{N: -1 - i}, &inbox.PublishOpts{RunAt: time.Now().Add(time.Hour)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		later = append(later, id)
+	}
+	g := newGauge()
+	seen := newTally(n)
+	var bad atomic.Int64
+	var qs []*inbox.Queue[msg]
+	for range 2 {
+		q := newQ()
+		qs = append(qs, q)
+		start(t, q, func(ctx context.Context, j inbox.Job[msg]) error {
+			k := fmt.Sprint("k", j.Payload.N%4)
+			g.enter(k)
+			time.Sleep(time.Millisecond)
+			g.leave(k)
+			seen.add(j.Payload.N)
+			return nil
+		}, inbox.SubscribeOptions{Workers: 4, PollInterval: 10 * time.Millisecond,
+			Limits: inbox.Limits{PerPartition: 2, Concurrency: 3},
+			Observe: func(r inbox.Result) {
+				if r.Outcome != inbox.Acked || r.SettleErr != nil {
+					bad.Add(1)
+				}
+			}})
+	}
+	deleted := make(chan error, 1)
+	go func() {
+		for _, id := range later {
+			if err := pub.DeleteJob(t.Context(), id); err != nil {
+				deleted <- fmt.Errorf("delete job %d: %w", id, err)
+				return
+			}
+		}
+		deleted <- nil
+	}()
+	for i := range n {
+		if _, err := pub.Publish(t.Context(), msg{N: i}, &inbox.PublishOpts{Partition: fmt.Sprint("k", i%4)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := <-deleted; err != nil {
+		t.Error(err)
+	}
+	seen.wait(t, 60*time.Second)
+	seen.exactlyOnce(t)
+	if g.max > 3 {
+		t.Errorf("%d jobs in work at once, limit 3", g.max)
+	}
+	for k, m := range g.keyMax {
+		if m > 2 {
+			t.Errorf("key %s had %d jobs in work at once, limit 2", k, m)
+		}
+	}
+	if n := bad.Load(); n > 0 {
+		t.Errorf("%d settlements were not clean acks", n)
+	}
+	for i, q := range qs {
+		if h := q.Health(); h.ClaimErrors > 0 {
+			t.Errorf("instance %d: %d failed claims, the last: %s", i, h.ClaimErrors, h.LastError)
+		}
+	}
+}
+
+// A pool of one connection: the statements a subscription keeps prepared are
+// prepared only once a transaction has given its connection back (preparing on
+// the pool inside one would wait for ever), so two instances of one connection
+// each drain, publishes and all, and stop.
+func TestSQLiteOneConnectionPool(t *testing.T) {
+	drainPools(t, func(t *testing.T, path string) *sql.DB {
+		db, err := inbox.OpenSQLite(t.Context(), path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		db.SetMaxOpenConns(1)
+		t.Cleanup(func() { db.Close() })
+		return db
+	}, 200)
+}
+
+// Pools not opened by OpenSQLite, whose transactions begin DEFERRED (no
+// _txlock=immediate): the inbox's write transactions still take the write lock
+// first (a write that changes nothing), so that two instances and a publisher
+// wait for each other rather than fail with SQLITE_BUSY, and so does a delete,
+// which reads the job before it deletes it.
+func TestSQLiteDeferredTransactions(t *testing.T) {
+	var once sync.Once
+	drainPools(t, func(t *testing.T, path string) *sql.DB {
+		db, err := sql.Open("sqlite", "file:"+path+"?_pragma=busy_timeout(10000)&_pragma=synchronous(NORMAL)")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { db.Close() })
+		once.Do(func() {
+			if _, err := db.Exec("PRAGMA journal_mode=WAL"); err != nil {
+				t.Fatal(err)
+			}
+		})
+		return db
+	}, 300)
+}
