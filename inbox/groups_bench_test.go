@@ -180,13 +180,17 @@ func benchGroups(b *testing.B, open func(inbox.Columns) (*inbox.Queue[msg], any)
 			}
 			subs = append(subs, sub)
 		}
+		// The clock starts before the first Start: the first subscription
+		// drains while the second starts (its Start waits for the write lock on
+		// SQLite), and a drain timed from after both once counted 10,000 jobs
+		// done in 38 ms.
+		t0 := time.Now()
+		b.StartTimer()
 		for _, sub := range subs {
 			if err := sub.Start(ctx); err != nil {
 				b.Fatal(err)
 			}
 		}
-		t0 := time.Now()
-		b.StartTimer()
 		select {
 		case <-all:
 		case <-time.After(2 * time.Minute):
