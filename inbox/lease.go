@@ -831,7 +831,8 @@ func (s *Subscription[T]) sqliteCycle(ctx context.Context, l *lane, batch []sett
 	// another connection, and modernc's driver (and database/sql, for a query) starts
 	// a goroutine per statement to watch a context that can. The transaction itself
 	// (sqliteTx), whose start waits for the lock, still runs on ctx, so that Stop's
-	// deadline interrupts the wait and rolls it back.
+	// deadline interrupts the wait and rolls it back (database/sql watches that
+	// context, once for the transaction and once for each query's rows).
 	sctx := ctx
 	ctx = context.WithoutCancel(ctx)
 	err = q.sqliteTx(sctx, func(db querier) error {

@@ -712,7 +712,13 @@ func (q *Queue[T]) publishBatch(ctx context.Context, db querier, jobs []T, opts 
 			args = append(args, a...)
 		}
 		stmt := strings.TrimSuffix(q.insertSQL(end-start), " RETURNING "+col(q.c.ID))
-		if _, err := db.exec(ctx, stmt, args...); err != nil {
+		run := db
+		if end-start < chunk {
+			// One text per row count: kept prepared, batches of varied sizes
+			// would churn the statement cache (a full chunk's text is one).
+			run = uncached(db)
+		}
+		if _, err := run.exec(ctx, stmt, args...); err != nil {
 			return fmt.Errorf("inbox: publish batch to %s: %w", q.name, err)
 		}
 	}
@@ -757,11 +763,14 @@ func (q *Queue[T]) sqliteTx(ctx context.Context, f func(db querier) error) (err 
 		return fmt.Errorf("inbox: %s: begin: %w", q.name, err)
 	}
 	var pending []string
+	returned, committed := false, false
 	defer func() {
-		if err != nil {
+		if !committed {
+			// After an error, or a panic of f (a codec's, say), which must not
+			// leave the transaction open and its connection out of the pool.
 			_ = tx.Rollback() // an error if database/sql rolled back already
 		}
-		if len(pending) > 0 {
+		if returned && len(pending) > 0 {
 			q.stmts.prepareTx(ctx, pending)
 		}
 	}()
@@ -772,12 +781,15 @@ func (q *Queue[T]) sqliteTx(ctx context.Context, f func(db querier) error) (err 
 	if _, err := db.exec(ctx, "UPDATE "+q.table+" SET "+col(q.c.ID)+" = "+col(q.c.ID)+" WHERE 0"); err != nil {
 		return fmt.Errorf("inbox: %s: begin: %w", q.name, err)
 	}
-	if err := f(db); err != nil {
+	err = f(db)
+	returned = true
+	if err != nil {
 		return err
 	}
 	if err := tx.Commit(); err != nil {
 		return fmt.Errorf("inbox: %s: commit: %w", q.name, err)
 	}
+	committed = true
 	return nil
 }
 

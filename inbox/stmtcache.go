@@ -237,6 +237,15 @@ func (q cachedQ) query(ctx context.Context, text string, args ...any) (rows, err
 	return sqlRows{r}, nil
 }
 
+// uncached is db without the statement cache, for texts that vary too much to
+// keep prepared.
+func uncached(db querier) querier {
+	if c, ok := db.(cachedQ); ok {
+		return sqlQ{c.target()}
+	}
+	return db
+}
+
 // prepareTx prepares the texts a transaction noted in pending, once it has ended.
 func (c *stmtCache) prepareTx(ctx context.Context, pending []string) {
 	for _, text := range pending {

@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"sync"
 	"testing"
 )
@@ -189,5 +190,48 @@ func TestStmtCacheConcurrent(t *testing.T) {
 	}
 	if c.lru.Len() != 0 {
 		t.Fatalf("%d statements kept after the last release", c.lru.Len())
+	}
+}
+
+// Batch publishes of varied sizes do not churn the cache: the text of a partial
+// chunk (one per row count) is never kept, a full chunk's (one text) is.
+func TestStmtCacheBatchTexts(t *testing.T) {
+	db := openCacheDB(t, 2)
+	q, err := NewSQLite(db, Config[int]{Table: "jobs"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := q.CreateTable(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	q.stmts.acquire()
+	defer q.stmts.release()
+	inserts := func() (n int) {
+		q.stmts.mu.Lock()
+		defer q.stmts.mu.Unlock()
+		for text := range q.stmts.m {
+			if strings.HasPrefix(text, "INSERT") {
+				n++
+			}
+		}
+		return n
+	}
+	for range 2 {
+		for size := 1; size <= 120; size++ {
+			if err := q.PublishBatch(t.Context(), make([]int, size), nil); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if n := inserts(); n != 0 {
+		t.Fatalf("%d insert texts kept after batches of 1 to 120 rows, want 0", n)
+	}
+	for range 3 {
+		if err := q.PublishBatch(t.Context(), make([]int, 450), nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := inserts(); n != 1 {
+		t.Fatalf("%d insert texts kept after batches of 450 rows, want 1 (a full chunk's)", n)
 	}
 }

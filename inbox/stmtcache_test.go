@@ -138,3 +138,76 @@ func TestSQLiteDeferredTransactions(t *testing.T) {
 		return db
 	}, 300)
 }
+
+// panicky is JSON but panics encoding a negative N, as a buggy codec might.
+type panicky struct{ inbox.JSON[msg] }
+
+func (c panicky) Encode(m msg) ([]byte, error) {
+	if m.N < 0 {
+		panic("codec bug")
+	}
+	return c.JSON.Encode(m)
+}
+
+// A codec that panics inside PublishBatch's transaction, on a pool of one
+// connection while a subscription runs (statements are being kept prepared):
+// the panic reaches the caller at once, the transaction is rolled back (none of
+// the batch is written) and its connection is back in the pool, so the next
+// publish is written and seen from another pool.
+func TestSQLiteTransactionPanic(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "inbox.db")
+	open := func() *sql.DB {
+		db, err := inbox.OpenSQLite(t.Context(), path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		db.SetMaxOpenConns(1)
+		t.Cleanup(func() { db.Close() })
+		return db
+	}
+	q, err := inbox.NewSQLite(open(), inbox.Config[msg]{Table: "jobs", Codec: panicky{}, Logger: quiet()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := q.CreateTable(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	ran := newTally(1)
+	start(t, q, func(ctx context.Context, j inbox.Job[msg]) error {
+		ran.add(j.Payload.N)
+		return nil
+	}, inbox.SubscribeOptions{Workers: 2, PollInterval: 10 * time.Millisecond})
+	batch := make([]msg, 450) // two full chunks of 200 rows, then 50 with the panic
+	for i := range batch {
+		batch[i] = msg{N: 1000 + i}
+	}
+	batch[len(batch)-1].N = -1
+	for range 2 { // the second time, the chunks' texts are worth preparing
+		recovered := make(chan any, 1)
+		go func() {
+			defer func() { recovered <- recover() }()
+			_ = q.PublishBatch(t.Context(), batch, nil)
+		}()
+		select {
+		case r := <-recovered:
+			if r == nil {
+				t.Fatal("PublishBatch did not panic")
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("PublishBatch neither returned nor panicked in 10 s")
+		}
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	if _, err := q.Publish(ctx, msg{N: 1}, nil); err != nil {
+		t.Fatalf("publish after the panic: %v", err)
+	}
+	ran.wait(t, 10*time.Second)
+	var n int
+	if err := open().QueryRowContext(ctx, `SELECT count(*) FROM jobs`).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	if n > 1 {
+		t.Fatalf("%d rows in the table, want at most the one published after: the batch that panicked was written", n)
+	}
+}
