@@ -46,6 +46,11 @@ type Health struct {
 	// for a slot or place to run in right now (a worker has them; a claimer holds
 	// rows only for the places it has, prefetched).
 	LimitWaiting int64
+	// Prepared is how many statements the Queue keeps prepared right now (SQLite,
+	// while a subscription runs; at most 96, the least recently used closed
+	// first; see NewSQLite). Always 0 on Postgres, where pgx keeps its own cache
+	// per connection.
+	Prepared int64
 	// LastError is the text of the latest failure of any kind above, at LastErrorAt
 	// (zero if none).
 	LastError   string
@@ -81,6 +86,7 @@ func (q *Queue[T]) Health() Health {
 		Failing:         h.failing.Load(),
 		LimitHeld:       h.limitHeld.Load(),
 		LimitWaiting:    h.limitWaiting.Load(),
+		Prepared:        int64(q.stmts.len()),
 	}
 	h.mu.Lock()
 	out.LastError, out.LastErrorAt = h.lastErr, h.lastAt

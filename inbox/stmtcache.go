@@ -82,6 +82,16 @@ func (c *stmtCache) release() {
 	}
 }
 
+// len is how many statements are kept (0 for a nil cache: Postgres).
+func (c *stmtCache) len() int {
+	if c == nil {
+		return 0
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.lru.Len()
+}
+
 // active reports whether statements are kept (a subscription runs).
 func (c *stmtCache) active() bool {
 	c.mu.Lock()

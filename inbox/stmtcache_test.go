@@ -211,3 +211,36 @@ func TestSQLiteTransactionPanic(t *testing.T) {
 		t.Fatalf("%d rows in the table, want at most the one published after: the batch that panicked was written", n)
 	}
 }
+
+// Health.Prepared shows the statements kept while a subscription runs, and none
+// once it has stopped.
+func TestSQLiteHealthPrepared(t *testing.T) {
+	b := sqliteBackend(t)
+	q := defaultTable(t, b)
+	ran := newTally(20)
+	s, err := q.Subscribe(func(ctx context.Context, j inbox.Job[msg]) error {
+		ran.add(j.Payload.N)
+		return nil
+	}, inbox.SubscribeOptions{Workers: 2, PollInterval: 10 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 20 {
+		if _, err := q.Publish(t.Context(), msg{N: i}, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ran.wait(t, 10*time.Second)
+	if p := q.Health().Prepared; p == 0 || p > 96 {
+		t.Errorf("Health.Prepared = %d while a subscription runs, want 1 to 96", p)
+	}
+	if err := s.Stop(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if p := q.Health().Prepared; p != 0 {
+		t.Errorf("Health.Prepared = %d after the subscription stopped, want 0", p)
+	}
+}

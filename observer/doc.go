@@ -89,6 +89,8 @@
 //   - gotp_inbox_limit_held{table}: places of Limits (slots of Concurrency,
 //     places of PerPartition) this node's subscriptions hold now;
 //     gotp_inbox_limit_waiting{table}: jobs they hold that wait for one.
+//   - gotp_inbox_prepared_statements{table}: statements a SQLite table's
+//     Queue keeps prepared while its subscriptions run (at most 96).
 //   - gotp_cluster_peers: nodes connected.
 //   - gotp_cluster_messages_total{peer,direction}: messages exchanged with
 //     each connected peer (in, out), since it connected.

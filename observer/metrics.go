@@ -59,6 +59,8 @@ var (
 		"Places of Limits (slots of Concurrency, places of PerPartition) this node's subscriptions of each inbox table hold now.", []string{"table"}, nil)
 	descInboxLimitWaiting = prometheus.NewDesc("gotp_inbox_limit_waiting",
 		"Jobs this node's subscriptions of each inbox table hold that wait for a place of Limits to run in now.", []string{"table"}, nil)
+	descInboxPrepared = prometheus.NewDesc("gotp_inbox_prepared_statements",
+		"Statements each SQLite inbox table's Queue keeps prepared now, while its subscriptions run (at most 96 a Queue).", []string{"table"}, nil)
 	descPeers = prometheus.NewDesc("gotp_cluster_peers",
 		"Other nodes connected to this one.", nil, nil)
 	descClusterMsgs = prometheus.NewDesc("gotp_cluster_messages_total",
@@ -78,7 +80,7 @@ var allDescs = []*prometheus.Desc{
 	descProcesses, descMailbox, descDropped, descKilled, descCrashes,
 	descRestarts, descStartFailures, descChildren,
 	descRegistry, descRegistryKeys, descGroups, descMembers,
-	descInbox, descOutcomes, descInboxErrors, descInboxFailing, descInboxLimitHeld, descInboxLimitWaiting, descInboxHandle, descInboxStartDelay,
+	descInbox, descOutcomes, descInboxErrors, descInboxFailing, descInboxLimitHeld, descInboxLimitWaiting, descInboxPrepared, descInboxHandle, descInboxStartDelay,
 	descPeers, descClusterMsgs, descClusterBytes, descClusterDropped, descClusterCodec, descClusterAuth,
 }
 
@@ -218,6 +220,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(descInboxFailing, prometheus.GaugeValue, float64(h.Failing), t.Name)
 			ch <- prometheus.MustNewConstMetric(descInboxLimitHeld, prometheus.GaugeValue, float64(h.LimitHeld), t.Name)
 			ch <- prometheus.MustNewConstMetric(descInboxLimitWaiting, prometheus.GaugeValue, float64(h.LimitWaiting), t.Name)
+			ch <- prometheus.MustNewConstMetric(descInboxPrepared, prometheus.GaugeValue, float64(h.Prepared), t.Name)
 		}
 		if tm := t.timings; tm != nil {
 			for outcome, h := range tm.Handle {

@@ -301,7 +301,7 @@ var families = []string{
 	"gotp_supervisor_restarts_total", "gotp_supervisor_start_failures_total", "gotp_supervisor_children",
 	"gotp_registry_entries", "gotp_registry_keys", "gotp_pg_groups", "gotp_pg_members",
 	"gotp_inbox_jobs", "gotp_inbox_outcomes_total", "gotp_inbox_errors_total", "gotp_inbox_failing_claimers",
-	"gotp_inbox_limit_held", "gotp_inbox_limit_waiting",
+	"gotp_inbox_limit_held", "gotp_inbox_limit_waiting", "gotp_inbox_prepared_statements",
 	"gotp_cluster_peers", "gotp_cluster_messages_total", "gotp_cluster_bytes_total",
 	"gotp_cluster_dropped_total", "gotp_cluster_codec_errors_total", "gotp_cluster_auth_failures",
 }
@@ -312,7 +312,7 @@ func TestMetrics(t *testing.T) {
 		s.Registries = append(s.Registries, observer.Registry{Name: "online", Kind: "unique", Partitions: 2, Entries: 3, Keys: []int{1, 2}})
 		s.Scopes = append(s.Scopes, observer.Scope{ID: "chat", GroupCount: 2, Memberships: 5, Groups: []observer.Group{{Name: "room:lobby", Size: 4}, {Name: "user:ana", Size: 1}}})
 		s.Inboxes = append(s.Inboxes, observer.InboxTable{Name: "jobs", Ready: 7, Outcomes: map[string]int64{"ack": 9},
-			Health: &observer.InboxHealth{ClaimErrors: 3, PermanentErrors: 1, Failing: 1, LimitHeld: 4, LimitWaiting: 2}})
+			Health: &observer.InboxHealth{ClaimErrors: 3, PermanentErrors: 1, Failing: 1, LimitHeld: 4, LimitWaiting: 2, Prepared: 5}})
 		s.Cluster = append(s.Cluster, observer.ClusterPeer{Node: "obs", Up: true, Self: true, MessagesIn: 50, MessagesOut: 60},
 			observer.ClusterPeer{Node: "b", Up: true, MessagesIn: 5, MessagesOut: 6})
 		s.ClusterTotals = &observer.ClusterTotals{BytesIn: 100, BytesOut: 200, Dropped: 1, DecodeErrors: 2, AuthFailures: 1}
@@ -378,6 +378,7 @@ func TestMetrics(t *testing.T) {
 		{"gotp_inbox_failing_claimers", []string{"table", "jobs"}, 1},
 		{"gotp_inbox_limit_held", []string{"table", "jobs"}, 4},
 		{"gotp_inbox_limit_waiting", []string{"table", "jobs"}, 2},
+		{"gotp_inbox_prepared_statements", []string{"table", "jobs"}, 5},
 		{"gotp_cluster_peers", nil, 1},
 		{"gotp_cluster_messages_total", []string{"peer", "b", "direction", "out"}, 6},
 		{"gotp_cluster_bytes_total", []string{"direction", "out"}, 200},

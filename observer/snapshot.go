@@ -143,6 +143,7 @@ type InboxHealth struct {
 	Failing         int64     `json:"failing"`       // claimers backing off now
 	LimitHeld       int64     `json:"limit_held"`    // places of Limits held in TABLE_limits now
 	LimitWaiting    int64     `json:"limit_waiting"` // jobs held waiting for a place of Limits now
+	Prepared        int64     `json:"prepared"`      // statements kept prepared now (SQLite)
 	LastError       string    `json:"last_error,omitempty"`
 	LastErrorAt     time.Time `json:"last_error_at,omitzero"`
 }

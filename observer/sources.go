@@ -163,7 +163,7 @@ func (src inboxSource) Observe(ctx context.Context, s *Snapshot) {
 			row.Health = &InboxHealth{
 				ClaimErrors: h.ClaimErrors, PermanentErrors: h.PermanentErrors,
 				LocksLost: h.LocksLost, BadRows: h.BadRows, Failing: h.Failing,
-				LimitHeld: h.LimitHeld, LimitWaiting: h.LimitWaiting,
+				LimitHeld: h.LimitHeld, LimitWaiting: h.LimitWaiting, Prepared: h.Prepared,
 				LastError: h.LastError, LastErrorAt: h.LastErrorAt,
 			}
 		}
