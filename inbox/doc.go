@@ -156,9 +156,9 @@
 // key with ready rows (a drain of 2 jobs a key at 5,000 keys: 2,369 jobs/s on SQLite,
 // as at 200 keys, and 806 on Postgres, 0.66x of its 200-key figure; walking every
 // key it was 770 and 584). Over many keys of a few jobs each the limit still costs
-// half of a drain's throughput or more (2,000 keys of 5 jobs: 0.40x of no limit on
-// SQLite, 0.43x to 0.50x on Postgres): each key's places are taken, claimed for
-// and given back, a few statements shared by the keys of a take. A
+// more than half of a drain's throughput (2,000 keys of 5 jobs: 0.40x of no limit
+// on SQLite, 0.37x on Postgres): each key's places are taken, claimed for and
+// given back, a few statements shared by the keys of a take. A
 // TABLE_limits dropped by hand is made again, at WARN, by Start or by the first
 // claimer to find it gone, with a fence: no slot or place is taken for one lease,
 // until the handlers that held the dropped table's have stopped (Rate's count
