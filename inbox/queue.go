@@ -140,6 +140,7 @@ type Queue[T any] struct {
 	dialect Dialect
 	sqldb   *sql.DB
 	stmts   *stmtCache // SQLite: statements kept prepared while subscriptions run
+	lockSQL string     // SQLite: a write that changes nothing, to take the write lock (sqliteTx)
 	pool    *pgxpool.Pool
 	name    string // as configured
 	table   string // quoted
@@ -211,6 +212,7 @@ func NewSQLite[T any](db *sql.DB, cfg Config[T]) (*Queue[T], error) {
 	}
 	q.sqldb = db
 	q.stmts = newStmtCache(db)
+	q.lockSQL = "UPDATE " + q.table + " SET " + col(q.c.ID) + " = " + col(q.c.ID) + " WHERE 0"
 	return q, nil
 }
 
@@ -290,10 +292,7 @@ func (q *Queue[T]) Table() string { return q.name }
 // db returns a querier on the queue's pool.
 func (q *Queue[T]) db() querier {
 	if q.dialect == SQLite {
-		if q.stmts.active() {
-			return cachedQ{c: q.stmts}
-		}
-		return sqlQ{q.sqldb}
+		return cachedQ{c: q.stmts}
 	}
 	return pgQ{q.pool}
 }
@@ -774,11 +773,8 @@ func (q *Queue[T]) sqliteTx(ctx context.Context, f func(db querier) error) (err 
 			q.stmts.prepareTx(ctx, pending)
 		}
 	}()
-	var db querier = sqlQ{tx}
-	if q.stmts.active() {
-		db = cachedQ{c: q.stmts, tx: tx, pending: &pending}
-	}
-	if _, err := db.exec(ctx, "UPDATE "+q.table+" SET "+col(q.c.ID)+" = "+col(q.c.ID)+" WHERE 0"); err != nil {
+	db := cachedQ{c: q.stmts, tx: tx, pending: &pending}
+	if _, err := db.exec(ctx, q.lockSQL); err != nil {
 		return fmt.Errorf("inbox: %s: begin: %w", q.name, err)
 	}
 	err = f(db)

@@ -52,8 +52,12 @@ func newStmtCache(db *sql.DB) *stmtCache {
 	return &stmtCache{db: db, m: map[string]*list.Element{}, seen: map[string]bool{}}
 }
 
-// acquire marks a subscription running: statements are kept from now on.
+// acquire marks a subscription running: statements are kept from now on. A nil
+// cache (Postgres) does nothing, as does its release.
 func (c *stmtCache) acquire() {
+	if c == nil {
+		return
+	}
 	c.mu.Lock()
 	c.refs++
 	c.mu.Unlock()
@@ -61,6 +65,9 @@ func (c *stmtCache) acquire() {
 
 // release marks a subscription ended; the last one closes every statement kept.
 func (c *stmtCache) release() {
+	if c == nil {
+		return
+	}
 	c.mu.Lock()
 	c.refs--
 	var closing []*sql.Stmt
@@ -90,13 +97,6 @@ func (c *stmtCache) len() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.lru.Len()
-}
-
-// active reports whether statements are kept (a subscription runs).
-func (c *stmtCache) active() bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.refs > 0
 }
 
 // get returns the statement kept for text, or nil; with nil, prepare reports
@@ -180,7 +180,8 @@ func (c *stmtCache) prepare(ctx context.Context, text string) *cachedStmt {
 }
 
 // cachedQ runs statements through a stmtCache, on the pool (tx nil) or in a
-// transaction. Texts worth preparing that were run in the transaction are noted in
+// transaction; while no subscription runs, it runs them as sqlQ does. Texts worth
+// preparing that were run in the transaction are noted in
 // pending, to be prepared once it has ended (prepareTx) and its connection is back
 // in the pool: preparing on the pool inside it could wait for ever on a pool of
 // one connection.

@@ -106,15 +106,19 @@ func drainPools(t *testing.T, open func(t *testing.T, path string) *sql.DB, n in
 // the pool inside one would wait for ever), so two instances of one connection
 // each drain, publishes and all, and stop.
 func TestSQLiteOneConnectionPool(t *testing.T) {
-	drainPools(t, func(t *testing.T, path string) *sql.DB {
-		db, err := inbox.OpenSQLite(t.Context(), path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		db.SetMaxOpenConns(1)
-		t.Cleanup(func() { db.Close() })
-		return db
-	}, 200)
+	drainPools(t, onePool, 200)
+}
+
+// onePool opens the SQLite file at path for the inbox as a pool of one
+// connection, closed at cleanup.
+func onePool(t *testing.T, path string) *sql.DB {
+	db, err := inbox.OpenSQLite(t.Context(), path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	db.SetMaxOpenConns(1)
+	t.Cleanup(func() { db.Close() })
+	return db
 }
 
 // Pools not opened by OpenSQLite, whose transactions begin DEFERRED (no
@@ -156,16 +160,7 @@ func (c panicky) Encode(m msg) ([]byte, error) {
 // publish is written and seen from another pool.
 func TestSQLiteTransactionPanic(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "inbox.db")
-	open := func() *sql.DB {
-		db, err := inbox.OpenSQLite(t.Context(), path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		db.SetMaxOpenConns(1)
-		t.Cleanup(func() { db.Close() })
-		return db
-	}
-	q, err := inbox.NewSQLite(open(), inbox.Config[msg]{Table: "jobs", Codec: panicky{}, Logger: quiet()})
+	q, err := inbox.NewSQLite(onePool(t, path), inbox.Config[msg]{Table: "jobs", Codec: panicky{}, Logger: quiet()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -204,7 +199,7 @@ func TestSQLiteTransactionPanic(t *testing.T) {
 	}
 	ran.wait(t, 10*time.Second)
 	var n int
-	if err := open().QueryRowContext(ctx, `SELECT count(*) FROM jobs`).Scan(&n); err != nil {
+	if err := onePool(t, path).QueryRowContext(ctx, `SELECT count(*) FROM jobs`).Scan(&n); err != nil {
 		t.Fatal(err)
 	}
 	if n > 1 {

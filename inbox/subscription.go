@@ -364,9 +364,7 @@ func (s *Subscription[T]) launch(ctx context.Context) bool {
 	if s.q.notify {
 		s.q.listen(s.w)
 	}
-	if s.q.stmts != nil {
-		s.q.stmts.acquire()
-	}
+	s.q.stmts.acquire()
 	var wg sync.WaitGroup
 	if s.o.Form == Lease {
 		lanes := 1
@@ -410,9 +408,7 @@ func (s *Subscription[T]) launch(ctx context.Context) bool {
 	}
 	go func() {
 		wg.Wait()
-		if s.q.stmts != nil {
-			s.q.stmts.release()
-		}
+		s.q.stmts.release()
 		s.q.removeWaker(s.w)
 		if s.q.notify {
 			s.q.unlisten(s.w)
