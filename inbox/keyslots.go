@@ -238,44 +238,61 @@ type keyCursor struct {
 // bounded by the places asked for, not by the keys with ready rows.
 func keyWindow(k, n int) int { return 4*((k+n-1)/n) + 16 }
 
+// keyEnough is how many keys with ready rows a take of k places of PerPartition
+// n walks before it stops (within keyWindow): twice the keys that k places
+// fill, and 2, so that a walk over thousands of ready keys reads a few more keys
+// than it takes places of, not the whole window; a take that comes back short
+// asks again at once from where its walk stopped.
+func keyEnough(k, n int) int { return 2*((k+n-1)/n) + 2 }
+
 // keyWalkSQL walks up to w keys of the table in key order after the key cur (a
 // NULL cur: after the key of the first keyed row from the id at fraction f of the
-// ids, a random row), wrapping around once to the first key and ending at cur:
-// one index probe per key. Result rows are (key, ready: it has a row claimable at
+// ids, a random row), wrapping around once to the first key and ending at cur,
+// and stopping once it has walked enough keys with a row claimable at now: two
+// index probes per key. Result rows are (key, ready: it has a row claimable at
 // now), in walk order.
-func (q *Queue[T]) keyWalkSQL(cur *string, f float64, w int, now time.Time) (string, []any) {
+func (q *Queue[T]) keyWalkSQL(cur *string, f float64, w, enough int, now time.Time) (string, []any) {
 	s := &stmt[T]{q: q}
-	ctes, walked := q.keyWalkCTEs(s, cur, f, w)
-	nowTs := s.arg(q.ts(now))
-	sql := "WITH RECURSIVE " + ctes +
-		" SELECT walked.v, EXISTS (SELECT 1 FROM " + q.table + " AS r WHERE r." + col(q.c.Partition) + " = walked.v AND " + q.claimable(nowTs) + ") FROM " + walked + " ORDER BY walked.n"
+	ctes, walked := q.keyWalkCTEs(s, cur, f, w, enough, now)
+	sql := "WITH RECURSIVE " + ctes + " SELECT walked.v, walked.rd FROM " + walked + " ORDER BY walked.n"
 	return sql, s.args
 }
 
 // keyWalkCTEs are the common table expressions of keyWalkSQL's walk (to follow
-// WITH RECURSIVE), and a FROM item that names its keys walked (v) and their
-// order (n).
-func (q *Queue[T]) keyWalkCTEs(s *stmt[T], cur *string, f float64, w int) (ctes, walked string) {
+// WITH RECURSIVE), and a FROM item that names its keys walked (v), their order
+// (n) and whether each has a row claimable at now (rd).
+//
+// Each step of the walk carries the key after its own (nx), so that it finds the
+// next key with one index probe, and whether its key is ready, read once, so
+// that the walk can stop after enough ready keys (r counts those before it).
+func (q *Queue[T]) keyWalkCTEs(s *stmt[T], cur *string, f float64, w, enough int, now time.Time) (ctes, walked string) {
 	pk, id, t := col(q.c.Partition), col(q.c.ID), q.table
-	curA, fA, wA := s.arg(cur), s.arg(f), s.arg(w)
+	curA, fA, wA, eA, nowTs := s.arg(cur), s.arg(f), s.arg(w), s.arg(enough), s.arg(q.ts(now))
 	text, big, tr, fl, fc := "::text", "::bigint", "true", "false", "::float8"
 	if q.dialect == SQLite {
 		text, big, tr, fl, fc = "", "", "1", "0", ""
 	}
 	next := func(v string) string { return "(SELECT min(" + pk + ") FROM " + t + " WHERE " + pk + " > " + v + ")" }
+	ready := func(v string) string {
+		return "EXISTS (SELECT 1 FROM " + t + " AS r WHERE r." + pk + " = " + v + " AND " + q.claimable(nowTs) + ")"
+	}
 	first := "(SELECT min(" + pk + ") FROM " + t + " WHERE " + pk + " IS NOT NULL)"
 	random := "(SELECT " + pk + " FROM " + t + " WHERE " + pk + " IS NOT NULL AND " + id + " >= (SELECT min(" + id + ") + CAST((max(" + id + ") - min(" + id + ") + 1) * " + fA + fc + " AS bigint) FROM " + t + ") ORDER BY " + id + " LIMIT 1)"
+	step := "coalesce(w.nx, CASE WHEN w.wr THEN NULL ELSE " + first + " END)" // the key after w's
+	upTo := "w.r + CASE WHEN w.rd THEN 1 ELSE 0 END"                          // ready keys up to w's
 	ctes = "c(v) AS (SELECT coalesce(" + curA + text + ", " + random + ", '') WHERE " + wA + big + " > 0)" +
-		", w(v, n, wr) AS (SELECT coalesce(" + next("c.v") + ", " + first + "), 1, CASE WHEN " + next("c.v") + " IS NULL THEN " + tr + " ELSE " + fl + " END FROM c" +
-		" UNION ALL SELECT coalesce(" + next("w.v") + ", CASE WHEN w.wr THEN NULL ELSE " + first + " END), w.n + 1, CASE WHEN w.wr OR " + next("w.v") + " IS NULL THEN " + tr + " ELSE " + fl + " END FROM w, c" +
-		" WHERE w.v IS NOT NULL AND w.n < " + wA + big + " AND NOT (w.wr AND w.v >= c.v))" +
-		", walked(v, n) AS (SELECT w.v, w.n FROM w, c WHERE w.v IS NOT NULL AND NOT (w.wr AND w.v > c.v))"
+		", s0(v, wr) AS (SELECT coalesce(" + next("c.v") + ", " + first + "), CASE WHEN " + next("c.v") + " IS NULL THEN " + tr + " ELSE " + fl + " END FROM c)" +
+		", w(v, nx, n, wr, r, rd) AS (SELECT s0.v, " + next("s0.v") + ", 1, s0.wr, 0, " + ready("s0.v") + " FROM s0" +
+		" UNION ALL SELECT " + step + ", " + next(step) + ", w.n + 1, CASE WHEN w.wr OR w.nx IS NULL THEN " + tr + " ELSE " + fl + " END, " + upTo + ", " + ready(step) + " FROM w, c" +
+		" WHERE w.v IS NOT NULL AND w.n < " + wA + big + " AND " + upTo + " < " + eA + big + " AND NOT (w.wr AND w.v >= c.v))" +
+		", walked(v, n, rd) AS (SELECT w.v, w.n, w.rd FROM w, c WHERE w.v IS NOT NULL AND NOT (w.wr AND w.v > c.v))"
 	return ctes, "walked"
 }
 
 // keyTakeSQL (Postgres) extends the lease of the places a lane holds (names,
 // under tag and the deadline until) to deadline and, in the same statement, walks
-// up to w keys as keyWalkSQL does (from cur, or from fraction f) and takes up to
+// up to w keys as keyWalkSQL does (from cur, or from fraction f, stopping after
+// enough ready keys) and takes up to
 // k free places of the walked keys with ready rows at now, first of the first
 // keys (pick): those that exist it locks, passing over those another take has
 // locked (SKIP LOCKED); those that have no row yet it makes taken (and makes no
@@ -284,24 +301,22 @@ func (q *Queue[T]) keyWalkCTEs(s *stmt[T], cur *string, f float64, w int) (ctes,
 // each lane's own cursor, they deadlocked: 15 of 40 rounds of four lanes making
 // 40 new keys' places at once). Result rows are (name, kind, n): kind 0 for a
 // place held already, 1 for one taken, 2 for a key walked (name), n-th in the
-// walk. One round trip a take, not two, and the
-// keys' readiness is read once. The places are found by their names
+// walk, 3 for one walked that has ready rows. One round trip a take, not two,
+// and the keys' readiness is read once. The places are found by their names
 // (= ANY(ARRAY(...)): index probes), not joined: TABLE_limits holds a place for
 // each key with unfinished rows, and Postgres chose two sequential scans of it
 // per take (2.4 of 3.5 ms with 2,000 keys).
-func (q *Queue[T]) keyTakeSQL(names []string, cur *string, f float64, w int, tag int64, until, deadline, now time.Time, k, n int) (string, []any) {
+func (q *Queue[T]) keyTakeSQL(names []string, cur *string, f float64, w, enough int, tag int64, until, deadline, now time.Time, k, n int) (string, []any) {
 	if names == nil {
 		names = []string{} // an empty array, not NULL (which no name is unequal to)
 	}
 	s := &stmt[T]{q: q}
 	lt := q.limitsTable()
-	pk := col(q.c.Partition)
-	ctes, walked := q.keyWalkCTEs(s, cur, f, w)
-	nowTs := s.arg(q.ts(now))
+	ctes, walked := q.keyWalkCTEs(s, cur, f, w, enough, now)
 	namesA, tagA, untilA, dlA := s.arg(names), s.arg(tag), s.arg(until.UnixMicro()), s.arg(deadline.UnixMicro())
 	nowA, kA, nA := s.arg(now.UnixMicro()), s.arg(k), s.arg(n)
 	sql := "WITH RECURSIVE " + ctes +
-		", ready AS (SELECT walked.v, walked.n AS o FROM " + walked + " WHERE " + kA + "::int > 0 AND EXISTS (SELECT 1 FROM " + q.table + " AS r WHERE r." + pk + " = walked.v AND " + q.claimable(nowTs) + "))" +
+		", ready AS (SELECT walked.v, walked.n AS o FROM " + walked + " WHERE " + kA + "::int > 0 AND walked.rd)" +
 		", cand AS (SELECT 'p ' || i || ' ' || ready.v AS name, ready.o, i FROM ready CROSS JOIN generate_series(0, " + nA + "::int - 1) AS i)" +
 		", kept AS (UPDATE " + lt + " SET starts = " + dlA + "::bigint WHERE name = ANY(" + namesA + "::text[]) AND window_start = " + tagA + "::bigint AND starts = " + untilA + "::bigint RETURNING name)" +
 		", pick AS (SELECT c.name, c.ex FROM (SELECT cand.name, cand.o, cand.i, (SELECT l.starts FROM " + lt + " AS l WHERE l.name = cand.name) AS st, EXISTS (SELECT 1 FROM " + lt + " AS l WHERE l.name = cand.name) AS ex FROM cand) AS c" +
@@ -312,7 +327,7 @@ func (q *Queue[T]) keyTakeSQL(names []string, cur *string, f float64, w int, tag
 		" WHERE l.name = ANY(ARRAY(SELECT name FROM pick WHERE ex)) AND l.starts <= " + nowA + "::bigint FOR UPDATE OF l SKIP LOCKED)) RETURNING name)" +
 		", made AS (INSERT INTO " + lt + " (name, window_start, starts) SELECT pick.name, " + tagA + "::bigint, " + dlA + "::bigint FROM pick WHERE NOT pick.ex" +
 		" ORDER BY pick.name ON CONFLICT (name) DO NOTHING RETURNING name)" +
-		" SELECT name, 0, 0 FROM kept UNION ALL SELECT name, 1, 0 FROM got UNION ALL SELECT name, 1, 0 FROM made UNION ALL SELECT v, 2, n FROM " + walked
+		" SELECT name, 0, 0 FROM kept UNION ALL SELECT name, 1, 0 FROM got UNION ALL SELECT name, 1, 0 FROM made UNION ALL SELECT v, CASE WHEN rd THEN 3 ELSE 2 END, n FROM " + walked
 	return sql, s.args
 }
 
@@ -653,10 +668,10 @@ func (q *Queue[T]) sqliteKeyTakeSQL(names, cand []string, tag int64, until, dead
 // nothing changed.
 func (q *Queue[T]) keyTake(ctx context.Context, cur *keyCursor, names []string, tag int64, until, deadline, now time.Time, k, n int) (kept, got []string, more, refused bool, err error) {
 	var walked []string
-	w := 0
+	w, enough, ready := 0, 0, 0
 	var c *string
 	if k > 0 {
-		w = keyWindow(k, n)
+		w, enough = keyWindow(k, n), keyEnough(k, n)
 		if cur.set {
 			c = &cur.key
 		}
@@ -664,21 +679,22 @@ func (q *Queue[T]) keyTake(ctx context.Context, cur *keyCursor, names []string, 
 	if q.dialect == SQLite {
 		var cand []string
 		if k > 0 {
-			sql, args := q.keyWalkSQL(c, rand.Float64(), w, now)
+			sql, args := q.keyWalkSQL(c, rand.Float64(), w, enough, now)
 			r, err := q.db().query(ctx, sql, args...)
 			if err != nil {
 				return nil, nil, false, true, err
 			}
 			for r.Next() {
 				var v string
-				var ready bool
-				if err := r.Scan(&v, &ready); err != nil {
+				var rd bool
+				if err := r.Scan(&v, &rd); err != nil {
 					r.Close()
 					return nil, nil, false, true, err
 				}
 				walked = append(walked, v)
-				if ready {
+				if rd {
 					cand = append(cand, v)
+					ready++
 				}
 			}
 			r.Close()
@@ -703,7 +719,7 @@ func (q *Queue[T]) keyTake(ctx context.Context, cur *keyCursor, names []string, 
 		})
 		refused = true // a transaction that failed was rolled back
 	} else {
-		sql, args := q.keyTakeSQL(names, c, rand.Float64(), w, tag, until, deadline, now, k, n)
+		sql, args := q.keyTakeSQL(names, c, rand.Float64(), w, enough, tag, until, deadline, now, k, n)
 		err = func() error {
 			r, err := q.pool.Query(ctx, sql, args...)
 			if err != nil {
@@ -726,8 +742,11 @@ func (q *Queue[T]) keyTake(ctx context.Context, cur *keyCursor, names []string, 
 					kept = append(kept, name)
 				case 1:
 					got = append(got, name)
-				default:
+				default: // 2: a key walked; 3: one with ready rows
 					steps = append(steps, step{name, i})
+					if kind == 3 {
+						ready++
+					}
 				}
 			}
 			slices.SortFunc(steps, func(a, b step) int { return a.n - b.n })
@@ -741,7 +760,7 @@ func (q *Queue[T]) keyTake(ctx context.Context, cur *keyCursor, names []string, 
 	if err != nil || k == 0 {
 		return kept, got, false, refused, err
 	}
-	more = len(walked) >= w
+	more = len(walked) >= w || ready >= enough // the walk stopped before it went round
 	pos := make(map[string]int, len(walked))
 	for i, v := range walked {
 		pos[v] = i

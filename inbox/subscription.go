@@ -513,9 +513,9 @@ func (s *Subscription[T]) check(ctx context.Context) error {
 				add(kept, ka)
 				add(got, ga)
 			} else {
-				add(q.keyTakeSQL(nil, nil, 0.5, 1, 0, now, now, now, 1, 1))
+				add(q.keyTakeSQL(nil, nil, 0.5, 1, 1, 0, now, now, now, 1, 1))
 			}
-			add(q.keyWalkSQL(nil, 0.5, 1, now))
+			add(q.keyWalkSQL(nil, 0.5, 1, 1, now))
 			add(q.keyDropSQL(now, 1))
 			add(q.keyDropKeysSQL([]string{"k"}, now, 1))
 		}
