@@ -26,6 +26,14 @@ func benchJobs(def int) int {
 	return def
 }
 
+// benchJobsEnv is the positive integer in the environment variable name, or 0.
+func benchJobsEnv(name string) int {
+	if n, err := strconv.Atoi(os.Getenv(name)); err == nil && n > 0 {
+		return n
+	}
+	return 0
+}
+
 var benchSeq atomic.Int64
 
 // BenchmarkDrain times one subscription (8 workers) draining a table of published

@@ -34,7 +34,8 @@ import (
 //     Limits{PerPartition: 2} (tenants by the thousand).
 //
 // One op is one drain of the whole table; jobs/s is reported. Publishing and Start
-// are outside the timer.
+// are outside the timer. INBOX_BENCH_JOBS sets the jobs a drain (default 4,000),
+// INBOX_BENCH_CLAIMERS each subscription's Claimers (default DefaultClaimers).
 func BenchmarkDrainGroups(b *testing.B) {
 	cases := []struct {
 		name    string
@@ -165,7 +166,7 @@ func benchGroups(b *testing.B, open func(inbox.Columns) (*inbox.Queue[msg], any)
 		var subs []*inbox.Subscription[msg]
 		for _, q := range qs {
 			sub, err := q.Subscribe(func(context.Context, inbox.Job[msg]) error { return nil }, inbox.SubscribeOptions{
-				Workers: workers, Limits: limits,
+				Workers: workers, Limits: limits, Claimers: benchJobsEnv("INBOX_BENCH_CLAIMERS"),
 				Observe: func(r inbox.Result) {
 					if r.Outcome != inbox.Acked || r.SettleErr != nil {
 						bad.Add(1)

@@ -430,10 +430,9 @@ func (s *Subscription[T]) syncKeys(l *lane, claiming bool, inflight map[int64]*l
 	}
 	if len(back) > 0 {
 		ks.publish(nil) // the places given back are idle: no handler runs in them
-		if err := s.q.giveBackPlaces(s.ctx, back, ks.tag, ks.until, gone, trunc(now), n); err != nil {
-			s.q.log.Warn("inbox: giving back places of Limits.PerPartition failed; they come free when their lease ends", "table", s.q.name, "err", err)
-		}
-		s.q.Wake() // another lane of this process may be waiting for places
+		// Given back with the take below, if there is one, else on their own;
+		// either way another lane of this process may be waiting for them.
+		defer s.q.Wake()
 	}
 	if (len(ks.held) == 0 && !now.Before(ks.sweepAt)) || !now.Before(ks.fullSweepAt) {
 		// Every key's, once per poll while the lane holds none (as an idle lane
@@ -450,15 +449,23 @@ func (s *Subscription[T]) syncKeys(l *lane, claiming bool, inflight map[int64]*l
 		k = need - held
 	}
 	if k == 0 && (held == 0 || now.Before(ks.extendAt)) {
+		if len(back) > 0 {
+			if err := s.q.giveBackPlaces(s.ctx, back, ks.tag, ks.until, gone, trunc(now), n); err != nil {
+				s.q.log.Warn("inbox: giving back places of Limits.PerPartition failed; they come free when their lease ends", "table", s.q.name, "err", err)
+			}
+		}
 		return
 	}
 	deadline := trunc(now.Add(s.o.Lease))
 	names := ks.names()
-	kept, got, more, refused, err := s.q.keyTake(s.ctx, &ks.cursor, names, ks.tag, ks.until, deadline, trunc(now), k, n)
+	kept, got, more, refused, err := s.q.keyTake(s.ctx, &ks.cursor, names, back, gone, ks.tag, ks.until, deadline, trunc(now), k, n)
 	if err != nil {
 		s.q.health.noteErr(err)
 		if s.ctx.Err() != nil {
 			return
+		}
+		if len(back) > 0 {
+			s.q.log.Warn("inbox: giving back places of Limits.PerPartition failed; they come free when their lease ends", "table", s.q.name, "err", err)
 		}
 		if refused {
 			if s.backOffRefused(err, now, &ks.backoff, &ks.extendAt, &ks.retryAt) {
@@ -586,43 +593,75 @@ func (s *Subscription[T]) freeKeys(l *lane) {
 // SQLite a failed delete alone is not reported; on Postgres it undoes the
 // freeing, and is.
 func (q *Queue[T]) giveBackPlaces(ctx context.Context, back []string, tag int64, until time.Time, gone []string, now time.Time, n int) error {
-	free, freeArgs := q.slotFreeSQL(back, tag, until)
 	if len(gone) == 0 {
+		free, freeArgs := q.slotFreeSQL(back, tag, until)
 		_, err := q.db().exec(ctx, free, freeArgs...)
 		return err
 	}
-	drop, dropArgs := q.keyDropKeysSQL(gone, now, n)
 	if q.dialect == SQLite {
 		return q.sqliteTx(ctx, func(db querier) error {
-			if _, err := db.exec(ctx, free, freeArgs...); err != nil {
-				return err
-			}
-			// A savepoint, so that a failed delete does not undo the freeing.
-			if _, err := db.exec(ctx, "SAVEPOINT drop_keys"); err != nil {
-				return nil
-			}
-			if _, err := db.exec(ctx, drop, dropArgs...); err != nil {
-				_, _ = db.exec(ctx, "ROLLBACK TO drop_keys")
-			}
-			_, _ = db.exec(ctx, "RELEASE drop_keys")
-			return nil
+			return q.sqliteGive(ctx, db, back, tag, until, gone, now, n)
 		})
 	}
-	// One round trip and one implicit transaction: a failed delete undoes the
-	// freeing too (the places then come free when their lease ends), which a
-	// pipeline cannot roll back to a savepoint for.
 	b := &pgx.Batch{}
-	b.Queue(free, freeArgs...)
-	b.Queue(drop, dropArgs...)
+	q.queueGive(b, back, tag, until, gone, now, n)
 	br := q.pool.SendBatch(ctx, b)
-	_, err := br.Exec()
-	if err == nil {
-		_, err = br.Exec()
-	}
+	err := execGive(br, len(b.QueuedQueries))
 	if cerr := br.Close(); err == nil {
 		err = cerr
 	}
 	return err
+}
+
+// sqliteGive is giveBackPlaces in the SQLite transaction db: the deletion under a
+// savepoint, so that it failing does not undo the freeing.
+func (q *Queue[T]) sqliteGive(ctx context.Context, db querier, back []string, tag int64, until time.Time, gone []string, now time.Time, n int) error {
+	if len(back) == 0 {
+		return nil
+	}
+	free, freeArgs := q.slotFreeSQL(back, tag, until)
+	if _, err := db.exec(ctx, free, freeArgs...); err != nil {
+		return err
+	}
+	if len(gone) == 0 {
+		return nil
+	}
+	drop, dropArgs := q.keyDropKeysSQL(gone, now, n)
+	if _, err := db.exec(ctx, "SAVEPOINT drop_keys"); err != nil {
+		return nil
+	}
+	if _, err := db.exec(ctx, drop, dropArgs...); err != nil {
+		_, _ = db.exec(ctx, "ROLLBACK TO drop_keys")
+	}
+	_, _ = db.exec(ctx, "RELEASE drop_keys")
+	return nil
+}
+
+// queueGive (Postgres) queues giveBackPlaces's statements on b, to run in one
+// round trip and one implicit transaction with what follows them: a failed
+// delete undoes the freeing too (the places then come free when their lease
+// ends), which a pipeline cannot roll back to a savepoint for. execGive reads
+// their results.
+func (q *Queue[T]) queueGive(b *pgx.Batch, back []string, tag int64, until time.Time, gone []string, now time.Time, n int) {
+	if len(back) == 0 {
+		return
+	}
+	free, freeArgs := q.slotFreeSQL(back, tag, until)
+	b.Queue(free, freeArgs...)
+	if len(gone) > 0 {
+		drop, dropArgs := q.keyDropKeysSQL(gone, now, n)
+		b.Queue(drop, dropArgs...)
+	}
+}
+
+// execGive reads the results of the first n statements of br (queueGive's).
+func execGive(br pgx.BatchResults, n int) error {
+	for range n {
+		if _, err := br.Exec(); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // placeKeySQLite is the key of the place named by the SQL expression name (SQLite:
@@ -666,7 +705,14 @@ func (q *Queue[T]) sqliteKeyTakeSQL(names, cand []string, tag int64, until, dead
 // key walked; more reports that the walk ended short of every key (a take that
 // got fewer than k may find more at once). refused reports an error after which
 // nothing changed.
-func (q *Queue[T]) keyTake(ctx context.Context, cur *keyCursor, names []string, tag int64, until, deadline, now time.Time, k, n int) (kept, got []string, more, refused bool, err error) {
+//
+// The places back, no more in names, are given back after the take, as
+// giveBackPlaces does with the keys gone, in the same transaction (SQLite) or
+// round trip and implicit transaction (Postgres): a lane whose keys ran dry
+// gives back their places and takes others with one commit, not two. After, not
+// before: on Postgres the places freed are locked until the transaction ends,
+// and other lanes' takes would pass them over for as long as the take ran.
+func (q *Queue[T]) keyTake(ctx context.Context, cur *keyCursor, names, back, gone []string, tag int64, until, deadline, now time.Time, k, n int) (kept, got []string, more, refused bool, err error) {
 	var walked []string
 	w, enough, ready := 0, 0, 0
 	var c *string
@@ -708,52 +754,51 @@ func (q *Queue[T]) keyTake(ctx context.Context, cur *keyCursor, names []string, 
 			if err != nil {
 				return err
 			}
-			if kept, err = scanNames(r); err != nil || k == 0 {
+			if kept, err = scanNames(r); err != nil {
 				return err
 			}
-			if r, err = db.query(ctx, gs, ga...); err != nil {
-				return err
+			if k > 0 {
+				if r, err = db.query(ctx, gs, ga...); err != nil {
+					return err
+				}
+				if got, err = scanNames(r); err != nil {
+					return err
+				}
 			}
-			got, err = scanNames(r)
-			return err
+			return q.sqliteGive(ctx, db, back, tag, until, gone, now, n)
 		})
 		refused = true // a transaction that failed was rolled back
 	} else {
 		sql, args := q.keyTakeSQL(names, c, rand.Float64(), w, enough, tag, until, deadline, now, k, n)
-		err = func() error {
-			r, err := q.pool.Query(ctx, sql, args...)
+		err = func() (err error) {
+			var r pgx.Rows
+			var br pgx.BatchResults
+			gives := 0
+			if len(back) == 0 {
+				r, err = q.pool.Query(ctx, sql, args...)
+			} else {
+				b := &pgx.Batch{}
+				b.Queue(sql, args...)
+				q.queueGive(b, back, tag, until, gone, now, n)
+				gives = len(b.QueuedQueries) - 1
+				br = q.pool.SendBatch(ctx, b)
+				defer func() {
+					if cerr := br.Close(); err == nil {
+						err = cerr
+					}
+				}()
+				r, err = br.Query()
+			}
 			if err != nil {
 				return err
 			}
-			defer r.Close()
-			type step struct {
-				key string
-				n   int
+			if err := q.scanTake(r, &kept, &got, &walked, &ready); err != nil {
+				return err
 			}
-			var steps []step
-			for r.Next() {
-				var name string
-				var kind, i int
-				if err := r.Scan(&name, &kind, &i); err != nil {
-					return err
-				}
-				switch kind {
-				case 0:
-					kept = append(kept, name)
-				case 1:
-					got = append(got, name)
-				default: // 2: a key walked; 3: one with ready rows
-					steps = append(steps, step{name, i})
-					if kind == 3 {
-						ready++
-					}
-				}
+			if br != nil {
+				return execGive(br, gives)
 			}
-			slices.SortFunc(steps, func(a, b step) int { return a.n - b.n })
-			for _, st := range steps {
-				walked = append(walked, st.key)
-			}
-			return r.Err()
+			return nil
 		}()
 		refused = isPgError(err)
 	}
@@ -776,6 +821,40 @@ func (q *Queue[T]) keyTake(ctx context.Context, cur *keyCursor, names []string, 
 		cur.key, cur.set = walked[end], true
 	}
 	return kept, got, more, false, nil
+}
+
+// scanTake reads the result of keyTakeSQL into kept, got, walked (in walk
+// order) and ready (the count of walked keys with ready rows), and closes it.
+func (q *Queue[T]) scanTake(r pgx.Rows, kept, got, walked *[]string, ready *int) error {
+	defer r.Close()
+	type step struct {
+		key string
+		n   int
+	}
+	var steps []step
+	for r.Next() {
+		var name string
+		var kind, i int
+		if err := r.Scan(&name, &kind, &i); err != nil {
+			return err
+		}
+		switch kind {
+		case 0:
+			*kept = append(*kept, name)
+		case 1:
+			*got = append(*got, name)
+		default: // 2: a key walked; 3: one with ready rows
+			steps = append(steps, step{name, i})
+			if kind == 3 {
+				*ready++
+			}
+		}
+	}
+	slices.SortFunc(steps, func(a, b step) int { return a.n - b.n })
+	for _, st := range steps {
+		*walked = append(*walked, st.key)
+	}
+	return r.Err()
 }
 
 // scanNames reads a result of one text column and closes it.

@@ -192,14 +192,42 @@ func placesModel(rt *rapid.T, q *Queue[struct{}]) {
 		}
 	}
 
-	// take runs a lane's take of up to k more places (k 0: an extension) and checks
-	// it against the model.
-	take := func(l *propLane, k int) {
+	// take runs a lane's take of up to k more places (k 0: an extension), giving
+	// back after it the last m places it holds (the keys of which it holds no
+	// other gone, their places deleted if idle), and checks it against the model.
+	take := func(l *propLane, k, m int) {
 		deadline := now + lease
-		kept, got, _, _, err := q.keyTake(ctx, &l.cursor, l.held, l.tag, at(l.until), at(deadline), at(now), k, n)
+		back := slices.Clone(l.held[len(l.held)-m:])
+		l.held = slices.Clone(l.held[:len(l.held)-m])
+		var gone []string
+		for _, name := range back {
+			if key := placeKey(name); !slices.ContainsFunc(l.held, func(h string) bool { return placeKey(h) == key }) && !slices.Contains(gone, key) {
+				gone = append(gone, key)
+			}
+		}
+		until := l.until
+		kept, got, _, _, err := q.keyTake(ctx, &l.cursor, l.held, back, gone, l.tag, at(until), at(deadline), at(now), k, n)
 		if err != nil {
 			rt.Fatal(err)
 		}
+		defer func() {
+			// The give-back, after the take: a place back that the take got
+			// (its lease had ended) carries the new deadline, and stays.
+			for _, name := range back {
+				if p := places[name]; p.tag == l.tag && p.until == until {
+					places[name] = placeRow{}
+				}
+			}
+			live := map[string]bool{}
+			for name, p := range places {
+				live[placeKey(name)] = live[placeKey(name)] || p.until > now
+			}
+			for name := range places {
+				if key := placeKey(name); slices.Contains(gone, key) && rows[key] == 0 && !live[key] {
+					delete(places, name)
+				}
+			}
+		}()
 		for _, name := range kept {
 			if !slices.Contains(l.held, name) {
 				rt.Fatalf("lane %d kept %s, which it did not hold", l.tag, name)
@@ -260,8 +288,16 @@ func placesModel(rt *rapid.T, q *Queue[struct{}]) {
 	rt.Repeat(map[string]func(*rapid.T){
 		"take": func(rt *rapid.T) {
 			l := rapid.SampledFrom(lanes).Draw(rt, "lane")
-			take(l, rapid.IntRange(0, 4).Draw(rt, "k"))
+			take(l, rapid.IntRange(0, 4).Draw(rt, "k"), 0)
 			check("take")
+		},
+		"give back and take": func(rt *rapid.T) {
+			l := rapid.SampledFrom(lanes).Draw(rt, "lane")
+			if len(l.held) == 0 {
+				rt.Skip("holds none")
+			}
+			take(l, rapid.IntRange(0, 4).Draw(rt, "k"), rapid.IntRange(1, len(l.held)).Draw(rt, "places"))
+			check("give back and take")
 		},
 		"give back": func(rt *rapid.T) {
 			l := rapid.SampledFrom(lanes).Draw(rt, "lane")
@@ -335,7 +371,7 @@ func placesModel(rt *rapid.T, q *Queue[struct{}]) {
 	}
 	now += lease + 1
 	fresh := &propLane{tag: nextTag}
-	take(fresh, len(keys)*n)
+	take(fresh, len(keys)*n, 0)
 	check("the last take")
 	if len(fresh.held) != len(keys)*n {
 		rt.Fatalf("a fresh lane took %d places of %d keys with %d each: %v", len(fresh.held), len(keys), n, fresh.held)

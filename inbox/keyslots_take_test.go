@@ -72,7 +72,7 @@ func TestPlacesConcurrentFirstTakes(t *testing.T) {
 				defer wg.Done()
 				cur := keyCursor{key: keys[(l*len(keys)/lanes+round*7)%len(keys)], set: true}
 				<-start
-				_, got, _, _, err := q.keyTake(ctx, &cur, nil, int64(l+1), time.Time{}, now.Add(time.Minute), now, k, n)
+				_, got, _, _, err := q.keyTake(ctx, &cur, nil, nil, nil, int64(l+1), time.Time{}, now.Add(time.Minute), now, k, n)
 				mu.Lock()
 				defer mu.Unlock()
 				if err != nil {
@@ -134,7 +134,7 @@ func TestPlacesHammer(t *testing.T) {
 				switch rand.IntN(6) {
 				case 0, 1, 2:
 					dl := now.Add(lease)
-					kept, got, _, _, err := q.keyTake(ctx, &cur, held, tag, until, dl, now, rand.IntN(4), n)
+					kept, got, _, _, err := q.keyTake(ctx, &cur, held, nil, nil, tag, until, dl, now, rand.IntN(4), n)
 					mu.Lock()
 					if err != nil {
 						errs["take "+pgCode(err)]++
@@ -228,7 +228,7 @@ func TestPlacesTakeInWalkOrder(t *testing.T) {
 			t.Fatal(err)
 		}
 		cur := keyCursor{key: "", set: true} // the walk starts at k0000
-		_, got, _, _, err := q.keyTake(ctx, &cur, nil, 7, time.Time{}, now.Add(time.Minute), now, 1, 1)
+		_, got, _, _, err := q.keyTake(ctx, &cur, nil, nil, nil, 7, time.Time{}, now.Add(time.Minute), now, 1, 1)
 		if err != nil {
 			t.Fatal(err)
 		}
