@@ -153,12 +153,14 @@
 // every key: on Postgres one index probe per key in the table, on SQLite every
 // ready row, so fairness suits up to some hundreds of keys. PerPartition's take of
 // places walks a window of the keys in turn, a few per place asked for, not every
-// key with ready rows (a drain of 2 jobs a key at 5,000 keys: 2,369 jobs/s on SQLite,
+// key with ready rows, and stops after a few more keys with ready rows than it
+// takes places of (a drain of 2 jobs a key at 5,000 keys: 2,369 jobs/s on SQLite,
 // as at 200 keys, and 806 on Postgres, 0.66x of its 200-key figure; walking every
 // key it was 770 and 584). Over many keys of a few jobs each the limit still costs
-// more than half of a drain's throughput (2,000 keys of 5 jobs: 0.40x of no limit
-// on SQLite, 0.37x on Postgres): each key's places are taken, claimed for and
-// given back, a few statements shared by the keys of a take. A
+// more than half of a drain's throughput (2,000 keys of 5 jobs: 0.48x of no limit
+// on SQLite, 0.45x on Postgres): each key's places are taken, claimed for and
+// given back (with the next take, in its transaction), and a key's rows, spread
+// over the table, cost more to claim and settle than as many adjacent rows. A
 // TABLE_limits dropped by hand is made again, at WARN, by Start or by the first
 // claimer to find it gone, with a fence: no slot or place is taken for one lease,
 // until the handlers that held the dropped table's have stopped (Rate's count

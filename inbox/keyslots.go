@@ -29,13 +29,15 @@ import (
 // it has workers to spare, extends the lease of all it holds in the same statement
 // every third of a lease, and gives back the places of a key that its last claim
 // found no more ready rows for. The keys it takes places of are found by a walk of
-// the keys in key order (keyWalkSQL: one index probe a key) from where its last
+// the keys in key order (keyWalkSQL: two index probes a key) from where its last
 // walk stopped, the first from the key of a random row, wrapping around: at most
-// keyWindow(k, n) keys for k places, so that a take costs as much with 5,000 keys
-// with ready rows as with 5, each key with ready rows gets its turn in each round
-// of a lane's walk, and one key's backlog cannot hold more than its PerPartition
-// places. A take that got fewer than it asked for before the walk went round every
-// key asks again at once. The statement that takes makes the rows of the places
+// keyWindow(k, n) keys for k places, stopping after keyEnough(k, n) keys with
+// ready rows, so that a take costs as much with 5,000 keys with ready rows as
+// with 5, each key with ready rows gets its turn in each round of a lane's walk,
+// and one key's backlog cannot hold more than its PerPartition places. A take
+// that got fewer than it asked for before the walk went round every key asks
+// again at once. Places given back ride with the lane's next take, after it in
+// its transaction. The statement that takes makes the rows of the places
 // it takes that have none, and no others; the rows of keys whose places are all free and that have no unfinished
 // row are deleted when a lane gives back the last places of a key it held, and
 // once per poll by a lane that holds none. A lane whose places' lease is

@@ -1,0 +1,22 @@
+#!/bin/bash
+# Sitting AJ: BenchmarkDrainGroups on SQLite and Postgres, interleaved arms (default
+# main walk give), the arms' order rotating from round to round.
+# Binaries: /tmp/inbox-ARM.test, e.g. main = go test -c ./inbox at bf6f84b, walk = at
+# 9a14601 (the walk of keys that stops after enough ready keys), give = at 65313de
+# (places given back with the next take).
+# Run under /work/bin/cpu-exclusive with POSTGRES_TEST_URL set; ROUNDS rounds (default
+# 5), DBS the databases (default sqlite postgres), CASES the BenchmarkDrainGroups cases.
+cd "$(git rev-parse --show-toplevel)/inbox"
+read -ra arms <<< "${ARMS:-main walk give}"
+for r in $(seq 1 ${ROUNDS:-5}); do
+  k=$(( (r - 1) % ${#arms[@]} ))
+  order=("${arms[@]:k}" "${arms[@]:0:k}")
+  for db in ${DBS:-sqlite postgres}; do
+    for c in ${CASES:-nolimit20 perpart2 perpart2limit40 nolimit2k perpart2k}; do
+      for bin in "${order[@]}"; do
+        out=$(INBOX_BENCH_JOBS=10000 /tmp/inbox-$bin.test -test.run '^$' -test.bench "^BenchmarkDrainGroups\$/^$db\$/^$c\$" -test.benchtime 3x 2>&1 | grep -o '[0-9]* jobs/s' | cut -d' ' -f1)
+        echo "$r $db $c $bin ${out:-FAIL}"
+      done
+    done
+  done
+done
