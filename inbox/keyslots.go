@@ -61,6 +61,8 @@ type keySlots struct {
 	held        map[string][]string // the places held, by key
 	cursor      keyCursor           // where the last take's walk of the keys stopped
 	inflight    map[string]int      // the lane's rows held, by key
+	unwritten   map[string]int      // by key, rows settled whose settlements are not yet written
+	dropLater   map[string]bool     // keys given back whose places to delete once none of their rows is unwritten
 	dry         map[string]bool     // keys the last claim found no more ready rows of
 	until       time.Time           // the places' lease deadline
 	extendAt    time.Time
@@ -84,6 +86,7 @@ type keySlots struct {
 func newKeySlots(waiting *atomic.Int64) *keySlots {
 	return &keySlots{waiting: waiting,
 		tag: rand.Int64(), held: map[string][]string{}, inflight: map[string]int{}, dry: map[string]bool{},
+		unwritten: map[string]int{}, dropLater: map[string]bool{},
 		expired: make(chan struct{}, 1), caps: map[string]int{}, run: map[string]int{}, running: map[*leased]struct{}{},
 		wakes: map[string]chan struct{}{},
 	}
@@ -211,13 +214,29 @@ func (ks *keySlots) claimed(keys []string, ns []int, got []*leased, full bool) {
 	}
 }
 
-// settled notes a keyed row the lane held no more.
+// settled notes a keyed row the lane holds no more: its place may be claimed
+// for, though its settlement is yet to be written.
 func (ks *keySlots) settled(j *leased) {
 	if !j.meta.keyed {
 		return
 	}
 	if ks.inflight[j.meta.key]--; ks.inflight[j.meta.key] <= 0 {
 		delete(ks.inflight, j.meta.key)
+	}
+	ks.unwritten[j.meta.key]++
+}
+
+// written notes that the settlement of keyed row j (settled) was written, or
+// failed to be. The places of a key given back are deleted (if it is idle) only
+// once the settlements of its rows are written: before, the deletion would find
+// them in work (on Postgres a cycle of acks alone runs beside the lane), and the
+// places would stay in TABLE_limits for the sweep, which reads every place.
+func (ks *keySlots) written(j *leased) {
+	if !j.meta.keyed {
+		return
+	}
+	if ks.unwritten[j.meta.key]--; ks.unwritten[j.meta.key] <= 0 {
+		delete(ks.unwritten, j.meta.key)
 	}
 }
 
@@ -404,12 +423,24 @@ func (s *Subscription[T]) syncKeys(l *lane, claiming bool, inflight map[int64]*l
 		need = min(need, len(l.slots.names))
 	}
 	var back, gone []string
+	for k := range ks.dropLater {
+		if len(ks.held[k]) > 0 {
+			delete(ks.dropLater, k) // taken again
+		} else if ks.unwritten[k] == 0 {
+			delete(ks.dropLater, k)
+			gone = append(gone, k)
+		}
+	}
 	giveBack := func(k string, idle int) {
 		h := ks.held[k]
 		back = append(back, h[len(h)-idle:]...)
 		if idle == len(h) {
 			delete(ks.held, k)
-			gone = append(gone, k)
+			if ks.unwritten[k] == 0 {
+				gone = append(gone, k)
+			} else {
+				ks.dropLater[k] = true // deleted once its settlements are written
+			}
 		} else {
 			ks.held[k] = slices.Clip(h[:len(h)-idle])
 		}
@@ -451,7 +482,7 @@ func (s *Subscription[T]) syncKeys(l *lane, claiming bool, inflight map[int64]*l
 		k = need - held
 	}
 	if k == 0 && (held == 0 || now.Before(ks.extendAt)) {
-		if len(back) > 0 {
+		if len(back) > 0 || len(gone) > 0 {
 			if err := s.q.giveBackPlaces(s.ctx, back, ks.tag, ks.until, gone, trunc(now), n); err != nil {
 				s.q.log.Warn("inbox: giving back places of Limits.PerPartition failed; they come free when their lease ends", "table", s.q.name, "err", err)
 			}
@@ -618,12 +649,11 @@ func (q *Queue[T]) giveBackPlaces(ctx context.Context, back []string, tag int64,
 // sqliteGive is giveBackPlaces in the SQLite transaction db: the deletion under a
 // savepoint, so that it failing does not undo the freeing.
 func (q *Queue[T]) sqliteGive(ctx context.Context, db querier, back []string, tag int64, until time.Time, gone []string, now time.Time, n int) error {
-	if len(back) == 0 {
-		return nil
-	}
-	free, freeArgs := q.slotFreeSQL(back, tag, until)
-	if _, err := db.exec(ctx, free, freeArgs...); err != nil {
-		return err
+	if len(back) > 0 {
+		free, freeArgs := q.slotFreeSQL(back, tag, until)
+		if _, err := db.exec(ctx, free, freeArgs...); err != nil {
+			return err
+		}
 	}
 	if len(gone) == 0 {
 		return nil
@@ -645,11 +675,10 @@ func (q *Queue[T]) sqliteGive(ctx context.Context, db querier, back []string, ta
 // ends), which a pipeline cannot roll back to a savepoint for. execGive reads
 // their results.
 func (q *Queue[T]) queueGive(b *pgx.Batch, back []string, tag int64, until time.Time, gone []string, now time.Time, n int) {
-	if len(back) == 0 {
-		return
+	if len(back) > 0 {
+		free, freeArgs := q.slotFreeSQL(back, tag, until)
+		b.Queue(free, freeArgs...)
 	}
-	free, freeArgs := q.slotFreeSQL(back, tag, until)
-	b.Queue(free, freeArgs...)
 	if len(gone) > 0 {
 		drop, dropArgs := q.keyDropKeysSQL(gone, now, n)
 		b.Queue(drop, dropArgs...)
@@ -776,7 +805,7 @@ func (q *Queue[T]) keyTake(ctx context.Context, cur *keyCursor, names, back, gon
 			var r pgx.Rows
 			var br pgx.BatchResults
 			gives := 0
-			if len(back) == 0 {
+			if len(back) == 0 && len(gone) == 0 {
 				r, err = q.pool.Query(ctx, sql, args...)
 			} else {
 				b := &pgx.Batch{}

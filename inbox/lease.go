@@ -337,6 +337,9 @@ func (s *Subscription[T]) leaseLoop(l *lane) {
 	settled := func(batch []settlement, lost map[int64]bool) {
 		for _, st := range batch {
 			delete(inflight, st.j.id)
+			if l.keys != nil {
+				l.keys.written(st.j)
+			}
 			r := Result{ID: st.j.id, Attempt: st.j.attempt, Outcome: st.d.out, Err: st.d.err}
 			switch {
 			case st.failed != nil:
