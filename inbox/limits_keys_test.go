@@ -102,3 +102,29 @@ func TestLimitsPerPartitionThousandsOfKeys(t *testing.T) {
 		}, "the places of every key swept once the table is idle")
 	})
 }
+
+// The places of keys that ran dry are deleted as their last rows' settlements
+// are written, not left for the sweep: with a poll and a lease of minutes (the
+// sweep runs once per poll while a lane is idle, and once at its first take),
+// TABLE_limits holds no place soon after a drain of 200 keys of 2 jobs by two
+// instances. (Deleted before the acks were written, the keys' rows were still in
+// work and the places stayed: hundreds of them until the next sweep.)
+func TestLimitsPlacesDeletedAsKeysRunDry(t *testing.T) {
+	eachDB(t, func(t *testing.T, b *backend) {
+		const keys, per = 200, 2
+		groupTable(t, b)
+		manyKeys(t, b, keys, per)
+		done := newTally(keys * per)
+		for range 2 {
+			start(t, newQueue(t, b, inbox.Config[msg]{Columns: inbox.GroupColumns()}), func(ctx context.Context, j inbox.Job[msg]) error {
+				done.add(j.Payload.N)
+				return nil
+			}, inbox.SubscribeOptions{Workers: 8, PollInterval: time.Minute, Lease: 5 * time.Minute, Limits: inbox.Limits{PerPartition: 1}})
+		}
+		done.wait(t, time.Minute)
+		done.exactlyOnce(t)
+		within(t, 10*time.Second, func() bool {
+			return b.queryN(t, `SELECT count(*) FROM "`+b.table+`_limits" WHERE name LIKE 'p %'`) == 0
+		}, "no place left in TABLE_limits soon after the drain")
+	})
+}
