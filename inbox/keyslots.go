@@ -35,12 +35,15 @@ import (
 // ready rows, so that a take costs as much with 5,000 keys with ready rows as
 // with 5, each key with ready rows gets its turn in each round of a lane's walk,
 // and one key's backlog cannot hold more than its PerPartition places. A take
-// that got fewer than it asked for before the walk went round every key asks
-// again at once. Places given back ride with the lane's next take, after it in
-// its transaction. The statement that takes makes the rows of the places
-// it takes that have none, and no others; the rows of keys whose places are all free and that have no unfinished
-// row are deleted when a lane gives back the last places of a key it held, and
-// once per poll by a lane that holds none. A lane whose places' lease is
+// that got fewer than it asked for before its walk went round every key asks
+// again at once, until the walks of such takes have gone round every key
+// together (goOn). Places given back ride with the lane's next take, after it in
+// its transaction. The statement that takes makes the rows of the places it
+// takes that have none, and no others; the rows of keys whose places are all
+// free and that have no unfinished row are deleted once a lane has given back
+// the last places of a key it held and the settlements of the key's rows it
+// held are written (with its next take or give-back), and once per poll by a
+// lane that holds none. A lane whose places' lease is
 // about to end unextended (a tenth of a lease before) cancels the handlers of its
 // keyed jobs and holds none; a crashed instance's places come free when their
 // lease ends. The cost of the limit is a statement when a lane's keys change, not
@@ -60,6 +63,7 @@ type keySlots struct {
 	tag         int64
 	held        map[string][]string // the places held, by key
 	cursor      keyCursor           // where the last take's walk of the keys stopped
+	round       keyCursor           // where the walk of the current run of takes that came back short began
 	inflight    map[string]int      // the lane's rows held, by key
 	unwritten   map[string]int      // by key, rows settled whose settlements are not yet written
 	dropLater   map[string]bool     // keys given back whose places to delete once none of their rows is unwritten
@@ -238,6 +242,50 @@ func (ks *keySlots) written(j *leased) {
 	if ks.unwritten[j.meta.key]--; ks.unwritten[j.meta.key] <= 0 {
 		delete(ks.unwritten, j.meta.key)
 	}
+}
+
+// dropDue reports whether a key given back is due for the deletion of its
+// places: the settlements of its rows are written.
+func (ks *keySlots) dropDue() bool {
+	for k := range ks.dropLater {
+		if ks.unwritten[k] == 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// goOn reports whether a take that came back short (short), whose walk began
+// after prev and stopped before it went round every key (more), should be
+// followed by another at once. Not once the walks of the run of short takes
+// since the first have together gone round every key (from round, where that
+// run began): the keys were all walked, none had a place to take, and the lane
+// backs off. A walk stops after a few keys with ready rows, and ready keys
+// whose places are all held (by other lanes, or this one) would otherwise keep
+// a lane taking back to back over a handful of keys.
+func (ks *keySlots) goOn(prev keyCursor, more, short bool) bool {
+	if !short || !more {
+		ks.round = keyCursor{}
+		return false
+	}
+	if !ks.round.set {
+		ks.round = prev // unset if the lane has not walked yet: set at its next take
+		return true
+	}
+	if passed(prev.key, ks.cursor.key, ks.round.key) {
+		ks.round = keyCursor{}
+		return false
+	}
+	return true
+}
+
+// passed reports whether a walk of the keys in key order from after from to to,
+// wrapping around after the last key, went by key r (from == to: it went round).
+func passed(from, to, r string) bool {
+	if from < to {
+		return from < r && r <= to
+	}
+	return r > from || r <= to
 }
 
 // placeKey is the key of a place's name.
@@ -491,6 +539,7 @@ func (s *Subscription[T]) syncKeys(l *lane, claiming bool, inflight map[int64]*l
 	}
 	deadline := trunc(now.Add(s.o.Lease))
 	names := ks.names()
+	prev := ks.cursor
 	kept, got, more, refused, err := s.q.keyTake(s.ctx, &ks.cursor, names, back, gone, ks.tag, ks.until, deadline, trunc(now), k, n)
 	if err != nil {
 		s.q.health.noteErr(err)
@@ -522,7 +571,7 @@ func (s *Subscription[T]) syncKeys(l *lane, claiming bool, inflight map[int64]*l
 	ks.until = deadline
 	ks.extendAt = now.Add(s.o.Lease / 3)
 	switch {
-	case more && len(got) < k:
+	case ks.goOn(prev, more, len(got) < k):
 		// Keys the walk has not reached: take their places at once.
 		ks.backoff, ks.retryAt = 0, now
 	case len(got) < k:
@@ -733,7 +782,8 @@ func (q *Queue[T]) sqliteKeyTakeSQL(names, cand []string, tag int64, until, dead
 // it takes (k > 0) (on SQLite keyWalkSQL, then sqliteKeyTakeSQL in a
 // transaction): the places kept and the places got. cur moves to the last key
 // the take is done with: that of the last place got if it got k, else the last
-// key walked; more reports that the walk ended short of every key (a take that
+// key walked; more reports that the walk stopped before it went round every key
+// (at its window, or after enough keys with ready rows: keyEnough) (a take that
 // got fewer than k may find more at once). refused reports an error after which
 // nothing changed.
 //

@@ -246,3 +246,59 @@ func TestPlacesTakeInWalkOrder(t *testing.T) {
 		}
 	})
 }
+
+// A lane that holds every key's places and asks for one more (7 keys of
+// PerPartition 1, each with ready rows) backs off after its walks have gone round
+// the keys once: a walk stops after a few ready keys, and counted as short of
+// every key, such takes followed each other at once for as long as the keys had
+// rows. Also when the keys' places are held by another lane.
+func TestPlacesShortTakesBackOff(t *testing.T) {
+	eachPropDB(t, func(t *testing.T, q *Queue[struct{}]) {
+		ctx := context.Background()
+		placesFill(t, q, 7, 5)
+		now := time.Now().Add(time.Hour)
+		dl := now.Add(time.Minute)
+		for _, other := range []bool{false, true} {
+			var ks keySlots
+			var cur keyCursor
+			var held []string
+			var until time.Time
+			tag := int64(1)
+			if other {
+				// Another lane holds every place; this one holds none.
+				if _, err := q.db().exec(ctx, "UPDATE "+q.limitsTable()+" SET window_start = 99, starts = "+fmt.Sprint(dl.UnixMicro())+" WHERE name LIKE 'p %'"); err != nil {
+					t.Fatal(err)
+				}
+				tag, held, until = 2, nil, time.Time{}
+			} else {
+				kept, got, _, _, err := q.keyTake(ctx, &cur, nil, nil, nil, tag, time.Time{}, dl, now, 7, 1)
+				if err != nil || len(kept)+len(got) != 7 {
+					t.Fatalf("the first take got %v %v, %v: want the 7 keys' places", kept, got, err)
+				}
+				held, until = got, dl
+			}
+			takes := 0
+			for {
+				takes++
+				if takes > 20 {
+					t.Fatalf("other lane %v: still taking at once after %d takes that got nothing", other, takes-1)
+				}
+				prev := cur
+				ks.cursor = cur
+				kept, got, more, _, err := q.keyTake(ctx, &cur, held, nil, nil, tag, until, dl, now, 1, 1)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if len(got) > 0 {
+					t.Fatalf("other lane %v: took %v, held already", other, got)
+				}
+				held, until = kept, dl
+				ks.cursor = cur
+				if !ks.goOn(prev, more, true) {
+					break
+				}
+			}
+			t.Logf("other lane %v: backed off after %d takes", other, takes)
+		}
+	})
+}

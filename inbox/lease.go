@@ -1123,12 +1123,15 @@ func (s *Subscription[T]) keyedWant(l *lane, want int) int {
 }
 
 // keysIdle reports whether a lane with PerPartition places has nothing to claim
-// (no free place, no look for rows without a key due) and nothing to ask for
-// (as many places as workers, or its last ask too recent).
+// (no free place, no look for rows without a key due), nothing to delete (no
+// key given back whose places are due for deletion: dropDue; on Postgres the
+// settlements it waited for are written beside the loop, which wakes for them)
+// and nothing to ask for (as many places as workers, or its last ask too
+// recent).
 func (s *Subscription[T]) keysIdle(l *lane) bool {
 	now := time.Now()
 	_, _, total := l.keys.free(s.keyPer(l))
-	if total > 0 || l.keylessDue(now) {
+	if total > 0 || l.keylessDue(now) || l.keys.dropDue() {
 		return false
 	}
 	need := l.n
