@@ -157,8 +157,8 @@
 // takes places of (a drain of 2 jobs a key at 5,000 keys: 2,369 jobs/s on SQLite,
 // as at 200 keys, and 806 on Postgres, 0.66x of its 200-key figure; walking every
 // key it was 770 and 584). Over many keys of a few jobs each the limit still costs
-// about half of a drain's throughput (2,000 keys of 5 jobs: 0.53x of no limit
-// on SQLite, 0.47x on Postgres): each key's places are taken, claimed for and
+// about half of a drain's throughput (2,000 keys of 5 jobs: 0.50x of no limit
+// on SQLite, 0.42-0.47x on Postgres): each key's places are taken, claimed for and
 // given back (with the next take, in its transaction), and a key's rows, spread
 // over the table, cost more to claim and settle than as many adjacent rows. A
 // TABLE_limits dropped by hand is made again, at WARN, by Start or by the first
