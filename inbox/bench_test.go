@@ -20,14 +20,14 @@ import (
 
 // benchJobs is how many jobs one drain takes: INBOX_BENCH_JOBS, or def.
 func benchJobs(def int) int {
-	if n, err := strconv.Atoi(os.Getenv("INBOX_BENCH_JOBS")); err == nil && n > 0 {
+	if n := benchEnvInt("INBOX_BENCH_JOBS"); n > 0 {
 		return n
 	}
 	return def
 }
 
-// benchJobsEnv is the positive integer in the environment variable name, or 0.
-func benchJobsEnv(name string) int {
+// benchEnvInt is the positive integer in the environment variable name, or 0.
+func benchEnvInt(name string) int {
 	if n, err := strconv.Atoi(os.Getenv(name)); err == nil && n > 0 {
 		return n
 	}

@@ -166,7 +166,7 @@ func benchGroups(b *testing.B, open func(inbox.Columns) (*inbox.Queue[msg], any)
 		var subs []*inbox.Subscription[msg]
 		for _, q := range qs {
 			sub, err := q.Subscribe(func(context.Context, inbox.Job[msg]) error { return nil }, inbox.SubscribeOptions{
-				Workers: workers, Limits: limits, Claimers: benchJobsEnv("INBOX_BENCH_CLAIMERS"),
+				Workers: workers, Limits: limits, Claimers: benchEnvInt("INBOX_BENCH_CLAIMERS"),
 				Observe: func(r inbox.Result) {
 					if r.Outcome != inbox.Acked || r.SettleErr != nil {
 						bad.Add(1)

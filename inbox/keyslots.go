@@ -719,10 +719,10 @@ func (q *Queue[T]) sqliteGive(ctx context.Context, db querier, back []string, ta
 }
 
 // queueGive (Postgres) queues giveBackPlaces's statements on b, to run in one
-// round trip and one implicit transaction with what follows them: a failed
-// delete undoes the freeing too (the places then come free when their lease
-// ends), which a pipeline cannot roll back to a savepoint for. execGive reads
-// their results.
+// round trip and one implicit transaction with the rest of b (a take, before
+// them): a failed delete undoes the freeing too (the places then come free when
+// their lease ends), and the take, which a pipeline cannot roll back to a
+// savepoint for. execGive reads their results.
 func (q *Queue[T]) queueGive(b *pgx.Batch, back []string, tag int64, until time.Time, gone []string, now time.Time, n int) {
 	if len(back) > 0 {
 		free, freeArgs := q.slotFreeSQL(back, tag, until)
