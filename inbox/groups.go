@@ -214,8 +214,9 @@ func (q *Queue[T]) pickSQL(s *stmt[T], l Limits, at time.Time, now, extra, limit
 }
 
 // pgKeyedPick is the pick of a Postgres claim with PerPartition (pgAckClaimSQL):
-// the first rows of each of the keys keys (an SQL text[]), as many as ns (int[])
-// says, and the rows without a key if keyless (an SQL boolean); taken turn by turn
+// the first rows of each of the keys of src (a FROM item of keys v and numbers
+// n), as many as its n says, and the rows without a key if keyless (an SQL
+// boolean); taken turn by turn
 // (a row's turn is its place among its key's), keys level in turn in a random
 // order (by priority first). It is an SQL array of ids (ARRAY(...)), so that the plan
 // looks them up by id whatever it guesses of their number.
@@ -225,7 +226,7 @@ func (q *Queue[T]) pickSQL(s *stmt[T], l Limits, at time.Time, now, extra, limit
 // while its last look found some, and otherwise once per PollInterval (leaseLoop),
 // so that a job without a key on a table claimed with PerPartition may wait up to
 // a poll.
-func (q *Queue[T]) pgKeyedPick(now, where, limit, keys, ns, keyless string) string {
+func (q *Queue[T]) pgKeyedPick(now, where, limit, src, keyless string) string {
 	id, pk := col(q.c.ID), col(q.c.Partition)
 	prio := "0"
 	if q.c.Priority != "" {
@@ -238,7 +239,7 @@ func (q *Queue[T]) pgKeyedPick(now, where, limit, keys, ns, keyless string) stri
 		return "SELECT z.id, z.prio, row_number() OVER () AS turn FROM (SELECT r." + id + " AS id, " + prio + " AS prio FROM " + q.table + " AS r WHERE " + cond + " AND " + where +
 			" ORDER BY " + q.order() + " LIMIT " + lim + " FOR UPDATE SKIP LOCKED) z"
 	}
-	cand := "SELECT c.* FROM unnest(" + keys + "::text[], " + ns + "::int[]) AS k(v, n) CROSS JOIN LATERAL (" + first("r."+pk+" = k.v", "k.n") + ") c" +
+	cand := "SELECT c.* FROM " + src + " CROSS JOIN LATERAL (" + first("r."+pk+" = k.v", "k.n") + ") c" +
 		" UNION ALL " + first(keyless+"::boolean AND r."+pk+" IS NULL", limit)
 	return "ARRAY(SELECT x.id FROM (" + cand + ") x ORDER BY x.turn, x.prio, random() LIMIT " + limit + ")"
 }

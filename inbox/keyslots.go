@@ -49,6 +49,14 @@ import (
 // lease ends. The cost of the limit is a statement when a lane's keys change, not
 // one per claim.
 //
+// On Postgres a take rides with the lane's claim when it claims next (not with
+// Rate): the claim's statement takes the places first, and claims rows of the
+// keys of the places held after it (pgAckClaimSQL), with the give-back after it,
+// in one round trip and one transaction. A lane whose keys ran dry then changes
+// them and claims their rows with one commit, not two (a drain over 2,000 keys of
+// 5 rows: 1.3 times as fast). A failed statement fails the take as well: it is
+// refused (a database error) or in doubt, as a take of its own would be.
+//
 // On SQLite, which has one writer, the extension and the take, which makes the
 // places it takes, are two statements of one write transaction (sqliteKeyTakeSQL),
 // and the claim takes rows of the lane's keys one index scan per key
@@ -76,6 +84,7 @@ type keySlots struct {
 	backoff     time.Duration
 	timer       *time.Timer
 	expired     chan struct{} // a token from the timer: the lease is about to end unextended
+	pending     *keyTakeReq   // a take syncKeys left to ride with the claim (Postgres)
 
 	// The gate of the workers: a keyed job's handler runs only while its key has
 	// fewer handlers running in the lane than places held (caps).
@@ -376,15 +385,25 @@ func (q *Queue[T]) keyWalkCTEs(s *stmt[T], cur *string, f float64, w, enough int
 // each key with unfinished rows, and Postgres chose two sequential scans of it
 // per take (2.4 of 3.5 ms with 2,000 keys).
 func (q *Queue[T]) keyTakeSQL(names []string, cur *string, f float64, w, enough int, tag int64, until, deadline, now time.Time, k, n int) (string, []any) {
+	s := &stmt[T]{q: q}
+	ctes, walked := q.keyTakeCTEs(s, names, cur, f, w, enough, tag, until, deadline, now, k, n)
+	return "WITH RECURSIVE " + ctes +
+		" SELECT name, 0, 0 FROM kept UNION ALL SELECT name, 1, 0 FROM got UNION ALL SELECT name, 1, 0 FROM made UNION ALL SELECT v, CASE WHEN rd THEN 3 ELSE 2 END, n FROM " + walked, s.args
+}
+
+// keyTakeCTEs are keyTakeSQL's common table expressions (to follow WITH
+// RECURSIVE), with their arguments in s: kept, got and made return the names of
+// the places kept and taken (name), and the FROM item walked the keys walked (v),
+// their order (n) and whether each has ready rows (rd).
+func (q *Queue[T]) keyTakeCTEs(s *stmt[T], names []string, cur *string, f float64, w, enough int, tag int64, until, deadline, now time.Time, k, n int) (ctes, walkedFrom string) {
 	if names == nil {
 		names = []string{} // an empty array, not NULL (which no name is unequal to)
 	}
-	s := &stmt[T]{q: q}
 	lt := q.limitsTable()
 	ctes, walked := q.keyWalkCTEs(s, cur, f, w, enough, now)
 	namesA, tagA, untilA, dlA := s.arg(names), s.arg(tag), s.arg(until.UnixMicro()), s.arg(deadline.UnixMicro())
 	nowA, kA, nA := s.arg(now.UnixMicro()), s.arg(k), s.arg(n)
-	sql := "WITH RECURSIVE " + ctes +
+	sql := ctes +
 		", ready AS (SELECT walked.v, walked.n AS o FROM " + walked + " WHERE " + kA + "::int > 0 AND walked.rd)" +
 		", cand AS (SELECT 'p ' || i || ' ' || ready.v AS name, ready.o, i FROM ready CROSS JOIN generate_series(0, " + nA + "::int - 1) AS i)" +
 		", kept AS (UPDATE " + lt + " SET starts = " + dlA + "::bigint WHERE name = ANY(" + namesA + "::text[]) AND window_start = " + tagA + "::bigint AND starts = " + untilA + "::bigint RETURNING name)" +
@@ -395,9 +414,8 @@ func (q *Queue[T]) keyTakeSQL(names []string, cur *string, f float64, w, enough 
 		", got AS (UPDATE " + lt + " SET window_start = " + tagA + "::bigint, starts = " + dlA + "::bigint WHERE name = ANY(ARRAY(SELECT l.name FROM " + lt + " AS l" +
 		" WHERE l.name = ANY(ARRAY(SELECT name FROM pick WHERE ex)) AND l.starts <= " + nowA + "::bigint FOR UPDATE OF l SKIP LOCKED)) RETURNING name)" +
 		", made AS (INSERT INTO " + lt + " (name, window_start, starts) SELECT pick.name, " + tagA + "::bigint, " + dlA + "::bigint FROM pick WHERE NOT pick.ex" +
-		" ORDER BY pick.name ON CONFLICT (name) DO NOTHING RETURNING name)" +
-		" SELECT name, 0, 0 FROM kept UNION ALL SELECT name, 1, 0 FROM got UNION ALL SELECT name, 1, 0 FROM made UNION ALL SELECT v, CASE WHEN rd THEN 3 ELSE 2 END, n FROM " + walked
-	return sql, s.args
+		" ORDER BY pick.name ON CONFLICT (name) DO NOTHING RETURNING name)"
+	return sql, walked
 }
 
 // keyDropSQL deletes, at now, the places of every key that has no unfinished row
@@ -455,8 +473,13 @@ func (q *Queue[T]) keyDropKeysSQL(keys []string, now time.Time, n int) (string, 
 // expiry timer stops the keyed handlers if the lease cannot be extended in time.
 // Rows of inflight whose key it holds no place of any more are released
 // (releaseUnplaced).
-func (s *Subscription[T]) syncKeys(l *lane, claiming bool, inflight map[int64]*leased) {
+//
+// With ride (Postgres: the lane claims next, in a statement of its own), a take
+// of more places is not run but left in ks.pending, for keyedWant to put in
+// the claim's statement (pgAckClaimSQL); took ends it.
+func (s *Subscription[T]) syncKeys(l *lane, claiming, ride bool, inflight map[int64]*leased) {
 	ks := l.keys
+	ks.pending = nil
 	defer s.releaseUnplaced(ks, inflight)
 	select {
 	case <-ks.expired:
@@ -543,13 +566,30 @@ func (s *Subscription[T]) syncKeys(l *lane, claiming bool, inflight map[int64]*l
 	deadline := trunc(now.Add(s.o.Lease))
 	names := ks.names()
 	prev := ks.cursor
+	if ride && k > 0 && s.q.dialect == Postgres {
+		t := &keyTakeReq{names: names, back: back, gone: gone, tag: ks.tag, until: ks.until, deadline: deadline, now: trunc(now), k: k, n: n, prev: prev, f: rand.Float64()}
+		t.w, t.enough = keyWindow(k, n), keyEnough(k, n)
+		if ks.cursor.set {
+			t.cur = &ks.cursor.key
+		}
+		ks.pending = t
+		return
+	}
 	kept, got, more, refused, err := s.q.keyTake(s.ctx, &ks.cursor, names, back, gone, ks.tag, ks.until, deadline, trunc(now), k, n)
+	s.keysTaken(ks, now, deadline, prev, k, len(back) > 0, kept, got, more, refused, err)
+}
+
+// keysTaken brings the lane's places up to date after a take of k places
+// (keyTake, or one that rode with a claim: took) at now: kept and got on
+// success, else err (refused: the database refused it, and nothing changed).
+// back reports whether places were to be given back with it.
+func (s *Subscription[T]) keysTaken(ks *keySlots, now, deadline time.Time, prev keyCursor, k int, back bool, kept, got []string, more, refused bool, err error) {
 	if err != nil {
 		s.q.health.noteErr(err)
 		if s.ctx.Err() != nil {
 			return
 		}
-		if len(back) > 0 {
+		if back {
 			s.q.log.Warn("inbox: giving back places of Limits.PerPartition failed; they come free when their lease ends", "table", s.q.name, "err", err)
 		}
 		if refused {
@@ -889,7 +929,16 @@ func (q *Queue[T]) keyTake(ctx context.Context, cur *keyCursor, names, back, gon
 	if err != nil || k == 0 {
 		return kept, got, false, refused, err
 	}
-	more = len(walked) >= w || ready >= enough // the walk stopped before it went round
+	return kept, got, cur.walkedTo(walked, ready, got, k, w, enough), false, nil
+}
+
+// walkedTo moves the cursor to the last key a take of k places is done with,
+// whose walk (of window w, stopping after enough keys with ready rows) walked
+// the keys walked, ready of them with ready rows, and got the places got: that
+// of the last place got if it got k, else the last key walked. It reports
+// whether the walk stopped before it went round every key.
+func (cur *keyCursor) walkedTo(walked []string, ready int, got []string, k, w, enough int) (more bool) {
+	more = len(walked) >= w || ready >= enough
 	pos := make(map[string]int, len(walked))
 	for i, v := range walked {
 		pos[v] = i
@@ -904,7 +953,86 @@ func (q *Queue[T]) keyTake(ctx context.Context, cur *keyCursor, names, back, gon
 	if end >= 0 {
 		cur.key, cur.set = walked[end], true
 	}
-	return kept, got, more, false, nil
+	return more
+}
+
+// takeAlone runs the lane's pending take (keySlots.pending) in a statement of
+// its own, as syncKeys does without ride.
+func (s *Subscription[T]) takeAlone(l *lane) {
+	ks := l.keys
+	t := ks.pending
+	ks.pending = nil
+	kept, got, more, refused, err := s.q.keyTake(s.ctx, &ks.cursor, t.names, t.back, t.gone, t.tag, t.until, t.deadline, t.now, t.k, t.n)
+	s.keysTaken(ks, t.now, t.deadline, t.prev, t.k, len(t.back) > 0, kept, got, more, refused, err)
+}
+
+// keyTakeReq is a take of places that rides with a claim (syncKeys, keyedWant,
+// pgAckClaimSQL): keyTake's arguments, and what the statement read.
+type keyTakeReq struct {
+	names, back, gone []string // the places held, those to give back, the keys whose places to delete
+	cur               *string  // the walk's cursor, nil for none yet
+	f                 float64
+	tag               int64
+	until, deadline   time.Time
+	now               time.Time
+	w, enough, k, n   int
+	prev              keyCursor
+	per               int      // rows a place may hold (keyPer with the k places)
+	infKeys           []string // the lane's rows held, by key: how many (infNs)
+	infNs             []int
+
+	kept, got, walked []string // read from the statement; walked in walk order
+	steps             []int    // walked's places in the walk
+	ready             int
+}
+
+// read notes one of the take's result rows (pgAckClaimSQL's kinds 2 to 5).
+func (t *keyTakeReq) read(kind int, name string, n int) {
+	switch kind {
+	case 2:
+		t.kept = append(t.kept, name)
+	case 3:
+		t.got = append(t.got, name)
+	default:
+		t.walked, t.steps = append(t.walked, name), append(t.steps, n)
+		if kind == 5 {
+			t.ready++
+		}
+	}
+}
+
+// took ends the take t that rode with the lane's claim: err is the statement's
+// (nil: it committed, and t holds what it read). The claim's keys and numbers
+// (keyClaim) become those the statement worked out, for keySlots.claimed.
+func (s *Subscription[T]) took(l *lane, t *keyTakeReq, err error) {
+	ks := l.keys
+	now := t.now
+	if err != nil {
+		s.keysTaken(ks, now, t.deadline, t.prev, t.k, len(t.back) > 0, nil, nil, false, isPgError(err), err)
+		return
+	}
+	idx := make([]int, len(t.walked))
+	for i := range idx {
+		idx[i] = i
+	}
+	slices.SortFunc(idx, func(a, b int) int { return t.steps[a] - t.steps[b] })
+	walked := make([]string, len(idx))
+	for i, j := range idx {
+		walked[i] = t.walked[j]
+	}
+	more := ks.cursor.walkedTo(walked, t.ready, t.got, t.k, t.w, t.enough)
+	s.keysTaken(ks, now, t.deadline, t.prev, t.k, len(t.back) > 0, t.kept, t.got, more, false, nil)
+	// The claim took up to per rows a place less the lane's rows of each key
+	// held now (the statement's arithmetic, again).
+	inf := make(map[string]int, len(t.infKeys))
+	for i, k := range t.infKeys {
+		inf[k] = t.infNs[i]
+	}
+	l.kc.keys, l.kc.ns = l.kc.keys[:0], l.kc.ns[:0]
+	for k, h := range ks.held {
+		l.kc.keys = append(l.kc.keys, k)
+		l.kc.ns = append(l.kc.ns, max(len(h)*t.per-inf[k], 0))
+	}
 }
 
 // scanTake reads the result of keyTakeSQL into kept, got, walked (in walk

@@ -302,3 +302,70 @@ func TestPlacesShortTakesBackOff(t *testing.T) {
 		}
 	})
 }
+
+// A take of places that rides with a claim (pgAckClaimSQL with keyClaim.take)
+// claims rows of the keys of the places held after it only: of a place kept, up
+// to per rows less the lane's rows of its key; of each place taken, per rows;
+// none of a key whose place the lane held but lost (its lease ended and another
+// lane took it), nor of keys it walked past without a place.
+func TestPlacesTakeRidesWithClaim(t *testing.T) {
+	q := placesPG(t)
+	ctx := context.Background()
+	placesFill(t, q, 6, 5)
+	now := trunc(time.Now())
+	until := now.Add(time.Minute)
+	const tag, n, per = 1, 1, 3
+	cur := keyCursor{key: "k0005", set: true} // the walk starts at k0000
+	kept, got, _, _, err := q.keyTake(ctx, &cur, nil, nil, nil, tag, time.Time{}, until, now, 2, n)
+	if err != nil || len(kept) != 0 || !slices.Equal(got, []string{"p 0 k0000", "p 0 k0001"}) {
+		t.Fatalf("first take: kept %v got %v err %v", kept, got, err)
+	}
+	// k0001's place is lost: another lane holds it now.
+	if _, err := q.pool.Exec(ctx, "UPDATE "+q.limitsTable()+" SET window_start = 2 WHERE name = 'p 0 k0001'"); err != nil {
+		t.Fatal(err)
+	}
+	take := &keyTakeReq{names: got, tag: tag, until: until, deadline: until.Add(time.Minute), now: now,
+		w: keyWindow(2, n), enough: keyEnough(2, n), k: 2, n: n, per: per,
+		infKeys: []string{"k0000"}, infNs: []int{1}}
+	take.cur = &cur.key // k0001: the walk goes on from k0002
+	sql, args := q.pgAckClaimSQL(Limits{PerPartition: n}, []int64{}, []time.Time{}, now.Add(time.Minute), now, 100, &keyClaim{take: take})
+	r, err := q.pool.Query(ctx, sql, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	claimed := map[string]int{}
+	for r.Next() {
+		var kind int
+		var id, a int64
+		var payload []byte
+		var m metaScan
+		if err := r.Scan(q.metaDest(&m, &kind, &id, &a, &payload)...); err != nil {
+			t.Fatal(err)
+		}
+		switch {
+		case kind == 0:
+			claimed[m.meta().key]++
+		case kind >= 2:
+			take.read(kind, string(payload), int(a))
+		default:
+			t.Fatalf("an ack in a statement without acks: kind %d", kind)
+		}
+	}
+	if err := r.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(take.kept, []string{"p 0 k0000"}) {
+		t.Errorf("kept %v, want the place of k0000 only", take.kept)
+	}
+	slices.Sort(take.got)
+	if !slices.Equal(take.got, []string{"p 0 k0002", "p 0 k0003"}) {
+		t.Errorf("got %v, want the places of k0002 and k0003", take.got)
+	}
+	want := map[string]int{"k0000": per - 1, "k0002": per, "k0003": per}
+	if fmt.Sprint(claimed) != fmt.Sprint(want) {
+		t.Errorf("claimed by key %v, want %v", claimed, want)
+	}
+	if take.ready == 0 || len(take.walked) == 0 {
+		t.Errorf("the walk was not read back: walked %v, %d ready", take.walked, take.ready)
+	}
+}

@@ -467,7 +467,10 @@ func (s *Subscription[T]) leaseLoop(l *lane) {
 			n = s.claimLimit(l)
 		}
 		if l.keys != nil {
-			s.syncKeys(l, canClaim && !stopping, inflight)
+			// On Postgres a take of places rides with the claim, when there is one
+			// (not with Rate, whose reserve may leave the claim nothing to take).
+			ride := canClaim && !stopping && s.o.Limits.Rate == 0 && n > len(inflight)-len(batch)
+			s.syncKeys(l, canClaim && !stopping, ride, inflight)
 		}
 		want := 0
 		if canClaim && !stopping {
@@ -475,6 +478,9 @@ func (s *Subscription[T]) leaseLoop(l *lane) {
 		}
 		if l.keys != nil && want > 0 {
 			want = s.keyedWant(l, want)
+		}
+		if l.keys != nil && l.keys.pending != nil {
+			s.takeAlone(l) // no claim for it to ride with (not expected: ride implies one)
 		}
 		if len(batch) == 0 && want == 0 {
 			s.resetExt(l, ext, inflight)
@@ -507,9 +513,13 @@ func (s *Subscription[T]) leaseLoop(l *lane) {
 		if want > 0 {
 			woken = s.w.wait() // before the claim: a publish during it wakes the next wait
 		}
+		rode := l.keys != nil && l.kc.take != nil
 		got, lost, ok := s.cycle(l, batch, want)
 		if !ok {
 			return // abandoned or halted
+		}
+		if rode {
+			s.releaseUnplaced(l.keys, inflight) // as syncKeys does after a take
 		}
 		settled(batch, lost)
 		for _, j := range got {
@@ -977,8 +987,10 @@ func (s *Subscription[T]) pgCycle(ctx context.Context, l *lane, batch []settleme
 		ids, fences = []int64{}, []time.Time{}
 	}
 	var kc *keyClaim
+	var take *keyTakeReq
 	if want > 0 && l.keys != nil {
 		kc = &l.kc
+		take = kc.take
 	}
 	sql, args := q.pgAckClaimSQL(s.claimLimits(), ids, fences, deadline, now, want, kc)
 	var out []*leased
@@ -986,16 +998,22 @@ func (s *Subscription[T]) pgCycle(ctx context.Context, l *lane, batch []settleme
 	read := func(r pgx.Rows) error {
 		defer r.Close()
 		for r.Next() {
-			var isAck bool
+			var kind int
 			j := &leased{}
 			var a int64
 			var err error
 			if q.hasMeta() {
 				var m metaScan
-				err = r.Scan(q.metaDest(&m, &isAck, &j.id, &a, &j.payload)...)
+				err = r.Scan(q.metaDest(&m, &kind, &j.id, &a, &j.payload)...)
 				j.meta = m.meta()
 			} else {
-				err = r.Scan(&isAck, &j.id, &a, &j.payload)
+				err = r.Scan(&kind, &j.id, &a, &j.payload)
+			}
+			if err == nil && kind >= 2 {
+				if take != nil {
+					take.read(kind, string(j.payload), int(a))
+				}
+				continue
 			}
 			if err != nil {
 				// pgx ends the result on a scan error; the statement has committed,
@@ -1005,7 +1023,7 @@ func (s *Subscription[T]) pgCycle(ctx context.Context, l *lane, batch []settleme
 				s.badRow(err)
 				return nil
 			}
-			if isAck {
+			if kind == 1 {
 				acked[j.id] = true
 				continue
 			}
@@ -1046,11 +1064,18 @@ func (s *Subscription[T]) pgCycle(ctx context.Context, l *lane, batch []settleme
 			// few keys and rows it takes. Planning it cost more than running it.
 			b.Queue("SET LOCAL plan_cache_mode = force_generic_plan")
 		}
+		pre := b.Len()
 		b.Queue(sql, args...)
+		gives := 0
+		if take != nil {
+			// The places given back go after the take, as with keyTake.
+			q.queueGive(b, take.back, take.tag, take.until, take.gone, take.now, take.n)
+			gives = b.Len() - pre - 1
+		}
 		b.Queue("COMMIT")
 		br := q.pool.SendBatch(ctx, b)
 		err := func() error {
-			for range b.Len() - 2 {
+			for range pre {
 				if _, err := br.Exec(); err != nil {
 					return err
 				}
@@ -1062,11 +1087,23 @@ func (s *Subscription[T]) pgCycle(ctx context.Context, l *lane, batch []settleme
 			if err := read(r); err != nil {
 				return err
 			}
+			if err := execGive(br, gives); err != nil {
+				return err
+			}
 			_, err = br.Exec()
 			return err
 		}()
 		if cerr := br.Close(); err == nil {
 			err = cerr
+		}
+		if take != nil {
+			// The take is done with, whatever the outcome: a claim tried again
+			// takes of the places held then.
+			kc.take = nil
+			s.took(l, take, err)
+			if err != nil {
+				kc.keys, kc.ns, _ = l.keys.free(s.keyPer(l))
+			}
 		}
 		if err != nil {
 			return err
@@ -1107,14 +1144,38 @@ type keyClaim struct {
 	keys    []string
 	ns      []int
 	keyless bool
+	take    *keyTakeReq // a take of places that rides with the claim (Postgres), or nil
 }
 
 // keylessDue reports whether the lane's next claim looks for rows without a key.
 func (l *lane) keylessDue(now time.Time) bool { return l.keyless || !now.Before(l.keylessAt) }
 
 // keyedWant sets the lane's next keyClaim and bounds want by it.
+//
+// With a take of places pending (keySlots.pending, Postgres), the take rides
+// with the claim: the claim's keys are those of the places held after it, each
+// up to keyPer rows a place (as with the k places taken) less the lane's rows of
+// the key, which the statement works out (pgAckClaimSQL); want is bounded by as
+// many as the places would hold if the take got all it asks for.
 func (s *Subscription[T]) keyedWant(l *lane, want int) int {
-	keys, ns, total := l.keys.free(s.keyPer(l))
+	ks := l.keys
+	if t := ks.pending; t != nil {
+		ks.pending = nil
+		t.per = s.keyPerOf(l, ks.count()+t.k)
+		keys, _, total := ks.free(t.per)
+		t.infKeys, t.infNs = t.infKeys[:0], t.infNs[:0]
+		for k, n := range ks.inflight {
+			if n > 0 {
+				t.infKeys, t.infNs = append(t.infKeys, k), append(t.infNs, n)
+			}
+		}
+		l.kc = keyClaim{keys: keys, keyless: l.keylessDue(time.Now()), take: t}
+		if !l.kc.keyless {
+			want = min(want, total+t.k*t.per)
+		}
+		return want
+	}
+	keys, ns, total := ks.free(s.keyPer(l))
 	l.kc = keyClaim{keys: keys, ns: ns, keyless: l.keylessDue(time.Now())}
 	if !l.kc.keyless {
 		want = min(want, total)
@@ -1148,10 +1209,13 @@ func (s *Subscription[T]) keysIdle(l *lane) bool {
 // workers' gate keeps the handlers to the places), but no more than 4 times its
 // rows per worker, so that a lane with few places does not hoard its keys' rows;
 // one in a batch subscription, whose handlers run every row they hold.
-func (s *Subscription[T]) keyPer(l *lane) int {
+func (s *Subscription[T]) keyPer(l *lane) int { return s.keyPerOf(l, l.keys.count()) }
+
+// keyPerOf is keyPer for a lane holding places places.
+func (s *Subscription[T]) keyPerOf(l *lane, places int) int {
 	if s.bh != nil {
 		return 1
 	}
 	n := s.claimLimit(l)
-	return max(1, min(n/max(1, l.keys.count()), 4*n/l.n))
+	return max(1, min(n/max(1, places), 4*n/l.n))
 }

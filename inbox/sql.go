@@ -287,6 +287,16 @@ func (q *Queue[T]) leaseClaimSQL(l Limits, deadline, now time.Time, limit int) (
 //
 // With PerPartition (kc not nil) the claim takes rows of the keys and up to the
 // numbers kc names (pgKeyedPick), and rows without a key only if kc.keyless.
+// With kc.take as well, the statement also takes places as keyTakeSQL does, and
+// the claim takes rows of the keys of the places held after it (kept, got and
+// made), up to kc.take.per rows a place less the lane's rows of each key
+// (kc.take.inf): the lane's keys change with one round trip and one commit, not
+// two. Its result then also has keyTakeSQL's rows, the name as the payload: kind
+// 2 for a place kept, 3 for one taken, 4 for a key walked, n-th in the walk (as
+// attempts), 5 for one walked that has ready rows.
+//
+// The first column of the result is the kind of row: 0 for a row claimed, 1 for
+// an ack written.
 func (q *Queue[T]) pgAckClaimSQL(l Limits, ids []int64, fences []time.Time, deadline, now time.Time, limit int, kc *keyClaim) (string, []any) {
 	s := &stmt[T]{q: q}
 	c := q.c
@@ -311,6 +321,16 @@ func (q *Queue[T]) pgAckClaimSQL(l Limits, ids []int64, fences []time.Time, dead
 		ack = "UPDATE " + q.table + " AS t SET " + set + match
 	}
 	sql := "WITH acked AS (" + ack + ")"
+	var take *keyTakeReq
+	if kc != nil && limit > 0 {
+		take = kc.take
+	}
+	var walked string
+	if take != nil {
+		var ctes string
+		ctes, walked = q.keyTakeCTEs(s, take.names, take.cur, take.f, take.w, take.enough, take.tag, take.until, take.deadline, take.now, take.k, take.n)
+		sql = "WITH RECURSIVE " + ctes + ", acked AS (" + ack + ")"
+	}
 	if limit > 0 {
 		dl := s.arg(q.ts(deadline))
 		n := s.arg(q.ts(now))
@@ -318,20 +338,39 @@ func (q *Queue[T]) pgAckClaimSQL(l Limits, ids []int64, fences []time.Time, dead
 		extra := " AND " + col(c.ID) + " <> ALL(" + idsA + "::bigint[])"
 		var where string
 		if kc != nil {
-			keys, ns := kc.keys, kc.ns
-			if keys == nil {
-				keys, ns = []string{}, []int{}
+			var src string
+			if take != nil {
+				keys, ns := take.infKeys, take.infNs
+				if keys == nil {
+					keys, ns = []string{}, []int{}
+				}
+				src = "(SELECT p.k, greatest(count(*) * " + s.arg(take.per) + "::int - coalesce(max(f.n), 0), 0)::int" +
+					" FROM (SELECT regexp_replace(h.name, '^p [0-9]+ ', '') AS k FROM (SELECT name FROM kept UNION ALL SELECT name FROM got UNION ALL SELECT name FROM made) AS h) AS p" +
+					" LEFT JOIN unnest(" + s.arg(keys) + "::text[], " + s.arg(ns) + "::int[]) AS f(k, n) ON f.k = p.k GROUP BY p.k) AS k(v, n)"
+			} else {
+				keys, ns := kc.keys, kc.ns
+				if keys == nil {
+					keys, ns = []string{}, []int{}
+				}
+				src = "unnest(" + s.arg(keys) + "::text[], " + s.arg(ns) + "::int[]) AS k(v, n)"
 			}
-			where = " = ANY(" + q.pgKeyedPick(n, q.claimable(n)+q.groupReady("r")+extra, s.arg(limit), s.arg(keys), s.arg(ns), s.arg(kc.keyless)) + ")"
+			where = " = ANY(" + q.pgKeyedPick(n, q.claimable(n)+q.groupReady("r")+extra, s.arg(limit), src, s.arg(kc.keyless)) + ")"
 		} else {
 			where = " IN (" + q.pickSQL(s, l, now, n, extra, s.arg(limit), true) + ")"
 		}
 		sql += ", claimed AS (UPDATE " + q.table + " SET " + strings.Join(set, ", ") +
 			" WHERE " + col(c.ID) + where +
 			" RETURNING " + col(c.ID) + ", " + q.attemptsCol() + ", " + col(c.Payload) + q.metaCols() + ")" +
-			" SELECT true, id, 0, NULL" + q.metaNulls() + " FROM acked UNION ALL SELECT false, " + col(c.ID) + ", " + q.attemptsCol() + ", " + col(c.Payload) + q.metaRefs() + " FROM claimed"
+			" SELECT 1, id, 0, NULL" + q.metaNulls() + " FROM acked UNION ALL SELECT 0, " + col(c.ID) + ", " + q.attemptsCol() + ", " + col(c.Payload) + q.metaRefs() + " FROM claimed"
+		if take != nil {
+			name := func(kind, from string) string {
+				return " UNION ALL SELECT " + kind + ", 0, 0, convert_to(name, 'UTF8')" + q.metaNulls() + " FROM " + from
+			}
+			sql += name("2", "kept") + name("3", "got") + name("3", "made") +
+				" UNION ALL SELECT CASE WHEN rd THEN 5 ELSE 4 END, 0, n, convert_to(v, 'UTF8')" + q.metaNulls() + " FROM " + walked
+		}
 	} else {
-		sql += " SELECT true, id, 0, NULL::bytea" + q.metaNulls() + " FROM acked"
+		sql += " SELECT 1, id, 0, NULL::bytea" + q.metaNulls() + " FROM acked"
 	}
 	return sql, s.args
 }

@@ -543,6 +543,10 @@ func (s *Subscription[T]) check(ctx context.Context) error {
 				kc = &keyClaim{}
 			}
 			add(q.pgAckClaimSQL(s.claimLimits(), nil, nil, now, now, 1, kc))
+			if kc != nil {
+				take := &keyTakeReq{until: now, deadline: now, now: now, w: 1, enough: 1, k: 1, n: 1, per: 1}
+				add(q.pgAckClaimSQL(s.claimLimits(), nil, nil, now, now, 1, &keyClaim{take: take}))
+			}
 			add(q.pgAckClaimSQL(s.claimLimits(), nil, nil, now, now, 0, nil))
 		}
 		add(q.settleSQL(skExtend, 0, fence{lease: &now}, now, 0, "", now))
