@@ -420,7 +420,11 @@ func (q *Queue[T]) keyTakeCTEs(s *stmt[T], names []string, cur *string, f float6
 
 // keyDropSQL deletes, at now, the places of every key that has no unfinished row
 // and no place held (up to n places a key): keys gone idle, including the places
-// of lanes that ended without giving them back.
+// of lanes that ended without giving them back. On Postgres a place another
+// transaction has locked (a lane taking it, or giving it back) is passed over,
+// not waited for (SKIP LOCKED), and left for a later deletion: two lanes each
+// deleting the places of a key whose other place the other had locked waited
+// for each other (40P01: TestPlacesHammer).
 func (q *Queue[T]) keyDropSQL(now time.Time, n int) (string, []any) {
 	s := &stmt[T]{q: q}
 	lt := q.limitsTable()
@@ -434,9 +438,10 @@ func (q *Queue[T]) keyDropSQL(now time.Time, n int) (string, []any) {
 			" AND NOT EXISTS (SELECT 1 FROM " + lt + " AS h WHERE h.name IN (SELECT 'p ' || i.i || ' ' || " + key + " FROM i) AND h.starts > " + nowA + ")", s.args
 	}
 	key := "regexp_replace(l.name, '^p [0-9]+ ', '')"
-	return "DELETE FROM " + lt + " AS l WHERE l.name LIKE 'p %' AND l.starts <= " + nowA + "::bigint" +
+	return "DELETE FROM " + lt + " AS d WHERE d.name = ANY(ARRAY(SELECT l.name FROM " + lt + " AS l WHERE l.name LIKE 'p %' AND l.starts <= " + nowA + "::bigint" +
 		" AND NOT EXISTS (SELECT 1 FROM " + q.table + " AS r WHERE r." + pk + " = " + key + " AND " + q.live("r") + ")" +
-		" AND NOT EXISTS (SELECT 1 FROM " + lt + " AS h WHERE h.name = ANY(ARRAY(SELECT 'p ' || i || ' ' || " + key + " FROM generate_series(0, " + nA + "::int - 1) AS i)) AND h.starts > " + nowA + "::bigint)", s.args
+		" AND NOT EXISTS (SELECT 1 FROM " + lt + " AS h WHERE h.name = ANY(ARRAY(SELECT 'p ' || i || ' ' || " + key + " FROM generate_series(0, " + nA + "::int - 1) AS i)) AND h.starts > " + nowA + "::bigint)" +
+		" FOR UPDATE OF l SKIP LOCKED))", s.args
 }
 
 // keyDropKeysSQL is keyDropSQL for the keys keys only: the places of those of
@@ -460,9 +465,10 @@ func (q *Queue[T]) keyDropKeysSQL(keys []string, now time.Time, n int) (string, 
 	// with IN (SELECT ...) Postgres read the whole table once and then tested
 	// each of its rows against each key (1 ms for 15 keys and 94 places).
 	keysA := s.arg(keys)
-	return "DELETE FROM " + lt + " AS l WHERE l.starts <= " + nowA + "::bigint AND l.name = ANY(ARRAY(SELECT 'p ' || i || ' ' || g.k FROM unnest(" + keysA + "::text[]) AS g(k), generate_series(0, " + nA + "::int - 1) AS i" +
+	return "DELETE FROM " + lt + " AS d WHERE d.name = ANY(ARRAY(SELECT l.name FROM " + lt + " AS l WHERE l.starts <= " + nowA + "::bigint AND l.name = ANY(ARRAY(SELECT 'p ' || i || ' ' || g.k FROM unnest(" + keysA + "::text[]) AS g(k), generate_series(0, " + nA + "::int - 1) AS i" +
 		" WHERE NOT EXISTS (SELECT 1 FROM " + q.table + " AS r WHERE r." + pk + " = g.k AND " + q.live("r") + ")" +
-		" AND NOT EXISTS (SELECT 1 FROM " + lt + " AS h WHERE h.name = ANY(ARRAY(SELECT 'p ' || j || ' ' || g.k FROM generate_series(0, " + nA + "::int - 1) AS j)) AND h.starts > " + nowA + "::bigint)))", s.args
+		" AND NOT EXISTS (SELECT 1 FROM " + lt + " AS h WHERE h.name = ANY(ARRAY(SELECT 'p ' || j || ' ' || g.k FROM generate_series(0, " + nA + "::int - 1) AS j)) AND h.starts > " + nowA + "::bigint)))" +
+		" FOR UPDATE OF l SKIP LOCKED))", s.args
 }
 
 // syncKeys brings the lane's places towards what it needs: it gives back the idle
