@@ -519,6 +519,9 @@ func (s *Subscription[T]) leaseLoop(l *lane) {
 			return // abandoned or halted
 		}
 		if rode {
+			// A take that did not run (Stop dropped the claim) takes nothing; its
+			// places to give back come free when their lease ends.
+			l.kc.take = nil
 			s.releaseUnplaced(l.keys, inflight) // as syncKeys does after a take
 		}
 		settled(batch, lost)
@@ -1162,14 +1165,16 @@ func (s *Subscription[T]) keyedWant(l *lane, want int) int {
 	if t := ks.pending; t != nil {
 		ks.pending = nil
 		t.per = s.keyPerOf(l, ks.count()+t.k)
-		keys, _, total := ks.free(t.per)
+		// keys and ns are those of the places held now: what the claim took of,
+		// should it run without the take (Stop dropped it: cycle).
+		keys, ns, total := ks.free(t.per)
 		t.infKeys, t.infNs = t.infKeys[:0], t.infNs[:0]
 		for k, n := range ks.inflight {
 			if n > 0 {
 				t.infKeys, t.infNs = append(t.infKeys, k), append(t.infNs, n)
 			}
 		}
-		l.kc = keyClaim{keys: keys, keyless: l.keylessDue(time.Now()), take: t}
+		l.kc = keyClaim{keys: keys, ns: ns, keyless: l.keylessDue(time.Now()), take: t}
 		if !l.kc.keyless {
 			want = min(want, total+t.k*t.per)
 		}
