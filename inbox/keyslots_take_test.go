@@ -346,7 +346,7 @@ func TestPlacesTakeRidesWithClaim(t *testing.T) {
 		case kind == 0:
 			claimed[m.meta().key]++
 		case kind >= 2:
-			take.read(kind, string(payload), int(a))
+			take.read(kind, m.meta().key, int(a))
 		default:
 			t.Fatalf("an ack in a statement without acks: kind %d", kind)
 		}

@@ -995,6 +995,16 @@ func (s *Subscription[T]) pgCycle(ctx context.Context, l *lane, batch []settleme
 		kc = &l.kc
 		take = kc.take
 	}
+	if take != nil {
+		defer func() {
+			if kc.take == take {
+				// Not sent (a statement before it failed): dropped, not sent later
+				// with times gone stale. The places it was to give back come free
+				// when their lease ends.
+				kc.take = nil
+			}
+		}()
+	}
 	sql, args := q.pgAckClaimSQL(s.claimLimits(), ids, fences, deadline, now, want, kc)
 	var out []*leased
 	acked := make(map[int64]bool, len(ids))
@@ -1014,7 +1024,7 @@ func (s *Subscription[T]) pgCycle(ctx context.Context, l *lane, batch []settleme
 			}
 			if err == nil && kind >= 2 {
 				if take != nil {
-					take.read(kind, string(j.payload), int(a))
+					take.read(kind, j.meta.key, int(a))
 				}
 				continue
 			}

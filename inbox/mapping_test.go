@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -147,4 +148,54 @@ func TestPluggableCodec(t *testing.T) {
 	if p := <-got; p != "OLÁ, MUNDO" {
 		t.Fatalf("payload %q, want it through the codec", p)
 	}
+}
+
+// PerPartition works whatever type the payload column has (text or jsonb here, as
+// well as bytea): on Postgres a take of places rides with the claim, and the
+// take's rows share the claim's result (a bytea in them would not mix with a text
+// or jsonb payload).
+func TestPerPartitionWithTextAndJSONPayloads(t *testing.T) {
+	eachDB(t, func(t *testing.T, b *backend) {
+		types := []string{"TEXT"}
+		if b.dialect == inbox.Postgres {
+			types = []string{"text", "jsonb"}
+		}
+		for i, typ := range types {
+			t.Run(typ, func(t *testing.T) {
+				table := b.table + "_" + strconv.Itoa(i)
+				q := newQueue(t, b, inbox.Config[msg]{Table: table, Columns: inbox.GroupColumns()})
+				if err := q.CreateTable(t.Context()); err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { b.exec(t, `DROP TABLE IF EXISTS "`+table+`_limits"`) })
+				if b.dialect == inbox.Postgres {
+					b.exec(t, `ALTER TABLE "`+table+`" ALTER COLUMN payload TYPE `+typ+` USING convert_from(payload, 'UTF8')::`+typ)
+				} else {
+					b.exec(t, `DROP TABLE "`+table+`"`)
+					b.exec(t, `CREATE TABLE "`+table+`" (id INTEGER PRIMARY KEY AUTOINCREMENT, locked_until INTEGER NOT NULL DEFAULT 0, payload TEXT NOT NULL, priority INTEGER NOT NULL DEFAULT 0, attempts INTEGER NOT NULL DEFAULT 0, claimed_at INTEGER, last_error TEXT, dead_at INTEGER, cancelled_at INTEGER, created_at INTEGER, unique_key TEXT, unique_states INTEGER, fifo_group TEXT, partition_key TEXT)`)
+				}
+				for k := range 3 {
+					for n := range 2 {
+						if _, err := q.Publish(t.Context(), msg{N: 10*k + n}, &inbox.PublishOpts{Partition: "k" + strconv.Itoa(k)}); err != nil {
+							t.Fatal(err)
+						}
+					}
+				}
+				res := newResults()
+				start(t, q, func(ctx context.Context, j inbox.Job[msg]) error { return nil },
+					inbox.SubscribeOptions{Limits: inbox.Limits{PerPartition: 1}, PollInterval: 20 * time.Millisecond, Observe: res.observe})
+				seen := map[int]bool{}
+				for range 6 {
+					r := res.next(t)
+					if r.Outcome != inbox.Acked || r.SettleErr != nil {
+						t.Fatalf("result %+v, want an ack", r)
+					}
+					seen[int(r.ID)] = true
+				}
+				if len(seen) != 6 {
+					t.Fatalf("acked %d jobs, want 6", len(seen))
+				}
+			})
+		}
+	})
 }

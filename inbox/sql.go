@@ -283,20 +283,20 @@ func (q *Queue[T]) leaseClaimSQL(l Limits, deadline, now time.Time, limit int) (
 // pgAckClaimSQL (Postgres) settles a batch of acks (fenced) and claims up to limit rows
 // in one statement: one round trip and one commit per cycle. ids and fences are
 // pairs: an id may come more than once, with each deadline its row may hold. Result
-// rows are (acked bool, id, attempts, payload).
+// rows are (kind, id, attempts, payload, and the meta columns: metaCols), kind 0
+// for a row claimed, 1 for an ack written.
 //
 // With PerPartition (kc not nil) the claim takes rows of the keys and up to the
 // numbers kc names (pgKeyedPick), and rows without a key only if kc.keyless.
 // With kc.take as well, the statement also takes places as keyTakeSQL does, and
 // the claim takes rows of the keys of the places held after it (kept, got and
 // made), up to kc.take.per rows a place less the lane's rows of each key
-// (kc.take.inf): the lane's keys change with one round trip and one commit, not
-// two. Its result then also has keyTakeSQL's rows, the name as the payload: kind
-// 2 for a place kept, 3 for one taken, 4 for a key walked, n-th in the walk (as
-// attempts), 5 for one walked that has ready rows.
-//
-// The first column of the result is the kind of row: 0 for a row claimed, 1 for
-// an ack written.
+// (kc.take.infKeys, infNs): the lane's keys change with one round trip and one
+// commit, not two. Its result then also has keyTakeSQL's rows, after the others,
+// each with the name in the partition key's column and a NULL payload (which
+// may be of any type the schema allows): kind 2 for a place kept, 3 for one
+// taken, 4 for a key walked, n-th in the walk (as attempts), 5 for one walked
+// that has ready rows.
 func (q *Queue[T]) pgAckClaimSQL(l Limits, ids []int64, fences []time.Time, deadline, now time.Time, limit int, kc *keyClaim) (string, []any) {
 	s := &stmt[T]{q: q}
 	c := q.c
@@ -364,10 +364,10 @@ func (q *Queue[T]) pgAckClaimSQL(l Limits, ids []int64, fences []time.Time, dead
 			" SELECT 1, id, 0, NULL" + q.metaNulls() + " FROM acked UNION ALL SELECT 0, " + col(c.ID) + ", " + q.attemptsCol() + ", " + col(c.Payload) + q.metaRefs() + " FROM claimed"
 		if take != nil {
 			name := func(kind, from string) string {
-				return " UNION ALL SELECT " + kind + ", 0, 0, convert_to(name, 'UTF8')" + q.metaNulls() + " FROM " + from
+				return " UNION ALL SELECT " + kind + ", 0, 0, NULL" + q.metaKeyed("name") + " FROM " + from
 			}
 			sql += name("2", "kept") + name("3", "got") + name("3", "made") +
-				" UNION ALL SELECT CASE WHEN rd THEN 5 ELSE 4 END, 0, n, convert_to(v, 'UTF8')" + q.metaNulls() + " FROM " + walked
+				" UNION ALL SELECT CASE WHEN rd THEN 5 ELSE 4 END, 0, n, NULL" + q.metaKeyed("v") + " FROM " + walked
 		}
 	} else {
 		sql += " SELECT 1, id, 0, NULL::bytea" + q.metaNulls() + " FROM acked"

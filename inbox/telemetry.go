@@ -214,6 +214,22 @@ func (q *Queue[T]) metaNulls() string {
 	return out
 }
 
+// metaKeyed is metaNulls with the partition key column (the last, which the
+// table must have) as the SQL text expression key.
+func (q *Queue[T]) metaKeyed(key string) string {
+	var out string
+	if q.c.CreatedAt != "" {
+		out += ", NULL::timestamptz"
+	}
+	if q.c.Trace != "" {
+		out += ", NULL::text"
+	}
+	if q.c.Priority != "" {
+		out += ", NULL::bigint"
+	}
+	return out + ", " + key
+}
+
 // metaScan holds the destinations of a row's meta columns.
 type metaScan struct {
 	sqlTime sql.NullInt64
