@@ -55,7 +55,11 @@ import (
 // in one round trip and one transaction. A lane whose keys ran dry then changes
 // them and claims their rows with one commit, not two (a drain over 2,000 keys of
 // 5 rows: 1.3 times as fast). A failed statement fails the take as well: it is
-// refused (a database error) or in doubt, as a take of its own would be.
+// refused (a database error) or in doubt, as a take of its own would be; and a
+// failed give-back fails the acks and the claim, which are tried again (the take
+// is not). A row of the result that cannot be read ends it (pgx), and with it the
+// take's rows, which come last: places the lane holds but does not know of come
+// free when their lease ends.
 //
 // On SQLite, which has one writer, the extension and the take, which makes the
 // places it takes, are two statements of one write transaction (sqliteKeyTakeSQL),
@@ -383,7 +387,9 @@ func (q *Queue[T]) keyWalkCTEs(s *stmt[T], cur *string, f float64, w, enough int
 // and the keys' readiness is read once. The places are found by their names
 // (= ANY(ARRAY(...)): index probes), not joined: TABLE_limits holds a place for
 // each key with unfinished rows, and Postgres chose two sequential scans of it
-// per take (2.4 of 3.5 ms with 2,000 keys).
+// per take (2.4 of 3.5 ms with 2,000 keys). Whether a candidate place exists is
+// whether its deadline was found (starts is NOT NULL): an EXISTS beside it was
+// planned as a hashed subplan, which reads every place, twice a take.
 func (q *Queue[T]) keyTakeSQL(names []string, cur *string, f float64, w, enough int, tag int64, until, deadline, now time.Time, k, n int) (string, []any) {
 	s := &stmt[T]{q: q}
 	ctes, walked := q.keyTakeCTEs(s, names, cur, f, w, enough, tag, until, deadline, now, k, n)
@@ -407,8 +413,8 @@ func (q *Queue[T]) keyTakeCTEs(s *stmt[T], names []string, cur *string, f float6
 		", ready AS (SELECT walked.v, walked.n AS o FROM " + walked + " WHERE " + kA + "::int > 0 AND walked.rd)" +
 		", cand AS (SELECT 'p ' || i || ' ' || ready.v AS name, ready.o, i FROM ready CROSS JOIN generate_series(0, " + nA + "::int - 1) AS i)" +
 		", kept AS (UPDATE " + lt + " SET starts = " + dlA + "::bigint WHERE name = ANY(" + namesA + "::text[]) AND window_start = " + tagA + "::bigint AND starts = " + untilA + "::bigint RETURNING name)" +
-		", pick AS (SELECT c.name, c.ex FROM (SELECT cand.name, cand.o, cand.i, (SELECT l.starts FROM " + lt + " AS l WHERE l.name = cand.name) AS st, EXISTS (SELECT 1 FROM " + lt + " AS l WHERE l.name = cand.name) AS ex FROM cand) AS c" +
-		" WHERE c.name <> ALL(" + namesA + "::text[]) AND (NOT c.ex OR c.st <= " + nowA + "::bigint)" +
+		", pick AS (SELECT c.name, c.st IS NOT NULL AS ex FROM (SELECT cand.name, cand.o, cand.i, (SELECT l.starts FROM " + lt + " AS l WHERE l.name = cand.name) AS st FROM cand) AS c" +
+		" WHERE c.name <> ALL(" + namesA + "::text[]) AND (c.st IS NULL OR c.st <= " + nowA + "::bigint)" +
 		" AND NOT EXISTS (SELECT 1 FROM " + lt + " AS f WHERE f.name = 'fence' AND f.starts > " + nowA + "::bigint)" +
 		" ORDER BY c.o, c.i LIMIT " + kA + "::int)" +
 		", got AS (UPDATE " + lt + " SET window_start = " + tagA + "::bigint, starts = " + dlA + "::bigint WHERE name = ANY(ARRAY(SELECT l.name FROM " + lt + " AS l" +
