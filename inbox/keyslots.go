@@ -35,8 +35,12 @@ import (
 // ready rows, so that a take costs as much with 5,000 keys with ready rows as
 // with 5, each key with ready rows gets its turn in each round of a lane's walk,
 // and one key's backlog cannot hold more than its PerPartition places. A take
-// that got fewer than it asked for before its walk went round every key asks
-// again at once, until the walks of such takes have gone round every key
+// spreads its places over as many keys as it can: a place of each walked key
+// with ready rows before a second of any, so that the lane's claims take rows of
+// as many keys as its places allow (over 2,000 keys of 5 rows with PerPartition
+// 2, a lane that took both places of each key claimed 80 rows a cycle, not 160).
+// A take that got fewer than it asked for before its walk went round every key
+// asks again at once, until the walks of such takes have gone round every key
 // together (goOn). Places given back ride with the lane's next take, after it in
 // its transaction. The statement that takes makes the rows of the places it
 // takes that have none, and no others; the rows of keys whose places are all
@@ -375,8 +379,9 @@ func (q *Queue[T]) keyWalkCTEs(s *stmt[T], cur *string, f float64, w, enough int
 // under tag and the deadline until) to deadline and, in the same statement, walks
 // up to w keys as keyWalkSQL does (from cur, or from fraction f, stopping after
 // enough ready keys) and takes up to
-// k free places of the walked keys with ready rows at now, first of the first
-// keys (pick): those that exist it locks, passing over those another take has
+// k free places of the walked keys with ready rows at now, a place of each key
+// first, in walk order, then a second place of each, and so on (pick): those that
+// exist it locks, passing over those another take has
 // locked (SKIP LOCKED); those that have no row yet it makes taken (and makes no
 // others), inserting them in name order, so that two takes that make the same
 // places never wait for each other in a cycle (in walk order, which starts at
@@ -416,7 +421,7 @@ func (q *Queue[T]) keyTakeCTEs(s *stmt[T], names []string, cur *string, f float6
 		", pick AS (SELECT c.name, c.st IS NOT NULL AS ex FROM (SELECT cand.name, cand.o, cand.i, (SELECT l.starts FROM " + lt + " AS l WHERE l.name = cand.name) AS st FROM cand) AS c" +
 		" WHERE c.name <> ALL(" + namesA + "::text[]) AND (c.st IS NULL OR c.st <= " + nowA + "::bigint)" +
 		" AND NOT EXISTS (SELECT 1 FROM " + lt + " AS f WHERE f.name = 'fence' AND f.starts > " + nowA + "::bigint)" +
-		" ORDER BY c.o, c.i LIMIT " + kA + "::int)" +
+		" ORDER BY c.i, c.o LIMIT " + kA + "::int)" +
 		", got AS (UPDATE " + lt + " SET window_start = " + tagA + "::bigint, starts = " + dlA + "::bigint WHERE name = ANY(ARRAY(SELECT l.name FROM " + lt + " AS l" +
 		" WHERE l.name = ANY(ARRAY(SELECT name FROM pick WHERE ex)) AND l.starts <= " + nowA + "::bigint FOR UPDATE OF l SKIP LOCKED)) RETURNING name)" +
 		", made AS (INSERT INTO " + lt + " (name, window_start, starts) SELECT pick.name, " + tagA + "::bigint, " + dlA + "::bigint FROM pick WHERE NOT pick.ex" +
@@ -807,12 +812,13 @@ func placeKeySQLite(name string) string {
 
 // sqliteKeyTakeSQL is keyTakeSQL on SQLite, which has no writes in a WITH: the
 // extension of the places held (kept, as sqliteSlotSQL's), then the take of up
-// to k free places of the keys cand with ready rows, first of the first keys
-// (got), run in one write transaction. The take makes the places it takes that
-// have no row yet (an upsert), and no others: a place exists while it is held,
-// or until the sweep finds its key idle. It reads the keys in cand's order (a
-// CROSS JOIN keeps json_each the outer loop) and stops at the k-th place, rather
-// than sorting every place of the walked keys. Its LIMIT is a literal (see
+// to k free places of the keys cand with ready rows, a place of each key first,
+// then a second place of each, and so on (got), run in one write transaction.
+// The take makes the places it takes that have no row yet (an upsert), and no
+// others: a place exists while it is held, or until the sweep finds its key
+// idle. It reads the places in that order (a CROSS JOIN keeps the place number
+// the outer loop, json_each in cand's order the inner) and stops at the k-th
+// place, rather than sorting every place of the walked keys. Its LIMIT is a literal (see
 // sqliteKeyedClaimSQL). Both return the names.
 func (q *Queue[T]) sqliteKeyTakeSQL(names, cand []string, tag int64, until, deadline, now time.Time, k, n int) (kept string, keptArgs []any, got string, gotArgs []any) {
 	lt := q.limitsTable()
@@ -822,7 +828,7 @@ func (q *Queue[T]) sqliteKeyTakeSQL(names, cand []string, tag int64, until, dead
 	kept = "UPDATE " + lt + " SET starts = ?1 WHERE name IN (SELECT value FROM json_each(?2)) AND window_start = ?3 AND starts = ?4 RETURNING name"
 	place := "'p ' || i.i || ' ' || c.value"
 	got = "WITH RECURSIVE i(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM i WHERE i + 1 < ?7)" +
-		" INSERT INTO " + lt + " AS l (name, window_start, starts) SELECT " + place + ", ?1, ?2 FROM json_each(?6) AS c CROSS JOIN i" +
+		" INSERT INTO " + lt + " AS l (name, window_start, starts) SELECT " + place + ", ?1, ?2 FROM i CROSS JOIN json_each(?6) AS c" +
 		" WHERE " + place + " NOT IN (SELECT value FROM json_each(?4))" +
 		" AND NOT EXISTS (SELECT 1 FROM " + lt + " AS h WHERE h.name = " + place + " AND h.starts > ?3)" +
 		" AND NOT EXISTS (SELECT 1 FROM " + lt + " AS f WHERE f.name = 'fence' AND f.starts > ?3)" +

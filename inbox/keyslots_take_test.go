@@ -369,3 +369,40 @@ func TestPlacesTakeRidesWithClaim(t *testing.T) {
 		t.Errorf("the walk was not read back: walked %v, %d ready", take.walked, take.ready)
 	}
 }
+
+// A take spreads its places over the keys: with PerPartition 2 a take of 3
+// places gets a place of each of the first 3 ready keys in walk order, not both
+// places of the first key and one of the second, so that the lane's claim takes
+// rows of 3 keys. On both databases.
+func TestPlacesTakeSpreadsOverKeys(t *testing.T) {
+	for _, db := range []string{"sqlite", "postgres"} {
+		t.Run(db, func(t *testing.T) {
+			var q *Queue[struct{}]
+			if db == "sqlite" {
+				q = propSQLite(t)
+			} else {
+				q = placesPG(t)
+			}
+			placesFill(t, q, 5, 3)
+			now := trunc(time.Now())
+			cur := keyCursor{key: "k0004", set: true} // the walk starts at k0000
+			_, got, _, _, err := q.keyTake(context.Background(), &cur, nil, nil, nil, 1, time.Time{}, now.Add(time.Minute), now, 3, 2)
+			if err != nil {
+				t.Fatal(err)
+			}
+			slices.Sort(got)
+			if want := []string{"p 0 k0000", "p 0 k0001", "p 0 k0002"}; !slices.Equal(got, want) {
+				t.Fatalf("got %v, want %v", got, want)
+			}
+			// The next take goes on from k0002: a place of each of k0003 and k0004,
+			// then the second places from k0000 on.
+			_, got, _, _, err = q.keyTake(context.Background(), &cur, []string{"p 0 k0000", "p 0 k0001", "p 0 k0002"}, nil, nil, 1, now.Add(time.Minute), now.Add(2*time.Minute), now, 3, 2)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(got) != 3 || !slices.Contains(got, "p 0 k0003") || !slices.Contains(got, "p 0 k0004") {
+				t.Fatalf("second take got %v, want the places of k0003 and k0004 among them", got)
+			}
+		})
+	}
+}
