@@ -2,6 +2,7 @@ package inbox
 
 import (
 	"context"
+	"hash/fnv"
 	"math/rand/v2"
 	"slices"
 	"strconv"
@@ -35,10 +36,13 @@ import (
 // ready rows, so that a take costs as much with 5,000 keys with ready rows as
 // with 5, each key with ready rows gets its turn in each round of a lane's walk,
 // and one key's backlog cannot hold more than its PerPartition places. A take
-// spreads its places over as many keys as it can: a place of each walked key
-// with ready rows before a second of any, so that the lane's claims take rows of
-// as many keys as its places allow (over 2,000 keys of 5 rows with PerPartition
-// 2, a lane that took both places of each key claimed 80 rows a cycle, not 160).
+// gives a key a second place (a third...) only if the key has more ready rows
+// than the places it takes of it would hold (keyPer rows each): a key of a few
+// rows gets one place, so that the lane's claims take rows of as many keys as
+// its places allow (over 2,000 keys of 5 rows with PerPartition 2, a lane that
+// took both places of each key claimed 80 rows a cycle, not 160), and a key with
+// a backlog gets its places in one lane (places of one key spread over lanes
+// made their claims contend for its first rows: 0.83x as fast over 20 keys).
 // A take that got fewer than it asked for before its walk went round every key
 // asks again at once, until the walks of such takes have gone round every key
 // together (goOn). Places given back ride with the lane's next take, after it in
@@ -93,6 +97,7 @@ type keySlots struct {
 	timer       *time.Timer
 	expired     chan struct{} // a token from the timer: the lease is about to end unextended
 	pending     *keyTakeReq   // a take syncKeys left to ride with the claim (Postgres)
+	backLater   []string      // places to give back with the next give-back (a refused one's)
 
 	// The gate of the workers: a keyed job's handler runs only while its key has
 	// fewer handlers running in the lane than places held (caps).
@@ -261,9 +266,25 @@ func (ks *keySlots) written(j *leased) {
 	}
 }
 
+// giveLater keeps the places back and the keys gone of a give-back the database
+// refused (rolled back: the places are still the lane's, under the same lease)
+// for the next give-back, rather than leave the places held until their lease
+// ends: another lane could take none of them meanwhile, and their keys' rows
+// would wait a lease.
+func (ks *keySlots) giveLater(back, gone []string) {
+	ks.backLater = append(ks.backLater, back...)
+	for _, k := range gone {
+		ks.dropLater[k] = true
+	}
+}
+
 // dropDue reports whether a key given back is due for the deletion of its
-// places: the settlements of its rows are written.
+// places (the settlements of its rows are written), or places are to be given
+// back again (giveLater).
 func (ks *keySlots) dropDue() bool {
+	if len(ks.backLater) > 0 {
+		return true
+	}
 	for k := range ks.dropLater {
 		if ks.unwritten[k] == 0 {
 			return true
@@ -320,16 +341,17 @@ type keyCursor struct {
 }
 
 // keyWindow is how many keys a take of k places of PerPartition n walks at most:
-// four times the keys that k places fill, and 16, so that the cost of a take is
-// bounded by the places asked for, not by the keys with ready rows.
-func keyWindow(k, n int) int { return 4*((k+n-1)/n) + 16 }
+// twice keyEnough, and 12, so that the cost of a take is bounded by the places
+// asked for, not by the keys with ready rows.
+func keyWindow(k, n int) int { return 2*keyEnough(k, n) + 12 }
 
 // keyEnough is how many keys with ready rows a take of k places of PerPartition
 // n walks before it stops (within keyWindow): twice the keys that k places
-// fill, and 2, so that a walk over thousands of ready keys reads a few more keys
-// than it takes places of, not the whole window; a take that comes back short
-// asks again at once from where its walk stopped.
-func keyEnough(k, n int) int { return 2*((k+n-1)/n) + 2 }
+// fill, and at least k (keys of a few rows get one place each), and 2, so that a
+// walk over thousands of ready keys reads a few more keys than it takes places
+// of, not the whole window; a take that comes back short asks again at once
+// from where its walk stopped.
+func keyEnough(k, n int) int { return max(2*((k+n-1)/n), k) + 2 }
 
 // keyWalkSQL walks up to w keys of the table in key order after the key cur (a
 // NULL cur: after the key of the first keyed row from the id at fraction f of the
@@ -379,14 +401,22 @@ func (q *Queue[T]) keyWalkCTEs(s *stmt[T], cur *string, f float64, w, enough int
 // under tag and the deadline until) to deadline and, in the same statement, walks
 // up to w keys as keyWalkSQL does (from cur, or from fraction f, stopping after
 // enough ready keys) and takes up to
-// k free places of the walked keys with ready rows at now, a place of each key
-// first, in walk order, then a second place of each, and so on (pick): those that
-// exist it locks, passing over those another take has
+// k free places of the walked keys with ready rows at now, in walk order, the
+// i-th place of a key (from 0) only if the key has more than i times per ready
+// rows (pick): those that exist it locks, passing over those another take has
 // locked (SKIP LOCKED); those that have no row yet it makes taken (and makes no
 // others), inserting them in name order, so that two takes that make the same
 // places never wait for each other in a cycle (in walk order, which starts at
 // each lane's own cursor, they deadlocked: 15 of 40 rounds of four lanes making
-// 40 new keys' places at once). Result rows are (name, kind, n): kind 0 for a
+// 40 new keys' places at once). Each place it takes or makes it first holds an
+// advisory lock on for its transaction (pg_try_advisory_xact_lock, with
+// placeLockKey and the name's hash), passing over a place another take holds
+// one on: a make (INSERT ... ON CONFLICT) waits for another transaction's
+// insert or update of the same name, and a take that updated a free place
+// another was about to make, and made one that other had made, deadlocked with
+// it (40P01; once a take rode with a claim, 12 times in 40 drains over 2,000
+// keys, each stalling both lanes for Postgres's deadlock_timeout). With them no
+// take waits for another. Result rows are (name, kind, n): kind 0 for a
 // place held already, 1 for one taken, 2 for a key walked (name), n-th in the
 // walk, 3 for one walked that has ready rows. One round trip a take, not two,
 // and the keys' readiness is read once. The places are found by their names
@@ -395,9 +425,9 @@ func (q *Queue[T]) keyWalkCTEs(s *stmt[T], cur *string, f float64, w, enough int
 // per take (2.4 of 3.5 ms with 2,000 keys). Whether a candidate place exists is
 // whether its deadline was found (starts is NOT NULL): an EXISTS beside it was
 // planned as a hashed subplan, which reads every place, twice a take.
-func (q *Queue[T]) keyTakeSQL(names []string, cur *string, f float64, w, enough int, tag int64, until, deadline, now time.Time, k, n int) (string, []any) {
+func (q *Queue[T]) keyTakeSQL(names []string, cur *string, f float64, w, enough int, tag int64, until, deadline, now time.Time, k, n, per int) (string, []any) {
 	s := &stmt[T]{q: q}
-	ctes, walked := q.keyTakeCTEs(s, names, cur, f, w, enough, tag, until, deadline, now, k, n)
+	ctes, walked := q.keyTakeCTEs(s, names, cur, f, w, enough, tag, until, deadline, now, k, n, per)
 	return "WITH RECURSIVE " + ctes +
 		" SELECT name, 0, 0 FROM kept UNION ALL SELECT name, 1, 0 FROM got UNION ALL SELECT name, 1, 0 FROM made UNION ALL SELECT v, CASE WHEN rd THEN 3 ELSE 2 END, n FROM " + walked, s.args
 }
@@ -406,27 +436,38 @@ func (q *Queue[T]) keyTakeSQL(names []string, cur *string, f float64, w, enough 
 // RECURSIVE), with their arguments in s: kept, got and made return the names of
 // the places kept and taken (name), and the FROM item walked the keys walked (v),
 // their order (n) and whether each has ready rows (rd).
-func (q *Queue[T]) keyTakeCTEs(s *stmt[T], names []string, cur *string, f float64, w, enough int, tag int64, until, deadline, now time.Time, k, n int) (ctes, walkedFrom string) {
+func (q *Queue[T]) keyTakeCTEs(s *stmt[T], names []string, cur *string, f float64, w, enough int, tag int64, until, deadline, now time.Time, k, n, per int) (ctes, walkedFrom string) {
 	if names == nil {
 		names = []string{} // an empty array, not NULL (which no name is unequal to)
 	}
 	lt := q.limitsTable()
 	ctes, walked := q.keyWalkCTEs(s, cur, f, w, enough, now)
 	namesA, tagA, untilA, dlA := s.arg(names), s.arg(tag), s.arg(until.UnixMicro()), s.arg(deadline.UnixMicro())
-	nowA, kA, nA := s.arg(now.UnixMicro()), s.arg(k), s.arg(n)
+	nowA, kA, nA, perA := s.arg(now.UnixMicro()), s.arg(k), s.arg(n), s.arg(max(per, 1))
+	try := "pg_try_advisory_xact_lock(" + s.arg(q.placeLockKey()) + "::int, hashtext(" // + name + "))"
 	sql := ctes +
-		", ready AS (SELECT walked.v, walked.n AS o FROM " + walked + " WHERE " + kA + "::int > 0 AND walked.rd)" +
-		", cand AS (SELECT 'p ' || i || ' ' || ready.v AS name, ready.o, i FROM ready CROSS JOIN generate_series(0, " + nA + "::int - 1) AS i)" +
+		", ready AS (SELECT walked.v, walked.n AS o, (SELECT count(*) FROM (SELECT 1 FROM " + q.table + " AS r WHERE r." + col(q.c.Partition) + " = walked.v AND " + q.claimable(s.arg(q.ts(now))) +
+		" LIMIT " + perA + "::int * " + nA + "::int) AS x) AS c FROM " + walked + " WHERE " + kA + "::int > 0 AND walked.rd)" +
+		", cand AS (SELECT 'p ' || i || ' ' || ready.v AS name, ready.o, i FROM ready CROSS JOIN generate_series(0, " + nA + "::int - 1) AS i WHERE i = 0 OR i * " + perA + "::int < ready.c)" +
 		", kept AS (UPDATE " + lt + " SET starts = " + dlA + "::bigint WHERE name = ANY(" + namesA + "::text[]) AND window_start = " + tagA + "::bigint AND starts = " + untilA + "::bigint RETURNING name)" +
 		", pick AS (SELECT c.name, c.st IS NOT NULL AS ex FROM (SELECT cand.name, cand.o, cand.i, (SELECT l.starts FROM " + lt + " AS l WHERE l.name = cand.name) AS st FROM cand) AS c" +
 		" WHERE c.name <> ALL(" + namesA + "::text[]) AND (c.st IS NULL OR c.st <= " + nowA + "::bigint)" +
 		" AND NOT EXISTS (SELECT 1 FROM " + lt + " AS f WHERE f.name = 'fence' AND f.starts > " + nowA + "::bigint)" +
-		" ORDER BY c.i, c.o LIMIT " + kA + "::int)" +
+		" ORDER BY c.o, c.i LIMIT " + kA + "::int)" +
 		", got AS (UPDATE " + lt + " SET window_start = " + tagA + "::bigint, starts = " + dlA + "::bigint WHERE name = ANY(ARRAY(SELECT l.name FROM " + lt + " AS l" +
-		" WHERE l.name = ANY(ARRAY(SELECT name FROM pick WHERE ex)) AND l.starts <= " + nowA + "::bigint FOR UPDATE OF l SKIP LOCKED)) RETURNING name)" +
-		", made AS (INSERT INTO " + lt + " (name, window_start, starts) SELECT pick.name, " + tagA + "::bigint, " + dlA + "::bigint FROM pick WHERE NOT pick.ex" +
+		" WHERE l.name = ANY(ARRAY(SELECT name FROM pick WHERE ex AND " + try + "name))))" +
+		" AND l.starts <= " + nowA + "::bigint FOR UPDATE OF l SKIP LOCKED)) RETURNING name)" +
+		", made AS (INSERT INTO " + lt + " (name, window_start, starts) SELECT pick.name, " + tagA + "::bigint, " + dlA + "::bigint FROM pick WHERE NOT pick.ex AND " + try + "pick.name))" +
 		" ORDER BY pick.name ON CONFLICT (name) DO NOTHING RETURNING name)"
 	return sql, walked
+}
+
+// placeLockKey is the first key of the advisory locks a take holds, with the
+// hash of a place's name, on the places it takes or makes (keyTakeSQL).
+func (q *Queue[T]) placeLockKey() int32 {
+	h := fnv.New32a()
+	h.Write([]byte(q.name + " places"))
+	return int32(h.Sum32())
 }
 
 // keyDropSQL deletes, at now, the places of every key that has no unfinished row
@@ -513,7 +554,8 @@ func (s *Subscription[T]) syncKeys(l *lane, claiming, ride bool, inflight map[in
 	if l.slots != nil {
 		need = min(need, len(l.slots.names))
 	}
-	var back, gone []string
+	back, gone := ks.backLater, []string(nil)
+	ks.backLater = nil
 	for k := range ks.dropLater {
 		if len(ks.held[k]) > 0 {
 			delete(ks.dropLater, k) // taken again
@@ -575,7 +617,11 @@ func (s *Subscription[T]) syncKeys(l *lane, claiming, ride bool, inflight map[in
 	if k == 0 && (held == 0 || now.Before(ks.extendAt)) {
 		if len(back) > 0 || len(gone) > 0 {
 			if err := s.q.giveBackPlaces(s.ctx, back, ks.tag, ks.until, gone, trunc(now), n); err != nil {
-				s.q.log.Warn("inbox: giving back places of Limits.PerPartition failed; they come free when their lease ends", "table", s.q.name, "err", err)
+				if isPgError(err) && !permanent(err) {
+					ks.giveLater(back, gone) // rolled back (a deadlock, say): given back with the next
+				} else {
+					s.q.log.Warn("inbox: giving back places of Limits.PerPartition failed; they come free when their lease ends", "table", s.q.name, "err", err)
+				}
 			}
 		}
 		return
@@ -583,8 +629,9 @@ func (s *Subscription[T]) syncKeys(l *lane, claiming, ride bool, inflight map[in
 	deadline := trunc(now.Add(s.o.Lease))
 	names := ks.names()
 	prev := ks.cursor
+	per := s.keyPerOf(l, held+k) // rows a place holds once the take got all it asks for
 	if ride && k > 0 && s.q.dialect == Postgres {
-		t := &keyTakeReq{names: names, back: back, gone: gone, tag: ks.tag, until: ks.until, deadline: deadline, now: trunc(now), k: k, n: n, prev: prev, f: rand.Float64()}
+		t := &keyTakeReq{names: names, back: back, gone: gone, tag: ks.tag, until: ks.until, deadline: deadline, now: trunc(now), k: k, n: n, per: per, prev: prev, f: rand.Float64()}
 		t.w, t.enough = keyWindow(k, n), keyEnough(k, n)
 		if ks.cursor.set {
 			t.cur = &ks.cursor.key
@@ -592,21 +639,25 @@ func (s *Subscription[T]) syncKeys(l *lane, claiming, ride bool, inflight map[in
 		ks.pending = t
 		return
 	}
-	kept, got, more, refused, err := s.q.keyTake(s.ctx, &ks.cursor, names, back, gone, ks.tag, ks.until, deadline, trunc(now), k, n)
-	s.keysTaken(ks, now, deadline, prev, k, len(back) > 0, kept, got, more, refused, err)
+	kept, got, more, refused, err := s.q.keyTake(s.ctx, &ks.cursor, names, back, gone, ks.tag, ks.until, deadline, trunc(now), k, n, per)
+	s.keysTaken(ks, now, deadline, prev, k, back, gone, kept, got, more, refused, err)
 }
 
 // keysTaken brings the lane's places up to date after a take of k places
 // (keyTake, or one that rode with a claim: took) at now: kept and got on
 // success, else err (refused: the database refused it, and nothing changed).
-// back reports whether places were to be given back with it.
-func (s *Subscription[T]) keysTaken(ks *keySlots, now, deadline time.Time, prev keyCursor, k int, back bool, kept, got []string, more, refused bool, err error) {
+// back are the places given back with it, gone the keys whose places it was
+// to delete: after a take refused for a passing cause (a deadlock, say) they
+// are given back (deleted) with the next.
+func (s *Subscription[T]) keysTaken(ks *keySlots, now, deadline time.Time, prev keyCursor, k int, back, gone []string, kept, got []string, more, refused bool, err error) {
 	if err != nil {
 		s.q.health.noteErr(err)
 		if s.ctx.Err() != nil {
 			return
 		}
-		if back {
+		if refused && !permanent(err) {
+			ks.giveLater(back, gone)
+		} else if len(back) > 0 {
 			s.q.log.Warn("inbox: giving back places of Limits.PerPartition failed; they come free when their lease ends", "table", s.q.name, "err", err)
 		}
 		if refused {
@@ -812,15 +863,15 @@ func placeKeySQLite(name string) string {
 
 // sqliteKeyTakeSQL is keyTakeSQL on SQLite, which has no writes in a WITH: the
 // extension of the places held (kept, as sqliteSlotSQL's), then the take of up
-// to k free places of the keys cand with ready rows, a place of each key first,
-// then a second place of each, and so on (got), run in one write transaction.
-// The take makes the places it takes that have no row yet (an upsert), and no
-// others: a place exists while it is held, or until the sweep finds its key
-// idle. It reads the places in that order (a CROSS JOIN keeps the place number
-// the outer loop, json_each in cand's order the inner) and stops at the k-th
-// place, rather than sorting every place of the walked keys. Its LIMIT is a literal (see
+// to k free places of the keys cand with ready rows, in cand's order, the i-th
+// place of a key only if the key has more than i times per ready rows (got),
+// run in one write transaction. The take makes the places it takes that have no
+// row yet (an upsert), and no others: a place exists while it is held, or until
+// the sweep finds its key idle. It reads the keys in cand's order (a CROSS JOIN
+// keeps json_each the outer loop) and stops at the k-th place, rather than
+// sorting every place of the walked keys. Its LIMIT is a literal (see
 // sqliteKeyedClaimSQL). Both return the names.
-func (q *Queue[T]) sqliteKeyTakeSQL(names, cand []string, tag int64, until, deadline, now time.Time, k, n int) (kept string, keptArgs []any, got string, gotArgs []any) {
+func (q *Queue[T]) sqliteKeyTakeSQL(names, cand []string, tag int64, until, deadline, now time.Time, k, n, per int) (kept string, keptArgs []any, got string, gotArgs []any) {
 	lt := q.limitsTable()
 	pk := col(q.c.Partition)
 	held := jsonNames(names)
@@ -828,11 +879,12 @@ func (q *Queue[T]) sqliteKeyTakeSQL(names, cand []string, tag int64, until, dead
 	kept = "UPDATE " + lt + " SET starts = ?1 WHERE name IN (SELECT value FROM json_each(?2)) AND window_start = ?3 AND starts = ?4 RETURNING name"
 	place := "'p ' || i.i || ' ' || c.value"
 	got = "WITH RECURSIVE i(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM i WHERE i + 1 < ?7)" +
-		" INSERT INTO " + lt + " AS l (name, window_start, starts) SELECT " + place + ", ?1, ?2 FROM i CROSS JOIN json_each(?6) AS c" +
+		" INSERT INTO " + lt + " AS l (name, window_start, starts) SELECT " + place + ", ?1, ?2 FROM json_each(?6) AS c CROSS JOIN i" +
 		" WHERE " + place + " NOT IN (SELECT value FROM json_each(?4))" +
 		" AND NOT EXISTS (SELECT 1 FROM " + lt + " AS h WHERE h.name = " + place + " AND h.starts > ?3)" +
 		" AND NOT EXISTS (SELECT 1 FROM " + lt + " AS f WHERE f.name = 'fence' AND f.starts > ?3)" +
 		" AND EXISTS (SELECT 1 FROM " + q.table + " AS r WHERE r." + pk + " = c.value AND " + q.claimable("?5") + ")" +
+		" AND (i.i = 0 OR i.i * " + strconv.Itoa(max(per, 1)) + " < (SELECT count(*) FROM (SELECT 1 FROM " + q.table + " AS r WHERE r." + pk + " = c.value AND " + q.claimable("?5") + " LIMIT " + strconv.Itoa(max(per, 1)*n) + ")))" +
 		" LIMIT " + strconv.Itoa(k) + " ON CONFLICT (name) DO UPDATE SET window_start = excluded.window_start, starts = excluded.starts WHERE l.starts <= ?3" +
 		" RETURNING name"
 	return kept, []any{deadline.UnixMicro(), held, tag, until.UnixMicro()},
@@ -846,7 +898,8 @@ func (q *Queue[T]) sqliteKeyTakeSQL(names, cand []string, tag int64, until, dead
 // key walked; more reports that the walk stopped before it went round every key
 // (at its window, or after enough keys with ready rows: keyEnough) (a take that
 // got fewer than k may find more at once). refused reports an error after which
-// nothing changed.
+// nothing changed. per is how many rows a place will hold (keyPer): a key gets
+// its i-th place only if it has more than i times per ready rows.
 //
 // The places back, no more in names, are given back after the take, as
 // giveBackPlaces does with the keys gone, in the same transaction (SQLite) or
@@ -854,7 +907,7 @@ func (q *Queue[T]) sqliteKeyTakeSQL(names, cand []string, tag int64, until, dead
 // gives back their places and takes others with one commit, not two. After, not
 // before: on Postgres the places freed are locked until the transaction ends,
 // and other lanes' takes would pass them over for as long as the take ran.
-func (q *Queue[T]) keyTake(ctx context.Context, cur *keyCursor, names, back, gone []string, tag int64, until, deadline, now time.Time, k, n int) (kept, got []string, more, refused bool, err error) {
+func (q *Queue[T]) keyTake(ctx context.Context, cur *keyCursor, names, back, gone []string, tag int64, until, deadline, now time.Time, k, n, per int) (kept, got []string, more, refused bool, err error) {
 	var walked []string
 	w, enough, ready := 0, 0, 0
 	var c *string
@@ -890,7 +943,7 @@ func (q *Queue[T]) keyTake(ctx context.Context, cur *keyCursor, names, back, gon
 				return nil, nil, false, true, err
 			}
 		}
-		ks, ka, gs, ga := q.sqliteKeyTakeSQL(names, cand, tag, until, deadline, now, k, n)
+		ks, ka, gs, ga := q.sqliteKeyTakeSQL(names, cand, tag, until, deadline, now, k, n, per)
 		err = q.sqliteTx(ctx, func(db querier) error {
 			r, err := db.query(ctx, ks, ka...)
 			if err != nil {
@@ -911,7 +964,7 @@ func (q *Queue[T]) keyTake(ctx context.Context, cur *keyCursor, names, back, gon
 		})
 		refused = true // a transaction that failed was rolled back
 	} else {
-		sql, args := q.keyTakeSQL(names, c, rand.Float64(), w, enough, tag, until, deadline, now, k, n)
+		sql, args := q.keyTakeSQL(names, c, rand.Float64(), w, enough, tag, until, deadline, now, k, n, per)
 		err = func() (err error) {
 			var r pgx.Rows
 			var br pgx.BatchResults
@@ -980,8 +1033,8 @@ func (s *Subscription[T]) takeAlone(l *lane) {
 	ks := l.keys
 	t := ks.pending
 	ks.pending = nil
-	kept, got, more, refused, err := s.q.keyTake(s.ctx, &ks.cursor, t.names, t.back, t.gone, t.tag, t.until, t.deadline, t.now, t.k, t.n)
-	s.keysTaken(ks, t.now, t.deadline, t.prev, t.k, len(t.back) > 0, kept, got, more, refused, err)
+	kept, got, more, refused, err := s.q.keyTake(s.ctx, &ks.cursor, t.names, t.back, t.gone, t.tag, t.until, t.deadline, t.now, t.k, t.n, t.per)
+	s.keysTaken(ks, t.now, t.deadline, t.prev, t.k, t.back, t.gone, kept, got, more, refused, err)
 }
 
 // keyTakeReq is a take of places that rides with a claim (syncKeys, keyedWant,
@@ -1026,7 +1079,7 @@ func (s *Subscription[T]) took(l *lane, t *keyTakeReq, err error) {
 	ks := l.keys
 	now := t.now
 	if err != nil {
-		s.keysTaken(ks, now, t.deadline, t.prev, t.k, len(t.back) > 0, nil, nil, false, isPgError(err), err)
+		s.keysTaken(ks, now, t.deadline, t.prev, t.k, t.back, t.gone, nil, nil, false, isPgError(err), err)
 		return
 	}
 	idx := make([]int, len(t.walked))
@@ -1039,7 +1092,7 @@ func (s *Subscription[T]) took(l *lane, t *keyTakeReq, err error) {
 		walked[i] = t.walked[j]
 	}
 	more := ks.cursor.walkedTo(walked, t.ready, t.got, t.k, t.w, t.enough)
-	s.keysTaken(ks, now, t.deadline, t.prev, t.k, len(t.back) > 0, t.kept, t.got, more, false, nil)
+	s.keysTaken(ks, now, t.deadline, t.prev, t.k, t.back, t.gone, t.kept, t.got, more, false, nil)
 	// The claim took up to per rows a place less the lane's rows of each key
 	// held now (the statement's arithmetic, again).
 	inf := make(map[string]int, len(t.infKeys))

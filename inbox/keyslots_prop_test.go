@@ -192,10 +192,12 @@ func placesModel(rt *rapid.T, q *Queue[struct{}]) {
 		}
 	}
 
-	// take runs a lane's take of up to k more places (k 0: an extension), giving
+	// take runs a lane's take of up to k more places (k 0: an extension), per
+	// rows a place (a second place of a key only for a key with more ready rows
+	// than one fills), giving
 	// back after it the last m places it holds (the keys of which it holds no
 	// other gone, their places deleted if idle), and checks it against the model.
-	take := func(l *propLane, k, m int) {
+	take := func(l *propLane, k, m, per int) {
 		deadline := now + lease
 		back := slices.Clone(l.held[len(l.held)-m:])
 		l.held = slices.Clone(l.held[:len(l.held)-m])
@@ -206,7 +208,7 @@ func placesModel(rt *rapid.T, q *Queue[struct{}]) {
 			}
 		}
 		until := l.until
-		kept, got, _, _, err := q.keyTake(ctx, &l.cursor, l.held, back, gone, l.tag, at(until), at(deadline), at(now), k, n)
+		kept, got, _, _, err := q.keyTake(ctx, &l.cursor, l.held, back, gone, l.tag, at(until), at(deadline), at(now), k, n, per)
 		if err != nil {
 			rt.Fatal(err)
 		}
@@ -240,7 +242,8 @@ func placesModel(rt *rapid.T, q *Queue[struct{}]) {
 			}
 		}
 		// Free places of ready keys, also those that have no row, which the take
-		// makes as it takes them (and makes no others).
+		// makes as it takes them (and makes no others): the I-th place of a key
+		// (from 0) if the key has more than I times per ready rows.
 		ready := places
 		if k > 0 {
 			ready = maps.Clone(places)
@@ -248,7 +251,9 @@ func placesModel(rt *rapid.T, q *Queue[struct{}]) {
 		}
 		var free []string
 		for name, p := range ready {
-			if p.until <= now && rows[placeKey(name)] > 0 && !slices.Contains(l.held, name) {
+			var i int
+			_, _ = fmt.Sscanf(name, "p %d ", &i)
+			if p.until <= now && rows[placeKey(name)] > i*per && !slices.Contains(l.held, name) {
 				free = append(free, name)
 			}
 		}
@@ -288,7 +293,7 @@ func placesModel(rt *rapid.T, q *Queue[struct{}]) {
 	rt.Repeat(map[string]func(*rapid.T){
 		"take": func(rt *rapid.T) {
 			l := rapid.SampledFrom(lanes).Draw(rt, "lane")
-			take(l, rapid.IntRange(0, 4).Draw(rt, "k"), 0)
+			take(l, rapid.IntRange(0, 4).Draw(rt, "k"), 0, rapid.IntRange(1, 3).Draw(rt, "per"))
 			check("take")
 		},
 		"give back and take": func(rt *rapid.T) {
@@ -296,7 +301,7 @@ func placesModel(rt *rapid.T, q *Queue[struct{}]) {
 			if len(l.held) == 0 {
 				rt.Skip("holds none")
 			}
-			take(l, rapid.IntRange(0, 4).Draw(rt, "k"), rapid.IntRange(1, len(l.held)).Draw(rt, "places"))
+			take(l, rapid.IntRange(0, 4).Draw(rt, "k"), rapid.IntRange(1, len(l.held)).Draw(rt, "places"), rapid.IntRange(1, 3).Draw(rt, "per"))
 			check("give back and take")
 		},
 		"give back": func(rt *rapid.T) {
@@ -362,16 +367,18 @@ func placesModel(rt *rapid.T, q *Queue[struct{}]) {
 	})
 
 	// No place leaked: once every lease has ended, a fresh lane with every key
-	// ready takes every place.
+	// ready, with rows for every place, takes every place.
 	for _, k := range keys {
-		if _, err := q.Publish(ctx, struct{}{}, &PublishOpts{Partition: k}); err != nil {
-			rt.Fatal(err)
+		for range n {
+			if _, err := q.Publish(ctx, struct{}{}, &PublishOpts{Partition: k}); err != nil {
+				rt.Fatal(err)
+			}
+			rows[k]++
 		}
-		rows[k]++
 	}
 	now += lease + 1
 	fresh := &propLane{tag: nextTag}
-	take(fresh, len(keys)*n, 0)
+	take(fresh, len(keys)*n, 0, 1)
 	check("the last take")
 	if len(fresh.held) != len(keys)*n {
 		rt.Fatalf("a fresh lane took %d places of %d keys with %d each: %v", len(fresh.held), len(keys), n, fresh.held)

@@ -73,7 +73,7 @@ func TestPlacesConcurrentFirstTakes(t *testing.T) {
 				defer wg.Done()
 				cur := keyCursor{key: keys[(l*len(keys)/lanes+round*7)%len(keys)], set: true}
 				<-start
-				_, got, _, _, err := q.keyTake(ctx, &cur, nil, nil, nil, int64(l+1), time.Time{}, now.Add(time.Minute), now, k, n)
+				_, got, _, _, err := q.keyTake(ctx, &cur, nil, nil, nil, int64(l+1), time.Time{}, now.Add(time.Minute), now, k, n, 1)
 				mu.Lock()
 				defer mu.Unlock()
 				if err != nil {
@@ -135,7 +135,7 @@ func TestPlacesHammer(t *testing.T) {
 				switch rand.IntN(6) {
 				case 0, 1, 2:
 					dl := now.Add(lease)
-					kept, got, _, _, err := q.keyTake(ctx, &cur, held, back, gone, tag, until, dl, now, rand.IntN(4), n)
+					kept, got, _, _, err := q.keyTake(ctx, &cur, held, back, gone, tag, until, dl, now, rand.IntN(4), n, 1)
 					mu.Lock()
 					if err != nil {
 						errs["take "+pgCode(err)]++
@@ -236,7 +236,7 @@ func TestPlacesTakeInWalkOrder(t *testing.T) {
 			t.Fatal(err)
 		}
 		cur := keyCursor{key: "", set: true} // the walk starts at k0000
-		_, got, _, _, err := q.keyTake(ctx, &cur, nil, nil, nil, 7, time.Time{}, now.Add(time.Minute), now, 1, 1)
+		_, got, _, _, err := q.keyTake(ctx, &cur, nil, nil, nil, 7, time.Time{}, now.Add(time.Minute), now, 1, 1, 1)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -271,7 +271,7 @@ func TestPlacesShortTakesBackOff(t *testing.T) {
 				}
 				tag, held, until = 2, nil, time.Time{}
 			} else {
-				kept, got, _, _, err := q.keyTake(ctx, &cur, nil, nil, nil, tag, time.Time{}, dl, now, 7, 1)
+				kept, got, _, _, err := q.keyTake(ctx, &cur, nil, nil, nil, tag, time.Time{}, dl, now, 7, 1, 1)
 				if err != nil || len(kept)+len(got) != 7 {
 					t.Fatalf("the first take got %v %v, %v: want the 7 keys' places", kept, got, err)
 				}
@@ -285,7 +285,7 @@ func TestPlacesShortTakesBackOff(t *testing.T) {
 				}
 				prev := cur
 				ks.cursor = cur
-				kept, got, more, _, err := q.keyTake(ctx, &cur, held, nil, nil, tag, until, dl, now, 1, 1)
+				kept, got, more, _, err := q.keyTake(ctx, &cur, held, nil, nil, tag, until, dl, now, 1, 1, 1)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -316,7 +316,7 @@ func TestPlacesTakeRidesWithClaim(t *testing.T) {
 	until := now.Add(time.Minute)
 	const tag, n, per = 1, 1, 3
 	cur := keyCursor{key: "k0005", set: true} // the walk starts at k0000
-	kept, got, _, _, err := q.keyTake(ctx, &cur, nil, nil, nil, tag, time.Time{}, until, now, 2, n)
+	kept, got, _, _, err := q.keyTake(ctx, &cur, nil, nil, nil, tag, time.Time{}, until, now, 2, n, 1)
 	if err != nil || len(kept) != 0 || !slices.Equal(got, []string{"p 0 k0000", "p 0 k0001"}) {
 		t.Fatalf("first take: kept %v got %v err %v", kept, got, err)
 	}
@@ -370,38 +370,39 @@ func TestPlacesTakeRidesWithClaim(t *testing.T) {
 	}
 }
 
-// A take spreads its places over the keys: with PerPartition 2 a take of 3
-// places gets a place of each of the first 3 ready keys in walk order, not both
-// places of the first key and one of the second, so that the lane's claim takes
-// rows of 3 keys. On both databases.
+// A take spreads its places over the keys that have few ready rows: with
+// PerPartition 2, a take of 3 places gets a place of each of the first 3 ready
+// keys in walk order when each key's ready rows fill one place (3 rows, 3 a
+// place), not both places of the first key and one of the second, so that the
+// lane's claim takes rows of 3 keys; when they fill more (1 row a place), both
+// places of the first key and one of the second. On both databases.
 func TestPlacesTakeSpreadsOverKeys(t *testing.T) {
 	for _, db := range []string{"sqlite", "postgres"} {
 		t.Run(db, func(t *testing.T) {
-			var q *Queue[struct{}]
-			if db == "sqlite" {
-				q = propSQLite(t)
-			} else {
-				q = placesPG(t)
-			}
-			placesFill(t, q, 5, 3)
-			now := trunc(time.Now())
-			cur := keyCursor{key: "k0004", set: true} // the walk starts at k0000
-			_, got, _, _, err := q.keyTake(context.Background(), &cur, nil, nil, nil, 1, time.Time{}, now.Add(time.Minute), now, 3, 2)
-			if err != nil {
-				t.Fatal(err)
-			}
-			slices.Sort(got)
-			if want := []string{"p 0 k0000", "p 0 k0001", "p 0 k0002"}; !slices.Equal(got, want) {
-				t.Fatalf("got %v, want %v", got, want)
-			}
-			// The next take goes on from k0002: a place of each of k0003 and k0004,
-			// then the second places from k0000 on.
-			_, got, _, _, err = q.keyTake(context.Background(), &cur, []string{"p 0 k0000", "p 0 k0001", "p 0 k0002"}, nil, nil, 1, now.Add(time.Minute), now.Add(2*time.Minute), now, 3, 2)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if len(got) != 3 || !slices.Contains(got, "p 0 k0003") || !slices.Contains(got, "p 0 k0004") {
-				t.Fatalf("second take got %v, want the places of k0003 and k0004 among them", got)
+			for _, c := range []struct {
+				per  int
+				want []string
+			}{
+				{3, []string{"p 0 k0000", "p 0 k0001", "p 0 k0002"}},
+				{1, []string{"p 0 k0000", "p 0 k0001", "p 1 k0000"}},
+			} {
+				var q *Queue[struct{}]
+				if db == "sqlite" {
+					q = propSQLite(t)
+				} else {
+					q = placesPG(t)
+				}
+				placesFill(t, q, 5, 3)
+				now := trunc(time.Now())
+				cur := keyCursor{key: "k0004", set: true} // the walk starts at k0000
+				_, got, _, _, err := q.keyTake(context.Background(), &cur, nil, nil, nil, 1, time.Time{}, now.Add(time.Minute), now, 3, 2, c.per)
+				if err != nil {
+					t.Fatal(err)
+				}
+				slices.Sort(got)
+				if !slices.Equal(got, c.want) {
+					t.Fatalf("%d rows a place: got %v, want %v", c.per, got, c.want)
+				}
 			}
 		})
 	}

@@ -163,11 +163,16 @@ func TestPerPartitionWithTextAndJSONPayloads(t *testing.T) {
 		for i, typ := range types {
 			t.Run(typ, func(t *testing.T) {
 				table := b.table + "_" + strconv.Itoa(i)
+				drop := func() {
+					b.exec(t, `DROP TABLE IF EXISTS "`+table+`"`)
+					b.exec(t, `DROP TABLE IF EXISTS "`+table+`_limits"`)
+				}
+				drop() // left by a run that was cut short
+				t.Cleanup(drop)
 				q := newQueue(t, b, inbox.Config[msg]{Table: table, Columns: inbox.GroupColumns()})
 				if err := q.CreateTable(t.Context()); err != nil {
 					t.Fatal(err)
 				}
-				t.Cleanup(func() { b.exec(t, `DROP TABLE IF EXISTS "`+table+`_limits"`) })
 				if b.dialect == inbox.Postgres {
 					b.exec(t, `ALTER TABLE "`+table+`" ALTER COLUMN payload TYPE `+typ+` USING convert_from(payload, 'UTF8')::`+typ)
 				} else {

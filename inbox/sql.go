@@ -328,7 +328,7 @@ func (q *Queue[T]) pgAckClaimSQL(l Limits, ids []int64, fences []time.Time, dead
 	var walked string
 	if take != nil {
 		var ctes string
-		ctes, walked = q.keyTakeCTEs(s, take.names, take.cur, take.f, take.w, take.enough, take.tag, take.until, take.deadline, take.now, take.k, take.n)
+		ctes, walked = q.keyTakeCTEs(s, take.names, take.cur, take.f, take.w, take.enough, take.tag, take.until, take.deadline, take.now, take.k, take.n, take.per)
 		sql = "WITH RECURSIVE " + ctes + ", acked AS (" + ack + ")"
 	}
 	if limit > 0 {

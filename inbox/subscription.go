@@ -509,11 +509,11 @@ func (s *Subscription[T]) check(ctx context.Context) error {
 				return fmt.Errorf("inbox: %s: make the table of Limits: %w", q.name, err)
 			}
 			if q.dialect == SQLite {
-				kept, ka, got, ga := q.sqliteKeyTakeSQL(nil, nil, 0, now, now, now, 1, 1)
+				kept, ka, got, ga := q.sqliteKeyTakeSQL(nil, nil, 0, now, now, now, 1, 1, 1)
 				add(kept, ka)
 				add(got, ga)
 			} else {
-				add(q.keyTakeSQL(nil, nil, 0.5, 1, 1, 0, now, now, now, 1, 1))
+				add(q.keyTakeSQL(nil, nil, 0.5, 1, 1, 0, now, now, now, 1, 1, 1))
 			}
 			add(q.keyWalkSQL(nil, 0.5, 1, 1, now))
 			add(q.keyDropSQL(now, 1))
