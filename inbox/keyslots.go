@@ -41,7 +41,7 @@ import (
 // rows gets one place, so that the lane's claims take rows of as many keys as
 // its places allow (over 2,000 keys of 5 rows with PerPartition 2, a lane that
 // took both places of each key claimed 80 rows a cycle, not 160), and a key with
-// a backlog gets its places in one lane (places of one key spread over lanes
+// a backlog tends to get its places in one lane (places of one key spread over lanes
 // made their claims contend for its first rows: 0.83x as fast over 20 keys).
 // A take that got fewer than it asked for before its walk went round every key
 // asks again at once, until the walks of such takes have gone round every key
@@ -98,6 +98,8 @@ type keySlots struct {
 	expired     chan struct{} // a token from the timer: the lease is about to end unextended
 	pending     *keyTakeReq   // a take syncKeys left to ride with the claim (Postgres)
 	backLater   []string      // places to give back with the next give-back (a refused one's)
+	giveAt      time.Time     // backLater is due (giveLater)
+	giveFails   int           // refused give-backs in a row
 
 	// The gate of the workers: a keyed job's handler runs only while its key has
 	// fewer handlers running in the lane than places held (caps).
@@ -270,19 +272,30 @@ func (ks *keySlots) written(j *leased) {
 // refused (rolled back: the places are still the lane's, under the same lease)
 // for the next give-back, rather than leave the places held until their lease
 // ends: another lane could take none of them meanwhile, and their keys' rows
-// would wait a lease.
-func (ks *keySlots) giveLater(back, gone []string) {
+// would wait a lease. The next is due after slotRetry, doubling, and after
+// giveTries refusals in a row (or once the lease has ended) the places are let
+// go: they come free when their lease ends. It reports whether it kept them.
+func (ks *keySlots) giveLater(back, gone []string, now time.Time) bool {
+	if ks.giveFails++; ks.giveFails > giveTries || !now.Before(ks.until) {
+		ks.giveFails = 0
+		return false
+	}
 	ks.backLater = append(ks.backLater, back...)
 	for _, k := range gone {
 		ks.dropLater[k] = true
 	}
+	ks.giveAt = now.Add(slotRetry << ks.giveFails)
+	return true
 }
+
+// giveTries is how many refused give-backs in a row giveLater tries again.
+const giveTries = 4
 
 // dropDue reports whether a key given back is due for the deletion of its
 // places (the settlements of its rows are written), or places are to be given
 // back again (giveLater).
 func (ks *keySlots) dropDue() bool {
-	if len(ks.backLater) > 0 {
+	if len(ks.backLater) > 0 && !time.Now().Before(ks.giveAt) {
 		return true
 	}
 	for k := range ks.dropLater {
@@ -416,7 +429,9 @@ func (q *Queue[T]) keyWalkCTEs(s *stmt[T], cur *string, f float64, w, enough int
 // another was about to make, and made one that other had made, deadlocked with
 // it (40P01; once a take rode with a claim, 12 times in 40 drains over 2,000
 // keys, each stalling both lanes for Postgres's deadlock_timeout). With them no
-// take waits for another. Result rows are (name, kind, n): kind 0 for a
+// take waits for another's makes or takes; one may still wait for a lane
+// extending or giving back a place it holds (none seen in 40 drains), and what
+// a deadlock refuses is given back again (keySlots.giveLater). Result rows are (name, kind, n): kind 0 for a
 // place held already, 1 for one taken, 2 for a key walked (name), n-th in the
 // walk, 3 for one walked that has ready rows. One round trip a take, not two,
 // and the keys' readiness is read once. The places are found by their names
@@ -527,7 +542,8 @@ func (q *Queue[T]) keyDropKeysSQL(keys []string, now time.Time, n int) (string, 
 // places of keys its last claim found dry (deleting the rows of keys gone idle),
 // and asks for more, extending the lease of those it holds in the same statement,
 // while it claims (claiming) and holds fewer places than it has workers, or when
-// the lease is due for extension. Failures are logged and tried again later; the
+// the lease is due for extension. Failures are logged and tried again later
+// (places a refused give-back held, with the next: giveLater); the
 // expiry timer stops the keyed handlers if the lease cannot be extended in time.
 // Rows of inflight whose key it holds no place of any more are released
 // (releaseUnplaced).
@@ -617,11 +633,14 @@ func (s *Subscription[T]) syncKeys(l *lane, claiming, ride bool, inflight map[in
 	if k == 0 && (held == 0 || now.Before(ks.extendAt)) {
 		if len(back) > 0 || len(gone) > 0 {
 			if err := s.q.giveBackPlaces(s.ctx, back, ks.tag, ks.until, gone, trunc(now), n); err != nil {
-				if isPgError(err) && !permanent(err) {
-					ks.giveLater(back, gone) // rolled back (a deadlock, say): given back with the next
-				} else {
+				s.q.health.noteErr(err)
+				// Rolled back for a passing cause (a deadlock, say): given back with
+				// the next.
+				if !isPgError(err) || permanent(err) || !ks.giveLater(back, gone, now) {
 					s.q.log.Warn("inbox: giving back places of Limits.PerPartition failed; they come free when their lease ends", "table", s.q.name, "err", err)
 				}
+			} else {
+				ks.giveFails = 0
 			}
 		}
 		return
@@ -655,10 +674,10 @@ func (s *Subscription[T]) keysTaken(ks *keySlots, now, deadline time.Time, prev 
 		if s.ctx.Err() != nil {
 			return
 		}
-		if refused && !permanent(err) {
-			ks.giveLater(back, gone)
-		} else if len(back) > 0 {
-			s.q.log.Warn("inbox: giving back places of Limits.PerPartition failed; they come free when their lease ends", "table", s.q.name, "err", err)
+		if len(back) > 0 || len(gone) > 0 {
+			if (!refused || permanent(err) || !ks.giveLater(back, gone, now)) && len(back) > 0 {
+				s.q.log.Warn("inbox: giving back places of Limits.PerPartition failed; they come free when their lease ends", "table", s.q.name, "err", err)
+			}
 		}
 		if refused {
 			if s.backOffRefused(err, now, &ks.backoff, &ks.extendAt, &ks.retryAt) {
@@ -675,6 +694,7 @@ func (s *Subscription[T]) keysTaken(ks *keySlots, now, deadline time.Time, prev 
 		return
 	}
 	clear(ks.held)
+	ks.giveFails = 0
 	for _, name := range append(kept, got...) {
 		key := placeKey(name)
 		ks.held[key] = append(ks.held[key], name)
@@ -760,6 +780,9 @@ func (ks *keySlots) keyWait(now time.Time, next time.Duration, claiming bool, wo
 	}
 	if claiming && ks.count() < workers {
 		next = min(next, max(ks.retryAt.Sub(now), time.Millisecond))
+	}
+	if len(ks.backLater) > 0 {
+		next = min(next, max(ks.giveAt.Sub(now), time.Millisecond))
 	}
 	return next
 }

@@ -407,3 +407,33 @@ func TestPlacesTakeSpreadsOverKeys(t *testing.T) {
 		})
 	}
 }
+
+// A give-back the database refused for a passing cause is given back with the
+// next, after a back-off, and let go (left to its lease) after giveTries
+// refusals in a row or once its lease has ended.
+func TestPlacesGiveLater(t *testing.T) {
+	now := time.Now().Add(-time.Hour) // every back-off below is over
+	ks := newKeySlots(new(atomic.Int64))
+	ks.until = now.Add(2 * time.Hour)
+	for i := range giveTries {
+		if !ks.giveLater([]string{"p 0 a"}, []string{"a"}, now) {
+			t.Fatalf("refusal %d: let go, want kept for the next give-back", i+1)
+		}
+		if !ks.dropDue() || !ks.dropLater["a"] {
+			t.Fatalf("refusal %d: the next give-back is not due (backLater %v, dropLater %v)", i+1, ks.backLater, ks.dropLater)
+		}
+		ks.backLater = nil // taken by the next give-back, refused again
+	}
+	if ks.giveLater([]string{"p 0 a"}, nil, now) {
+		t.Fatalf("refusal %d kept: want let go after %d", giveTries+1, giveTries)
+	}
+	ks.giveFails = 0
+	if ks.giveLater([]string{"p 0 a"}, nil, ks.until) {
+		t.Fatal("kept after the lease ended")
+	}
+	ks.giveFails = 0
+	clear(ks.dropLater)
+	if !ks.giveLater([]string{"p 0 b"}, nil, time.Now()) || ks.dropDue() && time.Now().Before(ks.giveAt) {
+		t.Fatal("due before its back-off")
+	}
+}

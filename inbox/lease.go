@@ -543,7 +543,18 @@ func (s *Subscription[T]) leaseLoop(l *lane) {
 		}
 		s.dispatch(l, fresh)
 		if l.keys != nil && want > 0 {
-			l.keys.claimed(l.kc.keys, l.kc.ns, got, len(got) >= want)
+			// Full: the claim took all it asked for, or all its keys' numbers
+			// allowed (a take that rode with it and came back short asked for
+			// more than its places hold).
+			full := len(got) >= want
+			if rode {
+				total := 0
+				for _, n := range l.kc.ns {
+					total += n
+				}
+				full = full || (!l.kc.keyless && len(got) >= total)
+			}
+			l.keys.claimed(l.kc.keys, l.kc.ns, got, full)
 			if l.kc.keyless {
 				found := false
 				for _, j := range got {
@@ -1199,8 +1210,9 @@ func (s *Subscription[T]) keyedWant(l *lane, want int) int {
 }
 
 // keysIdle reports whether a lane with PerPartition places has nothing to claim
-// (no free place, no look for rows without a key due), nothing to delete (no
-// key given back whose places are due for deletion: dropDue; on Postgres the
+// (no free place, no look for rows without a key due), nothing to give back or
+// delete (no places a refused give-back held due again, no key given back
+// whose places are due for deletion: dropDue; on Postgres the
 // settlements it waited for are written beside the loop, which wakes for them)
 // and nothing to ask for (as many places as workers, or its last ask too
 // recent).
