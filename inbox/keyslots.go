@@ -330,6 +330,29 @@ func (ks *keySlots) goOn(prev keyCursor, more, short bool) bool {
 	return true
 }
 
+// nextTake sets when the lane may take again after a take of k places that got
+// got, whose walk began after prev and stopped before it went round every key
+// (more): at once while goOn says so, else after a back-off (doubling from
+// slotRetry up to poll) if it came back short. The back-off stays as it was
+// when goOn goes on, unless this take got some: runs of takes that get nothing,
+// each ended by a back-off, would otherwise take back to back with a back-off
+// of slotRetry between runs (a lane holding no place, over 20 keys whose
+// places another lane held, took every 1.5 ms for seconds).
+func (ks *keySlots) nextTake(prev keyCursor, more bool, got, k int, now time.Time, poll time.Duration) {
+	switch {
+	case ks.goOn(prev, more, got < k):
+		ks.retryAt = now
+		if got > 0 {
+			ks.backoff = 0
+		}
+	case got < k:
+		ks.backoff = min(max(2*ks.backoff, slotRetry), poll)
+		ks.retryAt = now.Add(ks.backoff)
+	default:
+		ks.backoff = 0
+	}
+}
+
 // passed reports whether a walk of the keys in key order from after from to to,
 // wrapping around after the last key, went by key r (from == to: it went round).
 func passed(from, to, r string) bool {
@@ -701,16 +724,7 @@ func (s *Subscription[T]) keysTaken(ks *keySlots, now, deadline time.Time, prev 
 	}
 	ks.until = deadline
 	ks.extendAt = now.Add(s.o.Lease / 3)
-	switch {
-	case ks.goOn(prev, more, len(got) < k):
-		// Keys the walk has not reached: take their places at once.
-		ks.backoff, ks.retryAt = 0, now
-	case len(got) < k:
-		ks.backoff = min(max(2*ks.backoff, slotRetry), s.o.PollInterval)
-		ks.retryAt = now.Add(ks.backoff)
-	default:
-		ks.backoff = 0
-	}
+	ks.nextTake(prev, more, len(got), k, now, s.o.PollInterval)
 	s.armKeys(ks)
 	// Places held no more (their lease ended before this extension) stop their
 	// keys' handlers, which may run beside another lane's.

@@ -437,3 +437,37 @@ func TestPlacesGiveLater(t *testing.T) {
 		t.Fatal("due before its back-off")
 	}
 }
+
+// Runs of takes that get nothing back off more and more: a lane whose walks
+// stop before going round (more) but find every place held takes at once while
+// a run of such takes goes round, and the back-off between runs doubles, up to
+// the poll, instead of falling back to slotRetry after each run.
+func TestPlacesEmptyTakesBackOffMore(t *testing.T) {
+	ks := newKeySlots(new(atomic.Int64))
+	now := time.Now()
+	keys := []string{"a", "b", "c", "d"}
+	at := 0
+	var backoffs []time.Duration
+	for range 40 {
+		prev := ks.cursor
+		ks.cursor = keyCursor{key: keys[(at+1)%len(keys)], set: true} // each walk goes two keys on
+		at += 2
+		ks.nextTake(prev, true, 0, 8, now, time.Second)
+		if ks.retryAt.After(now) {
+			backoffs = append(backoffs, ks.backoff)
+		}
+	}
+	if len(backoffs) < 5 {
+		t.Fatalf("backed off %d times in 40 empty takes: %v", len(backoffs), backoffs)
+	}
+	for i := 1; i < len(backoffs); i++ {
+		if backoffs[i] < backoffs[i-1] || backoffs[i] == backoffs[i-1] && backoffs[i] < time.Second {
+			t.Fatalf("back-offs between runs of empty takes %v: want each longer than the last, up to the poll", backoffs)
+		}
+	}
+	// A take that gets all it asked for starts afresh.
+	ks.nextTake(ks.cursor, false, 8, 8, now, time.Second)
+	if ks.backoff != 0 || ks.retryAt.After(now) {
+		t.Fatalf("back-off %v after a take that got all its places, want none", ks.backoff)
+	}
+}
