@@ -1003,34 +1003,39 @@ func (q *Queue[T]) keyTake(ctx context.Context, cur *keyCursor, names, back, gon
 	} else {
 		sql, args := q.keyTakeSQL(names, c, rand.Float64(), w, enough, tag, until, deadline, now, k, n, per)
 		err = func() (err error) {
-			var r pgx.Rows
-			var br pgx.BatchResults
-			gives := 0
-			if len(back) == 0 && len(gone) == 0 {
-				r, err = q.pool.Query(ctx, sql, args...)
-			} else {
-				b := &pgx.Batch{}
-				b.Queue(sql, args...)
-				q.queueGive(b, back, tag, until, gone, now, n)
-				gives = len(b.QueuedQueries) - 1
-				br = q.pool.SendBatch(ctx, b)
-				defer func() {
-					if cerr := br.Close(); err == nil {
-						err = cerr
-					}
-				}()
-				r, err = br.Query()
+			// One round trip and transaction; never compiled (JIT): its
+			// estimate can cross jit_above_cost, and compiling it took 25 to 45
+			// times as long as running it (as with the claim: pgCycle). An
+			// aborted batch leaves the connection in a failed transaction, which
+			// the pool closes instead of reusing.
+			b := &pgx.Batch{}
+			b.Queue("BEGIN")
+			b.Queue("SET LOCAL jit = off")
+			b.Queue(sql, args...)
+			q.queueGive(b, back, tag, until, gone, now, n)
+			gives := b.Len() - 3
+			b.Queue("COMMIT")
+			br := q.pool.SendBatch(ctx, b)
+			defer func() {
+				if cerr := br.Close(); err == nil {
+					err = cerr
+				}
+			}()
+			if err := execGive(br, 2); err != nil {
+				return err
 			}
+			r, err := br.Query()
 			if err != nil {
 				return err
 			}
 			if err := q.scanTake(r, &kept, &got, &walked, &ready); err != nil {
 				return err
 			}
-			if br != nil {
-				return execGive(br, gives)
+			if err := execGive(br, gives); err != nil {
+				return err
 			}
-			return nil
+			_, err = br.Exec()
+			return err
 		}()
 		refused = isPgError(err)
 	}
