@@ -836,7 +836,7 @@ func (q *Queue[T]) giveBackPlaces(ctx context.Context, back []string, tag int64,
 	b := &pgx.Batch{}
 	q.queueGive(b, back, tag, until, gone, now, n)
 	br := q.pool.SendBatch(ctx, b)
-	err := execGive(br, len(b.QueuedQueries))
+	err := execN(br, len(b.QueuedQueries))
 	if cerr := br.Close(); err == nil {
 		err = cerr
 	}
@@ -870,7 +870,7 @@ func (q *Queue[T]) sqliteGive(ctx context.Context, db querier, back []string, ta
 // round trip and one implicit transaction with the rest of b (a take, before
 // them): a failed delete undoes the freeing too (the places then come free when
 // their lease ends), and the take, which a pipeline cannot roll back to a
-// savepoint for. execGive reads their results.
+// savepoint for. execN reads their results.
 func (q *Queue[T]) queueGive(b *pgx.Batch, back []string, tag int64, until time.Time, gone []string, now time.Time, n int) {
 	if len(back) > 0 {
 		free, freeArgs := q.slotFreeSQL(back, tag, until)
@@ -882,8 +882,9 @@ func (q *Queue[T]) queueGive(b *pgx.Batch, back []string, tag int64, until time.
 	}
 }
 
-// execGive reads the results of the first n statements of br (queueGive's).
-func execGive(br pgx.BatchResults, n int) error {
+// execN reads the results of the next n statements of br, stopping at the first
+// that failed.
+func execN(br pgx.BatchResults, n int) error {
 	for range n {
 		if _, err := br.Exec(); err != nil {
 			return err
@@ -1021,7 +1022,7 @@ func (q *Queue[T]) keyTake(ctx context.Context, cur *keyCursor, names, back, gon
 					err = cerr
 				}
 			}()
-			if err := execGive(br, 2); err != nil {
+			if err := execN(br, 2); err != nil {
 				return err
 			}
 			r, err := br.Query()
@@ -1031,7 +1032,7 @@ func (q *Queue[T]) keyTake(ctx context.Context, cur *keyCursor, names, back, gon
 			if err := q.scanTake(r, &kept, &got, &walked, &ready); err != nil {
 				return err
 			}
-			if err := execGive(br, gives); err != nil {
+			if err := execN(br, gives); err != nil {
 				return err
 			}
 			_, err = br.Exec()

@@ -1104,10 +1104,8 @@ func (s *Subscription[T]) pgCycle(ctx context.Context, l *lane, batch []settleme
 		b.Queue("COMMIT")
 		br := q.pool.SendBatch(ctx, b)
 		err := func() error {
-			for range pre {
-				if _, err := br.Exec(); err != nil {
-					return err
-				}
+			if err := execN(br, pre); err != nil {
+				return err
 			}
 			r, err := br.Query()
 			if err != nil {
@@ -1116,7 +1114,7 @@ func (s *Subscription[T]) pgCycle(ctx context.Context, l *lane, batch []settleme
 			if err := read(r); err != nil {
 				return err
 			}
-			if err := execGive(br, gives); err != nil {
+			if err := execN(br, gives); err != nil {
 				return err
 			}
 			_, err = br.Exec()

@@ -198,25 +198,18 @@ func (q *Queue[T]) metaRefs() string {
 
 // metaNulls is metaCols for rows that carry none (an ack's row in a Postgres cycle).
 func (q *Queue[T]) metaNulls() string {
-	var out string
-	if q.c.CreatedAt != "" {
-		out += ", NULL::timestamptz"
-	}
-	if q.c.Trace != "" {
-		out += ", NULL::text"
-	}
-	if q.c.Priority != "" {
-		out += ", NULL::bigint"
-	}
 	if q.c.Partition != "" {
-		out += ", NULL::text"
+		return q.metaKeyed("NULL::text")
 	}
-	return out
+	return q.metaNullsBeforeKey()
 }
 
 // metaKeyed is metaNulls with the partition key column (the last, which the
 // table must have) as the SQL text expression key.
-func (q *Queue[T]) metaKeyed(key string) string {
+func (q *Queue[T]) metaKeyed(key string) string { return q.metaNullsBeforeKey() + ", " + key }
+
+// metaNullsBeforeKey is metaNulls without the partition key's column.
+func (q *Queue[T]) metaNullsBeforeKey() string {
 	var out string
 	if q.c.CreatedAt != "" {
 		out += ", NULL::timestamptz"
@@ -227,7 +220,7 @@ func (q *Queue[T]) metaKeyed(key string) string {
 	if q.c.Priority != "" {
 		out += ", NULL::bigint"
 	}
-	return out + ", " + key
+	return out
 }
 
 // metaScan holds the destinations of a row's meta columns.
