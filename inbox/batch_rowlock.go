@@ -27,24 +27,24 @@ func (s *Subscription[T]) rowBatchOnce() (found bool, err error) {
 	defer releaseHeld(conn, &healthy)
 	now := q.now()
 	sql, args := q.rowClaimSQL(now, s.o.Lease, s.batch)
-	rows, err := conn.Query(s.claimCtx, sql, args...)
-	if err != nil {
-		return false, err
-	}
 	var claimed []batchJob
-	for rows.Next() {
-		var j batchJob
-		var a int64
-		var ms metaScan
-		if err := rows.Scan(q.metaDest(&ms, &j.id, &a, &j.payload, &j.deadline)...); err != nil {
-			rows.Close()
+	var scanErr error
+	if err := q.pgClaimQuery(s.claimCtx, conn, sql, args, func(rows pgx.Rows) error {
+		for rows.Next() {
+			var j batchJob
+			var a int64
+			var ms metaScan
+			if scanErr = rows.Scan(q.metaDest(&ms, &j.id, &a, &j.payload, &j.deadline)...); scanErr != nil {
+				return scanErr
+			}
+			j.attempt, j.meta = int(a), ms.meta()
+			claimed = append(claimed, j)
+		}
+		return nil
+	}); err != nil {
+		if scanErr != nil {
 			return true, err // committed: the rows are claimed again past their deadline
 		}
-		j.attempt, j.meta = int(a), ms.meta()
-		claimed = append(claimed, j)
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
 		return false, err
 	}
 	if len(claimed) == 0 {

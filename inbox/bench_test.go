@@ -71,7 +71,12 @@ func BenchmarkDrain(b *testing.B) {
 			}
 			defer pool.Close()
 			table := fmt.Sprintf("bench_drain_%d_%d", os.Getpid(), benchSeq.Add(1))
-			defer func() { _, _ = pool.Exec(context.Background(), `DROP TABLE IF EXISTS "`+table+`"`) }()
+			defer func() {
+				// CreateTable makes the side tables too (TABLE_periodic, TABLE_limits).
+				for _, s := range []string{"", "_periodic", "_limits"} {
+					_, _ = pool.Exec(context.Background(), `DROP TABLE IF EXISTS "`+table+s+`"`)
+				}
+			}()
 			q, err := inbox.NewPostgres(pool, inbox.Config[msg]{Table: table, Logger: quiet()})
 			if err != nil {
 				b.Fatal(err)

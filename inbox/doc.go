@@ -112,11 +112,21 @@
 // RowLock (the head's row lock keeps the rest of its group back; a second worker
 // that meets the index waits for the first's transaction) and AdvisoryLock (which
 // commits ClaimedAt when it takes a row, so the group waits for it to be settled
-// or for its session to end and the row to be taken again). A claim skips the
-// rows waiting behind a head one index probe each (two on Postgres), so a group
-// with a long backlog ahead of the other groups' jobs, in claim order, makes each
-// claim read it. In the lease form the settlement of a head claims with it, so
-// that its group's next job starts at once rather than at the next poll.
+// or for its session to end and the row to be taken again). A claim reads the
+// claim index in order and tests each row it passes: a row of a group in work is
+// passed over with one lookup in the set of groups in work, read once a claim,
+// and any other with two index probes (its group's claimed row, on SQLite through
+// the index of schema version 5; the live row before it). A claim that finds
+// fewer rows than it asks for therefore reads every ready row, as one does when
+// every group with ready rows is in work: 14 ms on Postgres and 21 ms on SQLite
+// for 60,000 rows in 100 groups (0.2-0.4 µs a row), and a group with a long
+// backlog ahead of the other groups' jobs, in claim order, makes each claim read
+// it. On Postgres a claim of a queue with groups runs in a transaction of its own
+// with JIT and sorts off (SET LOCAL): the planner, which cannot tell how many rows
+// are heads of their group, otherwise tested every ready row and sorted them
+// (280 ms a claim at 60,000 rows) or compiled each run (20-40 ms). In the lease
+// form the settlement of a head claims with it, so that its group's next job
+// starts at once rather than at the next poll.
 //
 // # Limits
 //

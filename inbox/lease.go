@@ -1065,7 +1065,8 @@ func (s *Subscription[T]) pgCycle(ctx context.Context, l *lane, batch []settleme
 			}
 		}()
 	}
-	if !s.o.AsyncCommit && !keyLock {
+	grouped := q.c.Group != ""
+	if !s.o.AsyncCommit && !keyLock && !grouped {
 		r, err := q.pool.Query(ctx, sql, args...)
 		if err != nil {
 			return err
@@ -1092,6 +1093,10 @@ func (s *Subscription[T]) pgCycle(ctx context.Context, l *lane, batch []settleme
 			// guess of 1,000 rows for generate_series), and then every run
 			// compiled 259 functions, 80-140 ms for a statement that runs in 3.
 			b.Queue("SET LOCAL jit = off")
+		} else if grouped {
+			for _, set := range pgGroupClaimSettings {
+				b.Queue(set)
+			}
 		}
 		pre := b.Len()
 		b.Queue(sql, args...)

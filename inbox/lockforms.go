@@ -108,12 +108,19 @@ func (s *Subscription[T]) rowLockOnce() (found bool, err error) {
 		deadline time.Time
 		ms       metaScan
 	)
-	if err := conn.QueryRow(s.claimCtx, sql, args...).Scan(q.metaDest(&ms, &id, &a, &payload, &deadline)...); err != nil {
-		if errors.Is(err, pgx.ErrNoRows) {
-			healthy = true
-			return false, nil
+	claimed := false
+	if err := q.pgClaimQuery(s.claimCtx, conn, sql, args, func(r pgx.Rows) error {
+		if !r.Next() {
+			return nil
 		}
+		claimed = true
+		return r.Scan(q.metaDest(&ms, &id, &a, &payload, &deadline)...)
+	}); err != nil {
 		return false, err
+	}
+	if !claimed {
+		healthy = true
+		return false, nil
 	}
 	attempt, m := int(a), ms.meta()
 	if xerr := s.exhausted(id, attempt); xerr != nil {
@@ -294,12 +301,11 @@ func (s *Subscription[T]) advisoryOnce() (found bool, err error) {
 	defer releaseHeld(conn, &healthy)
 	now := q.now()
 	sql, args := q.candidatesSQL(now, 2*s.o.Workers)
-	r, err := conn.Query(s.claimCtx, sql, args...)
-	if err != nil {
-		return false, err
-	}
-	ids, err := pgx.CollectRows(r, pgx.RowTo[int64])
-	if err != nil {
+	var ids []int64
+	if err := q.pgClaimQuery(s.claimCtx, conn, sql, args, func(r pgx.Rows) (err error) {
+		ids, err = pgx.CollectRows(r, pgx.RowTo[int64])
+		return err
+	}); err != nil {
 		return false, err
 	}
 	key := q.lockKey()

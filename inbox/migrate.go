@@ -14,7 +14,7 @@ import (
 
 // SchemaVersion is the version of the default schema this release makes and
 // upgrades to: see Migrate.
-const SchemaVersion = 4
+const SchemaVersion = 5
 
 // Migration reports what Migrate did: the table's version before (0 for a table
 // made before versions were recorded, by CreateTable of an earlier release) and
@@ -47,6 +47,10 @@ type Migration struct {
 //	   their indexes, on Postgres a unique index on fifo_group where a row is
 //	   claimed (at most one job of a group in work), and the table TABLE_limits
 //	   (name, window_start, starts) that counts starts for Limits.Rate
+//	5  on SQLite, an index on fifo_group where a row is claimed, which a claim
+//	   probes for each row of a group it passes (without it, a claim read every
+//	   row of the group, and cost as much as the backlog); nothing on Postgres,
+//	   whose unique index of version 4 serves
 //
 // Tables mapped with Columns are the caller's own; Migrate manages only the
 // default schema. Run it (or `go run github.com/gotp/gotp/cmd/gotp inbox migrate`)
@@ -164,6 +168,7 @@ func migrations(d Dialect, table string) migrate.Set {
 			)},
 			{Desc: "periodic jobs", Up: steps(sideTable(d, table+"_periodic", "kind", "last_tick"), ddl(ticksDDL(d, table)))},
 			{Desc: "fifo groups and limits", Up: steps(sideTable(d, table+"_limits", "name", "window_start", "starts"), ddl(groupsDDL(d, table)...))},
+			{Desc: "fifo groups' claimed rows indexed", Up: ddl(groupWorkDDL(d, table)...)},
 		},
 	}
 }
@@ -303,6 +308,17 @@ func groupsDDL(d Dialect, table string) []string {
 		stmts = append(stmts, `CREATE UNIQUE INDEX `+on("_group_work")+` (fifo_group) WHERE fifo_group IS NOT NULL AND claimed_at IS NOT NULL`)
 	}
 	return stmts
+}
+
+// groupWorkDDL is version 5: on SQLite, the index of a group's claimed row that
+// Postgres has had, unique, since version 4 (groupReady probes it). Not unique
+// here: SQLite serialises its claims, and a unique index added to a table in use
+// would fail on rows an older release left claimed two to a group.
+func groupWorkDDL(d Dialect, table string) []string {
+	if d == Postgres {
+		return nil
+	}
+	return []string{`CREATE INDEX ` + indexName(d, table, "_group_work") + ` ON ` + indexTable(d, table) + ` (fifo_group) WHERE fifo_group IS NOT NULL AND claimed_at IS NOT NULL`}
 }
 
 // maxIdentLen is Postgres's limit on an identifier, in bytes: a longer one is

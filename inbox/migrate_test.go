@@ -62,6 +62,17 @@ func schemaAt(d inbox.Dialect, v int) []string {
 		stmts = append(stmts, `CREATE TABLE IF NOT EXISTS {T}_periodic (kind TEXT PRIMARY KEY, last_tick `+ts+` NOT NULL)`)
 	}
 	if v >= 4 {
+		stmts = append(stmts, `ALTER TABLE {T} ADD COLUMN fifo_group TEXT`,
+			`ALTER TABLE {T} ADD COLUMN partition_key TEXT`,
+			`CREATE INDEX {T}_group ON {T} (fifo_group, id) WHERE fifo_group IS NOT NULL`,
+			`CREATE INDEX {T}_partition ON {T} (partition_key, priority, locked_until, id) WHERE partition_key IS NOT NULL`,
+			`CREATE INDEX {T}_inwork ON {T} (partition_key, locked_until) WHERE claimed_at IS NOT NULL`,
+			`CREATE TABLE IF NOT EXISTS {T}_limits (name TEXT PRIMARY KEY, window_start BIGINT NOT NULL, starts BIGINT NOT NULL)`)
+		if d == inbox.Postgres {
+			stmts = append(stmts, `CREATE UNIQUE INDEX {T}_group_work ON {T} (fifo_group) WHERE fifo_group IS NOT NULL AND claimed_at IS NOT NULL`)
+		}
+	}
+	if v >= 5 {
 		panic("no fixture for this version")
 	}
 	return append(stmts,

@@ -6,7 +6,8 @@
 # later (a take of places rides with the claim).
 # jobs/s below 1,000 print with a decimal point (Go's benchmark format): the whole
 # part is kept. Run under /work/bin/cpu-exclusive with POSTGRES_TEST_URL set; ROUNDS rounds (default
-# 5), DBS the databases (default sqlite postgres), CASES the BenchmarkDrainGroups cases.
+# 5), DBS the databases (default sqlite postgres), CASES the BenchmarkDrainGroups cases,
+# JOBS the jobs a drain (default 10000), BENCHTIME the drains a figure (default 3x).
 cd "$(git rev-parse --show-toplevel)/inbox"
 read -ra arms <<< "${ARMS:-main drop ride}"
 for r in $(seq 1 ${ROUNDS:-5}); do
@@ -15,7 +16,7 @@ for r in $(seq 1 ${ROUNDS:-5}); do
   for db in ${DBS:-sqlite postgres}; do
     for c in ${CASES:-nolimit20 perpart2 perpart2limit40 nolimit2k perpart2k}; do
       for bin in "${order[@]}"; do
-        out=$(INBOX_BENCH_JOBS=10000 /tmp/inbox-$bin.test -test.run '^$' -test.bench "^BenchmarkDrainGroups\$/^$db\$/^$c\$" -test.benchtime 3x 2>&1 | grep -o '[0-9.]* jobs/s' | cut -d' ' -f1 | cut -d. -f1)
+        out=$(INBOX_BENCH_JOBS=${JOBS:-10000} /tmp/inbox-$bin.test -test.run '^$' -test.bench "^BenchmarkDrainGroups\$/^$db\$/^$c\$" -test.benchtime ${BENCHTIME:-3x} -test.timeout 30m 2>&1 | grep -o '[0-9.]* jobs/s' | cut -d' ' -f1 | cut -d. -f1)
         echo "$r $db $c $bin ${out:-FAIL}"
       done
     done

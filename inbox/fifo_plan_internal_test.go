@@ -1,0 +1,149 @@
+package inbox
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// A claim of a queue with FIFO groups costs the same whatever the backlog: it
+// reads the claim index in order and probes each row it passes twice, through
+// indexes, not its whole group. These tests read the plans, as the cost they
+// guard against (a claim that reads every ready row, or every row of a group,
+// for each row it passes) shows in the plan and not reliably in a test's time.
+
+// fifoBacklog is the backlog the plan tests claim from: rows in 100 groups,
+// published round-robin, of which the first claim puts 16 groups in work.
+const fifoBacklog = 20000
+
+// On SQLite the probe for a group's claimed row uses the index of version 5
+// (_group_work), and the probe for a live row before the candidate reads the
+// group's index backwards from it.
+func TestSQLiteGroupClaimProbesThroughIndexes(t *testing.T) {
+	ctx := context.Background()
+	db, err := OpenSQLite(ctx, filepath.Join(t.TempDir(), "fifo.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if _, err := Migrate(ctx, db, "fifo"); err != nil {
+		t.Fatal(err)
+	}
+	q, err := NewSQLite(db, Config[struct{}]{Table: "fifo", Columns: GroupColumns()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.ExecContext(ctx, `WITH RECURSIVE s(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM s WHERE i + 1 < ?1)
+INSERT INTO fifo (payload, fifo_group) SELECT x'7b7d', 'g' || (i % 100) FROM s`, fifoBacklog); err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	text, args := q.leaseClaimSQL(Limits{}, now.Add(time.Minute), now, 16)
+	if _, err := db.ExecContext(ctx, text, args...); err != nil {
+		t.Fatal(err)
+	}
+	text, args = q.leaseClaimSQL(Limits{}, now.Add(time.Minute), now, 40)
+	r, err := db.QueryContext(ctx, "EXPLAIN QUERY PLAN "+text, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	var plan []string
+	for r.Next() {
+		var id, parent, unused int
+		var detail string
+		if err := r.Scan(&id, &parent, &unused, &detail); err != nil {
+			t.Fatal(err)
+		}
+		plan = append(plan, detail)
+	}
+	if err := r.Err(); err != nil {
+		t.Fatal(err)
+	}
+	all := strings.Join(plan, "\n")
+	for _, want := range []string{"SCAN r USING INDEX fifo_claim", "SEARCH h USING INDEX fifo_group_work (fifo_group=?)", "SEARCH h USING INDEX fifo_group (fifo_group=? AND id<?)"} {
+		if !strings.Contains(all, want) {
+			t.Errorf("the claim's plan lacks %q:\n%s", want, all)
+		}
+	}
+	if strings.Contains(all, "fifo_group (fifo_group=?)\n") || strings.HasSuffix(all, "fifo_group (fifo_group=?)") {
+		t.Errorf("a probe reads a whole group:\n%s", all)
+	}
+}
+
+// On Postgres the claim runs under pgGroupClaimSettings: it reads the claim
+// index in order, with no sort and no JIT, on a table whose statistics are not
+// yet gathered (where the planner had chosen to test every ready row and sort
+// them) and once they are (where it had compiled every run).
+func TestPostgresGroupClaimReadsTheClaimIndexInOrder(t *testing.T) {
+	url := os.Getenv("POSTGRES_TEST_URL")
+	if url == "" {
+		t.Skip("POSTGRES_TEST_URL not set")
+	}
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	table := fmt.Sprintf("fifo_plan_%d_%d", os.Getpid(), time.Now().UnixNano())
+	if _, err := Migrate(ctx, pool, table); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		for _, s := range []string{"", "_limits", "_periodic"} {
+			_, _ = pool.Exec(context.Background(), `DROP TABLE IF EXISTS "`+table+s+`"`)
+		}
+	})
+	q, err := NewPostgres(pool, Config[struct{}]{Table: table, Columns: GroupColumns()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `INSERT INTO "`+table+`" (payload, fifo_group) SELECT '\x7b7d', 'g' || (i % 100) FROM generate_series(0, $1 - 1) AS i`, fifoBacklog); err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	text, args := q.pgAckClaimSQL(Limits{}, []int64{}, []time.Time{}, now.Add(time.Minute), now, 16, nil)
+	if err := q.pgClaimQuery(ctx, pool, text, args, func(pgx.Rows) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	for _, analyzed := range []bool{false, true} {
+		if analyzed {
+			if _, err := pool.Exec(ctx, `ANALYZE "`+table+`"`); err != nil {
+				t.Fatal(err)
+			}
+		}
+		text, args = q.pgAckClaimSQL(Limits{}, []int64{}, []time.Time{}, now.Add(time.Minute), now, 40, nil)
+		var plan []string
+		// EXPLAIN ANALYZE runs the claim: the transaction commits it, on a table
+		// that is claimed from again only by this test.
+		if err := q.pgClaimQuery(ctx, pool, "EXPLAIN (ANALYZE) "+text, args, func(r pgx.Rows) error {
+			for r.Next() {
+				var line string
+				if err := r.Scan(&line); err != nil {
+					return err
+				}
+				plan = append(plan, line)
+			}
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		all := strings.Join(plan, "\n")
+		if !strings.Contains(all, "Index Scan using "+table+"_claim on "+table+" r") {
+			t.Errorf("analyzed %v: the claim does not read the claim index:\n%s", analyzed, all)
+		}
+		for _, bad := range []string{"Sort", "Bitmap Heap Scan on " + table + " r", "JIT:"} {
+			if strings.Contains(all, bad) {
+				t.Errorf("analyzed %v: the claim's plan has %q:\n%s", analyzed, bad, all)
+			}
+		}
+	}
+}
