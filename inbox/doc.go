@@ -167,12 +167,12 @@
 // takes places of (a drain of 2 jobs a key at 5,000 keys: 2,369 jobs/s on SQLite,
 // as at 200 keys, and 806 on Postgres, 0.66x of its 200-key figure; walking every
 // key it was 770 and 584). Over many keys of a few jobs each the limit costs
-// about half of a drain's throughput on SQLite and a quarter on Postgres (2,000
-// keys of 5 jobs: 0.49-0.52x of no limit on SQLite, 0.69-0.77x on Postgres): each key's
-// places are taken, claimed for and given back (on Postgres the take rides with
-// the claim, in one round trip and transaction), and on SQLite a key's rows,
-// spread over the table, cost more to claim and settle than as many adjacent
-// rows. A TABLE_limits dropped by hand is made again, at WARN, by Start or by the first
+// about two fifths of a drain's throughput on SQLite and a quarter on Postgres
+// (2,000 keys of 5 jobs: 0.56-0.58x of no limit on SQLite, 0.69-0.77x on
+// Postgres): each key's places are taken, claimed for and given back (on
+// Postgres the take rides with the claim, in one round trip and transaction),
+// and on SQLite a key's rows, spread over the table, cost more to claim and
+// settle than as many adjacent rows. A TABLE_limits dropped by hand is made again, at WARN, by Start or by the first
 // claimer to find it gone, with a fence: no slot or place is taken for one lease,
 // until the handlers that held the dropped table's have stopped (Rate's count
 // starts afresh).
