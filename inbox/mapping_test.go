@@ -164,8 +164,9 @@ func TestPerPartitionWithTextAndJSONPayloads(t *testing.T) {
 			t.Run(typ, func(t *testing.T) {
 				table := b.table + "_" + strconv.Itoa(i)
 				drop := func() {
-					b.exec(t, `DROP TABLE IF EXISTS "`+table+`"`)
-					b.exec(t, `DROP TABLE IF EXISTS "`+table+`_limits"`)
+					for _, s := range []string{"", "_limits", "_periodic"} {
+						b.exec(t, `DROP TABLE IF EXISTS "`+table+s+`"`)
+					}
 				}
 				drop() // left by a run that was cut short
 				t.Cleanup(drop)

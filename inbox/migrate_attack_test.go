@@ -91,7 +91,10 @@ func TestMigrateLongTableName(t *testing.T) {
 		name := (b.table + strings.Repeat("x", 58))[:58]
 		if b.dialect == inbox.Postgres {
 			t.Cleanup(func() {
-				b.exec(t, `DROP TABLE IF EXISTS "`+name+`"`)
+				// The side tables' names are cut to 63 bytes as the server cuts them.
+				for _, s := range []string{"", "_periodic", "_limits"} {
+					b.exec(t, `DROP TABLE IF EXISTS "`+(name + s)[:min(len(name+s), 63)]+`"`)
+				}
 				b.exec(t, `DELETE FROM gotp_schema WHERE key = `+b.ph(1), "inbox:"+name)
 			})
 		}
