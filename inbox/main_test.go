@@ -80,13 +80,15 @@ var nonIdent = regexp.MustCompile(`[^a-z0-9_]+`)
 
 var tableSeq atomic.Int64
 
-// tableName is unique per test, so parallel tests never share a table.
+// tableName is unique per test and process, so parallel tests never share a table.
 func tableName(t *testing.T) string {
 	n := nonIdent.ReplaceAllString(strings.ToLower(t.Name()), "_")
 	if len(n) > 40 {
 		n = n[len(n)-40:]
 	}
-	return fmt.Sprintf("t%d_%s", tableSeq.Add(1), strings.Trim(n, "_"))
+	// The process id keeps two test processes on one database (a developer's run
+	// beside CI's) off each other's tables.
+	return fmt.Sprintf("t%d_%d_%s", os.Getpid(), tableSeq.Add(1), strings.Trim(n, "_"))
 }
 
 func sqliteBackend(t *testing.T) *backend {

@@ -59,7 +59,9 @@ func jobTable(t testing.TB, dialect string) *inbox.Queue[invoice] {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() {
-			_, _ = pool.Exec(context.Background(), `DROP TABLE IF EXISTS "`+name+`"`)
+			for _, s := range []string{"", "_periodic", "_limits"} { // CreateTable makes the side tables too
+				_, _ = pool.Exec(context.Background(), `DROP TABLE IF EXISTS "`+name+s+`"`)
+			}
 			pool.Close()
 		})
 		q, err = inbox.NewPostgres(pool, inbox.Config[invoice]{Table: name, Logger: slog.New(slog.DiscardHandler)})

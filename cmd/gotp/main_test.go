@@ -80,7 +80,7 @@ func TestInboxMigratePostgres(t *testing.T) {
 	defer pool.Close()
 	table := fmt.Sprintf("cli_jobs_%d", time.Now().UnixNano())
 	clean := func() {
-		pool.Exec(context.Background(), `DROP TABLE IF EXISTS `+table)
+		pool.Exec(context.Background(), `DROP TABLE IF EXISTS `+table+`, `+table+`_periodic, `+table+`_limits`)
 		pool.Exec(context.Background(), `DELETE FROM gotp_schema WHERE key = $1`, "inbox:"+table)
 	}
 	defer clean()

@@ -61,7 +61,7 @@ func postgresBackend(t *testing.T) backend {
 	t.Cleanup(func() {
 		db, err := openDB(context.Background(), b.cfg, nil)
 		if err == nil {
-			db.exec(context.Background(), `DROP TABLE IF EXISTS `+table+`, `+table+`_done`)
+			db.exec(context.Background(), `DROP TABLE IF EXISTS `+table+`, `+table+`_done, `+table+`_periodic, `+table+`_limits`)
 			db.close()
 		}
 	})
