@@ -3,6 +3,7 @@ package inbox
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -36,9 +37,13 @@ func TestSQLiteGroupClaimProbesThroughIndexes(t *testing.T) {
 	if _, err := Migrate(ctx, db, "fifo"); err != nil {
 		t.Fatal(err)
 	}
-	q, err := NewSQLite(db, Config[struct{}]{Table: "fifo", Columns: GroupColumns()})
+	var logs strings.Builder
+	q, err := NewSQLite(db, Config[struct{}]{Table: "fifo", Columns: GroupColumns(), Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	if err != nil {
 		t.Fatal(err)
+	}
+	if err := q.checkGroupColumns(ctx); err != nil || !q.groupIndexed.Load() || logs.Len() > 0 {
+		t.Fatalf("check of a table at version 5: %v, indexed %v, logged %q", err, q.groupIndexed.Load(), logs.String())
 	}
 	if _, err := db.ExecContext(ctx, `WITH RECURSIVE s(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM s WHERE i + 1 < ?1)
 INSERT INTO fifo (payload, fifo_group) SELECT x'7b7d', 'g' || (i % 100) FROM s`, fifoBacklog); err != nil {
@@ -68,13 +73,26 @@ INSERT INTO fifo (payload, fifo_group) SELECT x'7b7d', 'g' || (i % 100) FROM s`,
 		t.Fatal(err)
 	}
 	all := strings.Join(plan, "\n")
-	for _, want := range []string{"SCAN r USING INDEX fifo_claim", "SEARCH h USING INDEX fifo_group_work (fifo_group=?)", "SEARCH h USING INDEX fifo_group (fifo_group=? AND id<?)"} {
+	for _, want := range []string{"SCAN r USING INDEX fifo_claim", "SEARCH h USING INDEX fifo_group_work (fifo_group>?)", "SEARCH h USING INDEX fifo_group_work (fifo_group=?)", "SEARCH h USING INDEX fifo_group (fifo_group=? AND id<?)"} {
 		if !strings.Contains(all, want) {
 			t.Errorf("the claim's plan lacks %q:\n%s", want, all)
 		}
 	}
 	if strings.Contains(all, "fifo_group (fifo_group=?)\n") || strings.HasSuffix(all, "fifo_group (fifo_group=?)") {
 		t.Errorf("a probe reads a whole group:\n%s", all)
+	}
+
+	// Without the index (a table not migrated to version 5), Start warns and
+	// claims go without the set of groups in work, which they would read from
+	// the whole group index.
+	if _, err := db.ExecContext(ctx, `DROP INDEX fifo_group_work`); err != nil {
+		t.Fatal(err)
+	}
+	if err := q.checkGroupColumns(ctx); err != nil || q.groupIndexed.Load() || !strings.Contains(logs.String(), "level=WARN") || !strings.Contains(logs.String(), "run Migrate") {
+		t.Fatalf("check of a table without the index: %v, indexed %v, logged %q", err, q.groupIndexed.Load(), logs.String())
+	}
+	if text, _ := q.leaseClaimSQL(Limits{}, now.Add(time.Minute), now, 40); strings.Contains(text, "NOT IN") {
+		t.Errorf("the claim reads the set of groups in work without an index for it:\n%s", text)
 	}
 }
 

@@ -1043,7 +1043,11 @@ func (s *Subscription[T]) pgCycle(ctx context.Context, l *lane, batch []settleme
 				// pgx ends the result on a scan error; the statement has committed,
 				// so this is no failure of the cycle: the rows read go on, those
 				// not read stay leased until their lease expires, and unread acks
-				// are reported lost.
+				// are reported lost. (Sent in a batch, with AsyncCommit, keys or
+				// FIFO groups, pgx reports the error again with the COMMIT, and the
+				// cycle fails: the rows read are then left to their lease too. A
+				// row fails to scan only for a payload column of a type no codec
+				// reads, where every row does.)
 				s.badRow(err)
 				return nil
 			}

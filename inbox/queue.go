@@ -154,6 +154,11 @@ type Queue[T any] struct {
 	// attemptsNotNull is set when a subscription's Start found the Attempts column
 	// NOT NULL: claims then count attempts without reading NULL as 0.
 	attemptsNotNull atomic.Bool
+	// groupIndexed is set when a subscription's Start found, on SQLite, an index
+	// on the Group column where ClaimedAt is set (schema version 5): claims then
+	// pass the rows of groups in work by a lookup in their set (groupReady).
+	// Postgres requires one (checkGroupColumns).
+	groupIndexed atomic.Bool
 
 	// outcomes counts settled attempts by Outcome (index) and lost leases (index 0).
 	outcomes [lastOutcome + 1]atomic.Int64
