@@ -170,6 +170,7 @@ type lane struct {
 	keyless   bool
 	keylessAt time.Time
 	kc        keyClaim // what the lane's next claim may take of each key (keys)
+	sawAcks   bool     // the lane's last cycle acked before its claim, in a statement of its own (pgCycle)
 	heldShown int64    // the places of slots and keys counted in Health.LimitHeld
 
 	nextCancelCheck time.Time // when checkCancels next looks for cancelled jobs
@@ -514,6 +515,7 @@ func (s *Subscription[T]) leaseLoop(l *lane) {
 			woken = s.w.wait() // before the claim: a publish during it wakes the next wait
 		}
 		rode := l.keys != nil && l.kc.take != nil
+		l.sawAcks = false
 		got, lost, ok := s.cycle(l, batch, want)
 		if !ok {
 			return // abandoned or halted
@@ -563,7 +565,7 @@ func (s *Subscription[T]) leaseLoop(l *lane) {
 				l.keyless, l.keylessAt = found, time.Now().Add(s.o.PollInterval)
 			}
 		}
-		if want > 0 && len(got) < want && l.keys == nil && !s.claimBlind(batch) {
+		if want > 0 && len(got) < want && l.keys == nil && !s.claimBlind(l, batch) {
 			canClaim = false
 			poll.Reset(s.o.PollInterval)
 		}
@@ -608,8 +610,11 @@ func (s *Subscription[T]) cancelledInstead(ctx context.Context, db querier, st *
 // acks, with those heads still in work. A short claim then says nothing of those
 // groups' next jobs, and the lane claims again at once (in a statement of its own:
 // a short claim without acks waits for the poll, so this runs once a cycle).
-func (s *Subscription[T]) claimBlind(batch []settlement) bool {
-	if s.q.c.Group == "" || s.q.dialect != Postgres {
+//
+// pgCycle acks in a statement of its own before a claim of a table with groups
+// (l.sawAcks): that claim sees them.
+func (s *Subscription[T]) claimBlind(l *lane, batch []settlement) bool {
+	if s.q.c.Group == "" || s.q.dialect != Postgres || l.sawAcks {
 		return false
 	}
 	for _, st := range batch {
@@ -1016,7 +1021,21 @@ func (s *Subscription[T]) pgCycle(ctx context.Context, l *lane, batch []settleme
 			}
 		}()
 	}
-	sql, args := q.pgAckClaimSQL(s.claimLimits(), ids, fences, deadline, now, want, kc)
+	// On a table with FIFO groups the acks go first in a statement of their own,
+	// in the claim's transaction: one statement's claim reads the rows as they
+	// were before its own acks (claimBlind), with the groups they free still in
+	// work, and a claim that cannot see them comes back short and reads the
+	// whole claim index (with every group but a few in work, 60,000 rows: 85 ms,
+	// a drain of 1,000-2,000 jobs/s).
+	var ackSQL string
+	var ackArgs []any
+	claimIDs, claimFences := ids, fences
+	if q.c.Group != "" && kc == nil && want > 0 && len(ids) > 0 {
+		ackSQL, ackArgs = q.pgAckClaimSQL(s.claimLimits(), ids, fences, deadline, now, 0, nil)
+		claimIDs, claimFences = []int64{}, []time.Time{}
+		l.sawAcks = true
+	}
+	sql, args := q.pgAckClaimSQL(s.claimLimits(), claimIDs, claimFences, deadline, now, want, kc)
 	var out []*leased
 	acked := make(map[int64]bool, len(ids))
 	read := func(r pgx.Rows) error {
@@ -1103,6 +1122,9 @@ func (s *Subscription[T]) pgCycle(ctx context.Context, l *lane, batch []settleme
 			}
 		}
 		pre := b.Len()
+		if ackSQL != "" {
+			b.Queue(ackSQL, ackArgs...)
+		}
 		b.Queue(sql, args...)
 		gives := 0
 		if take != nil {
@@ -1115,6 +1137,15 @@ func (s *Subscription[T]) pgCycle(ctx context.Context, l *lane, batch []settleme
 		err := func() error {
 			if err := execN(br, pre); err != nil {
 				return err
+			}
+			if ackSQL != "" {
+				r, err := br.Query()
+				if err != nil {
+					return err
+				}
+				if err := read(r); err != nil {
+					return err
+				}
 			}
 			r, err := br.Query()
 			if err != nil {
@@ -1157,6 +1188,9 @@ func (s *Subscription[T]) pgCycle(ctx context.Context, l *lane, batch []settleme
 		if n, err := s.cancelledInstead(ctx, q.db(), st, now); err == nil && n == 1 {
 			acked[st.j.id] = true
 			st.written = true
+			if l != nil {
+				l.sawAcks = false // its group was freed after the claim: claimBlind
+			}
 		}
 	}
 	for _, id := range ids {
