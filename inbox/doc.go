@@ -127,7 +127,9 @@
 // are heads of their group, otherwise tested every ready row and sorted them
 // (280 ms a claim at 60,000 rows) or compiled each run (20-40 ms). In the lease
 // form the settlement of a head claims with it, so that its group's next job
-// starts at once rather than at the next poll.
+// starts at once rather than at the next poll (on Postgres the acks run first, in
+// a statement of their own in the claim's transaction, so that the claim sees the
+// groups they free).
 //
 // # Limits
 //
