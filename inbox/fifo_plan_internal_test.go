@@ -101,29 +101,8 @@ INSERT INTO fifo (payload, fifo_group) SELECT x'7b7d', 'g' || (i % 100) FROM s`,
 // yet gathered (where the planner had chosen to test every ready row and sort
 // them) and once they are (where it had compiled every run).
 func TestPostgresGroupClaimReadsTheClaimIndexInOrder(t *testing.T) {
-	url := os.Getenv("POSTGRES_TEST_URL")
-	if url == "" {
-		t.Skip("POSTGRES_TEST_URL not set")
-	}
+	q, pool, table := pgGroupQueue(t, "fifo_plan")
 	ctx := context.Background()
-	pool, err := pgxpool.New(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
-	table := fmt.Sprintf("fifo_plan_%d_%d", os.Getpid(), time.Now().UnixNano())
-	if _, err := Migrate(ctx, pool, table); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		for _, s := range []string{"", "_limits", "_periodic"} {
-			_, _ = pool.Exec(context.Background(), `DROP TABLE IF EXISTS "`+table+s+`"`)
-		}
-	})
-	q, err := NewPostgres(pool, Config[struct{}]{Table: table, Columns: GroupColumns()})
-	if err != nil {
-		t.Fatal(err)
-	}
 	if _, err := pool.Exec(ctx, `INSERT INTO "`+table+`" (payload, fifo_group) SELECT '\x7b7d', 'g' || (i % 100) FROM generate_series(0, $1 - 1) AS i`, fifoBacklog); err != nil {
 		t.Fatal(err)
 	}
@@ -172,29 +151,8 @@ func TestPostgresGroupClaimReadsTheClaimIndexInOrder(t *testing.T) {
 // were before its acks, found the group still in work, and came back short:
 // such a claim reads the whole claim index, and the lane had to claim again.
 func TestPostgresGroupAckThenClaimSeesTheAck(t *testing.T) {
-	url := os.Getenv("POSTGRES_TEST_URL")
-	if url == "" {
-		t.Skip("POSTGRES_TEST_URL not set")
-	}
+	q, _, _ := pgGroupQueue(t, "fifo_ack")
 	ctx := context.Background()
-	pool, err := pgxpool.New(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
-	table := fmt.Sprintf("fifo_ack_%d_%d", os.Getpid(), time.Now().UnixNano())
-	if _, err := Migrate(ctx, pool, table); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		for _, s := range []string{"", "_limits", "_periodic"} {
-			_, _ = pool.Exec(context.Background(), `DROP TABLE IF EXISTS "`+table+s+`"`)
-		}
-	})
-	q, err := NewPostgres(pool, Config[struct{}]{Table: table, Columns: GroupColumns(), Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
 	for range 2 {
 		if _, err := q.Publish(ctx, struct{}{}, &PublishOpts{Group: "a"}); err != nil {
 			t.Fatal(err)
@@ -229,4 +187,35 @@ func TestPostgresGroupAckThenClaimSeesTheAck(t *testing.T) {
 	if !l.sawAcks || s.claimBlind(l, []settlement{{j: head[0], d: decision{out: Acked}}}) {
 		t.Errorf("the lane takes its claim for blind to its acks (sawAcks %v)", l.sawAcks)
 	}
+}
+
+// pgGroupQueue makes a table of the default schema on POSTGRES_TEST_URL (named
+// from prefix, dropped with its side tables at cleanup) and a queue of it with
+// GroupColumns, or skips the test without a Postgres.
+func pgGroupQueue(t *testing.T, prefix string) (*Queue[struct{}], *pgxpool.Pool, string) {
+	t.Helper()
+	url := os.Getenv("POSTGRES_TEST_URL")
+	if url == "" {
+		t.Skip("POSTGRES_TEST_URL not set")
+	}
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close) // after the tables' drop, registered later
+	table := fmt.Sprintf("%s_%d_%d", prefix, os.Getpid(), time.Now().UnixNano())
+	if _, err := Migrate(ctx, pool, table); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		for _, s := range []string{"", "_limits", "_periodic"} {
+			_, _ = pool.Exec(context.Background(), `DROP TABLE IF EXISTS "`+table+s+`"`)
+		}
+	})
+	q, err := NewPostgres(pool, Config[struct{}]{Table: table, Columns: GroupColumns(), Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return q, pool, table
 }

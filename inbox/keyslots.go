@@ -1232,9 +1232,9 @@ func (q *Queue[T]) sqliteKeyedClaimSQL(l Limits, keys []string, ns []int, keyles
 	}
 	lim := q.limitedBy(s, l, now, n, strconv.Itoa(limit)) // a literal: see above
 	where := q.claimable(n) + q.groupReady("r")
-	most := 0
+	most, offered := 0, 0
 	for _, v := range ns {
-		most = max(most, v)
+		most, offered = max(most, v), offered+v
 	}
 	keysA, nsA, mostA := s.arg(jsonNames(keys)), s.arg(jsonInts(ns)), strconv.Itoa(most)
 	prioR := "0"
@@ -1246,7 +1246,7 @@ func (q *Queue[T]) sqliteKeyedClaimSQL(l Limits, keys []string, ns []int, keyles
 		", json_each((SELECT json_group_array(x.id ORDER BY x.pr, x.lu, x.id) FROM (SELECT r." + id + " AS id, " + prioR + " AS pr, r." + col(q.c.LockedUntil) + " AS lu FROM " + q.table + " AS r WHERE r." + pk + " = k.value AND " + where +
 		" ORDER BY " + q.order() + " LIMIT " + mostA + ") AS x)) AS j WHERE j.key < json_extract(" + nsA + ", '$[' || k.key || ']')"
 	ret := " RETURNING " + id + ", " + q.attemptsCol() + ", " + col(q.c.Payload) + q.metaCols()
-	if !keyless && lim == strconv.Itoa(limit) && limit >= sumInts(ns) {
+	if !keyless && lim == strconv.Itoa(limit) && limit >= offered {
 		return "UPDATE " + q.table + " SET " + strings.Join(set, ", ") + " WHERE " + id + " IN (SELECT c.id FROM (" + rows + ") AS c)" + ret, s.args
 	}
 	keylessA := s.arg(keyless)
@@ -1257,15 +1257,6 @@ func (q *Queue[T]) sqliteKeyedClaimSQL(l Limits, keys []string, ns []int, keyles
 	sql := "UPDATE " + q.table + " SET " + strings.Join(set, ", ") +
 		" WHERE " + id + " IN (SELECT id FROM (" + keyed + " UNION ALL " + none + ") ORDER BY turn, prio, random() LIMIT " + lim + ")" + ret
 	return sql, s.args
-}
-
-// sumInts is the sum of ns.
-func sumInts(ns []int) int {
-	t := 0
-	for _, n := range ns {
-		t += n
-	}
-	return t
 }
 
 // jsonInts is ns as a JSON array.
