@@ -31,3 +31,14 @@ func KeyBookkeeping[T any](s *Subscription[T]) int {
 	}
 	return n
 }
+
+// ClaimHeads makes q's claims read the heads of its FIFO groups (on, looking for
+// rows without a group at every claim) or the claim index in order (off),
+// whatever its census says.
+func ClaimHeads[T any](q *Queue[T], on bool) {
+	if on {
+		q.census.force.Store(1)
+	} else {
+		q.census.force.Store(2)
+	}
+}

@@ -21,7 +21,8 @@ import (
 //   - plain and fifo100: 8 workers each; a queue with DefaultColumns and jobs in
 //     no group, or a queue with GroupColumns and the jobs spread round-robin
 //     over 100 FIFO groups (published in that order, as interleaved producers
-//     would).
+//     would). fifo2k: the same over 2,000 groups (more than a claim of heads
+//     reads: claims read the claim index in order).
 //   - nolimit and limit40: 32 workers each (64 in all); no limit, or
 //     Limits{Concurrency: 40} across both instances.
 //   - perpart2, perpart2limit40 and rate: 32 workers each; the jobs spread
@@ -46,6 +47,7 @@ func BenchmarkDrainGroups(b *testing.B) {
 	}{
 		{"plain", 0, 8, inbox.Limits{}, 0},
 		{"fifo100", 100, 8, inbox.Limits{}, 0},
+		{"fifo2k", 2000, 8, inbox.Limits{}, 0},
 		{"nolimit", 0, 32, inbox.Limits{}, 0},
 		{"limit40", 0, 32, inbox.Limits{Concurrency: 40}, 0},
 		{"nolimit20", 0, 32, inbox.Limits{}, 20},

@@ -1231,7 +1231,7 @@ func (q *Queue[T]) sqliteKeyedClaimSQL(l Limits, keys []string, ns []int, keyles
 		prio = "p." + col(q.c.Priority)
 	}
 	lim := q.limitedBy(s, l, now, n, strconv.Itoa(limit)) // a literal: see above
-	where := q.claimable(n) + q.groupReady("r")
+	where := q.claimable(n) + q.groupReady("r", true)
 	most, offered := 0, 0
 	for _, v := range ns {
 		most, offered = max(most, v), offered+v

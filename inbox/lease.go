@@ -801,6 +801,9 @@ func (s *Subscription[T]) cycle(l *lane, batch []settlement, want int) (got []*l
 			}
 			return nil, lost, true
 		}
+		if want > 0 {
+			q.groupCensus(ctx)
+		}
 		now := q.now()
 		deadline := trunc(now.Add(s.o.Lease))
 		var err error
@@ -1117,7 +1120,7 @@ func (s *Subscription[T]) pgCycle(ctx context.Context, l *lane, batch []settleme
 			// compiled 259 functions, 80-140 ms for a statement that runs in 3.
 			b.Queue("SET LOCAL jit = off")
 		} else if grouped {
-			for _, set := range pgGroupClaimSettings {
+			for _, set := range pgGroupClaimSettings(sql) {
 				b.Queue(set)
 			}
 		}

@@ -354,7 +354,7 @@ func (q *Queue[T]) pgAckClaimSQL(l Limits, ids []int64, fences []time.Time, dead
 				}
 				src = "unnest(" + s.arg(keys) + "::text[], " + s.arg(ns) + "::int[]) AS k(v, n)"
 			}
-			where = " = ANY(" + q.pgKeyedPick(n, q.claimable(n)+q.groupReady("r")+extra, s.arg(limit), src, s.arg(kc.keyless)) + ")"
+			where = " = ANY(" + q.pgKeyedPick(n, q.claimable(n)+q.groupReady("r", true)+extra, s.arg(limit), src, s.arg(kc.keyless)) + ")"
 		} else {
 			where = " IN (" + q.pickSQL(s, l, now, n, extra, s.arg(limit), true) + ")"
 		}
@@ -430,7 +430,7 @@ func (q *Queue[T]) takeSQL(id int64, now time.Time) (string, []any) {
 		set = []string{col(q.c.ID) + " = " + col(q.c.ID)}
 	}
 	return "UPDATE " + q.table + " AS r SET " + strings.Join(set, ", ") + " WHERE " + col(q.c.ID) + " = " + s.arg(id) +
-		" AND " + q.claimable(n) + q.groupReady("r") + " RETURNING " + q.attemptsCol() + ", " + col(q.c.Payload) + q.metaCols(), s.args
+		" AND " + q.claimable(n) + q.groupReady("r", true) + " RETURNING " + q.attemptsCol() + ", " + col(q.c.Payload) + q.metaCols(), s.args
 }
 
 // maxErrorLen bounds the error message a settlement stores in the LastError column.

@@ -1,0 +1,256 @@
+package inbox
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"log/slog"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"pgregory.net/rapid"
+)
+
+// headsRow is a row of a random table state: its group ("" for none), and what
+// it is: ready, delayed, in work, a crashed claim (claimed, its lease run out),
+// dead, or cancelled.
+type headsRow struct {
+	group    string
+	state    int
+	priority int
+}
+
+const (
+	rowReady = iota
+	rowDelayed
+	rowInWork
+	rowCrashed
+	rowDead
+	rowCancelled
+	rowStates
+)
+
+// fillHeadsState empties the table and inserts rows, each in its state at now,
+// in id order.
+func fillHeadsState[T any](ctx context.Context, t testing.TB, q *Queue[T], exec func(string, ...any) error, rows []headsRow, now time.Time) {
+	t.Helper()
+	if err := exec("DELETE FROM " + q.table); err != nil {
+		t.Fatal(err)
+	}
+	for i, r := range rows {
+		lu, claimed, dead, cancelled := q.ts(now.Add(-time.Duration(len(rows)-i)*time.Second)), any(nil), any(nil), any(nil)
+		switch r.state {
+		case rowDelayed:
+			lu = q.ts(now.Add(time.Hour))
+		case rowInWork:
+			lu, claimed = q.ts(now.Add(time.Minute)), q.ts(now.Add(-time.Second))
+		case rowCrashed:
+			claimed = q.ts(now.Add(-time.Hour))
+		case rowDead:
+			lu, dead = q.ts(farFuture()), q.ts(now)
+		case rowCancelled:
+			cancelled = q.ts(now)
+		}
+		var grp any
+		if r.group != "" {
+			grp = r.group
+		}
+		if err := exec("INSERT INTO "+q.table+" (payload, priority, locked_until, fifo_group, claimed_at, dead_at, cancelled_at) VALUES ("+
+			q.p(1)+", "+q.p(2)+", "+q.p(3)+", "+q.p(4)+", "+q.p(5)+", "+q.p(6)+", "+q.p(7)+")",
+			[]byte("{}"), r.priority, lu, grp, claimed, dead, cancelled); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// A claim of heads takes the rows a claim in order takes, in the same order,
+// whatever the table's state: groups with a head ready, delayed, in work or
+// crashed, dead rows before and behind, rows without a group, priorities, and
+// any limit.
+func TestHeadsClaimTakesWhatAClaimInOrderTakes(t *testing.T) {
+	for _, dialect := range []string{"sqlite", "postgres"} {
+		t.Run(dialect, func(t *testing.T) {
+			q, exec, query := headsQueue(t, dialect)
+			ctx := context.Background()
+			rapid.Check(t, func(rt *rapid.T) {
+				groups := rapid.SampledFrom([]string{"", "a", "b", "c", "d"})
+				n := rapid.IntRange(0, 24).Draw(rt, "rows")
+				rows := make([]headsRow, n)
+				claimed := map[string]bool{}
+				for i := range rows {
+					r := headsRow{group: groups.Draw(rt, "group"), state: rapid.IntRange(0, rowStates-1).Draw(rt, "state"), priority: rapid.IntRange(0, 1).Draw(rt, "priority")}
+					if (r.state == rowInWork || r.state == rowCrashed) && r.group != "" {
+						if claimed[r.group] {
+							r.state = rowReady // one claimed row a group (Postgres's unique index)
+						}
+						claimed[r.group] = true
+					}
+					rows[i] = r
+				}
+				now := time.Now()
+				fillHeadsState(ctx, t, q, exec, rows, now)
+				limit := rapid.IntRange(1, 30).Draw(rt, "limit")
+				pick := func(mode int32) []int64 {
+					q.census.force.Store(mode)
+					text, args := q.candidatesSQL(now, limit)
+					if strings.Contains(text, headsCTE) != (mode == 1) {
+						rt.Fatalf("mode %d: claim text %q", mode, text)
+					}
+					ids, err := query(text, args...)
+					if err != nil {
+						rt.Fatalf("mode %d: %v\n%s", mode, err, text)
+					}
+					return ids
+				}
+				inOrder, heads := pick(2), pick(1)
+				if !slices.Equal(inOrder, heads) {
+					rt.Fatalf("claim in order took %v, claim of heads %v, limit %d", inOrder, heads, limit)
+				}
+			})
+		})
+	}
+}
+
+// headsQueue makes a queue with GroupColumns on a table of the default schema
+// (SQLite in a temporary directory, or Postgres on POSTGRES_TEST_URL), with
+// functions to run a statement and to read a column of ids.
+func headsQueue(t *testing.T, dialect string) (*Queue[struct{}], func(string, ...any) error, func(string, ...any) ([]int64, error)) {
+	t.Helper()
+	ctx := context.Background()
+	if dialect == "postgres" {
+		q, pool, _ := pgGroupQueue(t, "heads")
+		return q, func(s string, args ...any) error { _, err := pool.Exec(ctx, s, args...); return err },
+			func(s string, args ...any) ([]int64, error) { return pgIDs(ctx, q, pool, s, args) }
+	}
+	db, err := OpenSQLite(ctx, filepath.Join(t.TempDir(), "heads.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	if _, err := Migrate(ctx, db, "heads"); err != nil {
+		t.Fatal(err)
+	}
+	q, err := NewSQLite(db, Config[struct{}]{Table: "heads", Columns: GroupColumns(), Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := q.checkGroupColumns(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return q, func(s string, args ...any) error { _, err := db.ExecContext(ctx, s, args...); return err },
+		func(s string, args ...any) ([]int64, error) { return sqliteIDs(ctx, db, s, args) }
+}
+
+func pgIDs(ctx context.Context, q *Queue[struct{}], pool *pgxpool.Pool, text string, args []any) ([]int64, error) {
+	var ids []int64
+	err := q.pgClaimQuery(ctx, pool, text, args, func(r pgx.Rows) (err error) {
+		ids, err = pgx.CollectRows(r, pgx.RowTo[int64])
+		return err
+	})
+	return ids, err
+}
+
+func sqliteIDs(ctx context.Context, db *sql.DB, text string, args []any) ([]int64, error) {
+	r, err := db.QueryContext(ctx, text, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer r.Close()
+	var ids []int64
+	for r.Next() {
+		var id int64
+		if err := r.Scan(&id); err != nil {
+			return nil, err
+		}
+		ids = append(ids, id)
+	}
+	return ids, r.Err()
+}
+
+// The census makes claims read heads while the table has few groups and many
+// ready rows a group, and in order otherwise; a claim of heads looks for rows
+// without a group when the last census found one ready, and so takes a row
+// without a group behind a backlog of groups at the next census at the latest.
+func TestGroupCensusChoosesHeadsUnderABacklog(t *testing.T) {
+	for _, dialect := range []string{"sqlite", "postgres"} {
+		t.Run(dialect, func(t *testing.T) {
+			q, exec, query := headsQueue(t, dialect)
+			ctx := context.Background()
+			census := func() {
+				t.Helper()
+				q.census.next.Store(0) // due now
+				q.groupCensus(ctx)
+			}
+			mode := func(wantHeads, wantLoose bool) {
+				t.Helper()
+				text, _ := q.candidatesSQL(time.Now(), 10)
+				if heads := strings.Contains(text, headsCTE); heads != wantHeads || q.census.loose.Load() != wantLoose {
+					t.Fatalf("claims read heads %v (want %v), look for rows without a group %v (want %v)", heads, wantHeads, q.census.loose.Load(), wantLoose)
+				}
+				if wantHeads && strings.Contains(text, `"fifo_group" IS NULL AND "locked_until"`) != wantLoose {
+					t.Fatalf("a claim of heads looks for rows without a group: %v, want %v:\n%s", !wantLoose, wantLoose, text)
+				}
+			}
+			insert := func(rows, groups int, offset int) {
+				t.Helper()
+				values := make([]string, rows)
+				for i := range values {
+					values[i] = fmt.Sprintf("(%s, 'g%d')", q.p(1), offset+i%groups)
+				}
+				if err := exec("INSERT INTO "+q.table+" (payload, fifo_group) VALUES "+strings.Join(values, ", "), []byte("{}")); err != nil {
+					t.Fatal(err)
+				}
+			}
+			census()
+			mode(false, false) // empty
+
+			insert(100*headsRowsPerGroup-1, 100, 0)
+			census()
+			mode(false, false) // a ready row short of the backlog that pays
+
+			insert(1, 100, 0)
+			census()
+			mode(true, false)
+
+			// A row without a group, published behind the backlog: the claims of
+			// heads do not see it until the next census.
+			if err := exec("INSERT INTO "+q.table+" (payload) VALUES ("+q.p(1)+")", []byte("{}")); err != nil {
+				t.Fatal(err)
+			}
+			var loose int64
+			if err := func() error {
+				ids, err := query("SELECT max(id) FROM " + q.table)
+				loose = ids[0]
+				return err
+			}(); err != nil {
+				t.Fatal(err)
+			}
+			takes := func() bool {
+				text, args := q.candidatesSQL(time.Now(), 200)
+				ids, err := query(text, args...)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return slices.Contains(ids, loose)
+			}
+			if takes() {
+				t.Fatal("a claim of heads took a row without a group before a census found one")
+			}
+			census()
+			mode(true, true)
+			if !takes() {
+				t.Fatal("a claim of heads after the census did not take the row without a group")
+			}
+
+			// More groups than a claim of heads reads.
+			insert((headsMaxGroups+1)*headsRowsPerGroup, headsMaxGroups+1, 1000)
+			census()
+			mode(false, true)
+		})
+	}
+}
