@@ -19,7 +19,7 @@ import (
 // with a *BatchFailedError in another.
 func (s *Subscription[T]) rowBatchOnce() (found bool, err error) {
 	q := s.q
-	q.groupCensus(s.claimCtx) // before the claim's connection: the census takes one of its own
+	q.groupCensus(s.claimCtx, s.o.Limits) // before the claim's connection: the census takes one of its own
 	conn, err := q.pool.Acquire(s.claimCtx)
 	if err != nil {
 		return false, err

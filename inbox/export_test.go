@@ -32,9 +32,9 @@ func KeyBookkeeping[T any](s *Subscription[T]) int {
 	return n
 }
 
-// ClaimHeads makes q's claims read the heads of its FIFO groups (on, looking for
-// rows without a group at every claim) or the claim index in order (off),
-// whatever its census says.
+// ClaimHeads makes the claims of q, a Postgres queue, read the heads of its FIFO
+// groups (on, looking for rows without a group at every claim) or the claim
+// index in order (off), whatever its census says.
 func ClaimHeads[T any](q *Queue[T], on bool) {
 	if on {
 		q.census.force.Store(1)

@@ -189,7 +189,7 @@ func (q *Queue[T]) groupReady(r string, set bool) string {
 // A claim of heads (headsIn) sorts its candidates, a few rows, in claim order:
 // it keeps the sort.
 func pgGroupClaimSettings(sql string) []string {
-	if strings.Contains(sql, headsCTE) {
+	if strings.Contains(sql, headsMark) {
 		return []string{"SET LOCAL jit = off", "SET LOCAL enable_bitmapscan = off", "SET LOCAL enable_seqscan = off"}
 	}
 	return []string{"SET LOCAL jit = off", "SET LOCAL enable_sort = off", "SET LOCAL enable_bitmapscan = off", "SET LOCAL enable_seqscan = off"}
@@ -271,10 +271,13 @@ func (q *Queue[T]) pickSQL(s *stmt[T], l Limits, at time.Time, now, extra, limit
 	}
 	asked := limit
 	limit = q.limitedBy(s, l, at, now, limit)
-	heads := !l.fair() && q.c.Group != "" && q.census.headsOn()
+	heads, loose := false, false
+	if q.dialect == Postgres && !l.fair() && q.c.Group != "" {
+		heads, loose = q.census.headsOn()
+	}
 	where := q.claimable(now) + q.groupReady("r", !heads) + extra
 	if heads {
-		where = q.headsIn("r", now, extra, asked) + " AND " + where
+		where = q.headsIn("r", now, extra, asked, loose, skipLocked) + " AND " + where
 	}
 	if !l.fair() {
 		return "SELECT " + col(q.c.ID) + " FROM " + q.table + " AS r WHERE " + where +
@@ -469,6 +472,17 @@ AND position($3 in coalesce(pg_get_expr(i.indpred, i.indrelid), '')) > 0`, q.tab
 	if n == 0 {
 		return &ColumnError{Table: q.name, Column: q.c.Group, Reason: "has no unique index WHERE " + q.c.Group + " IS NOT NULL AND " + q.c.ClaimedAt + " IS NOT NULL: FIFO groups need one on Postgres (the default schema has it from version 4)"}
 	}
+	// The index a claim of heads walks (version 6): on Group then ID, of the rows
+	// not finished. Without it claims read the claim index in order.
+	err = q.pool.QueryRow(ctx, `SELECT count(*) FROM pg_index i
+JOIN pg_attribute g ON g.attrelid = i.indrelid AND g.attnum = i.indkey[0]
+JOIN pg_attribute d ON d.attrelid = i.indrelid AND d.attnum = i.indkey[1]
+WHERE i.indrelid = $1::regclass AND i.indnatts = 2 AND g.attname = $2 AND d.attname = $3
+AND position($4 in coalesce(pg_get_expr(i.indpred, i.indrelid), '')) > 0`, q.table, q.c.Group, q.c.ID, q.c.LockedUntil+" < '9999-01-01").Scan(&n)
+	if err != nil {
+		return err
+	}
+	q.headsIndexed.Store(n > 0)
 	return nil
 }
 

@@ -14,6 +14,7 @@ import (
 	"pgregory.net/rapid"
 
 	"github.com/gotp/gotp/inbox"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // groupLog records, across every instance of a test, the jobs of each FIFO group
@@ -314,8 +315,8 @@ func TestGroupColumnMissing(t *testing.T) {
 
 // The model of FIFO groups: whatever the groups of a run of jobs and however many
 // times each fails before it succeeds, the jobs of each group are acked in publish
-// order and never two of a group are in work at once (three workers, SQLite),
-// whether claims read the claim index in order or the groups' heads.
+// order and never two of a group are in work at once (three workers; on Postgres
+// with claims that read the claim index in order or the groups' heads, drawn).
 //
 // Each check drains a table of its own (about a second under -race), so the test
 // runs 20 checks unless -rapid.checks asks for a number.
@@ -327,20 +328,39 @@ func TestFIFOGroupsOrderProperty(t *testing.T) {
 		_ = f.Value.Set("20")
 		defer func() { _ = f.Value.Set(old) }()
 	}
-	b := sqliteBackend(t)
-	db := b.newDB(t).(*sql.DB)
+	for _, mk := range []func(*testing.T) *backend{sqliteBackend, pgBackend} {
+		t.Run("", func(t *testing.T) { fifoOrderProperty(t, mk(t)) })
+	}
+}
+
+func fifoOrderProperty(t *testing.T, b *backend) {
+	db := b.newDB(t)
 	seq := 0
 	rapid.Check(t, func(rt *rapid.T) {
 		seq++
 		ctx := context.Background()
-		q, err := inbox.NewSQLite(db, inbox.Config[msg]{Table: fmt.Sprintf("prop_%d", seq), Columns: inbox.GroupColumns(), Logger: quiet()})
+		cfg := inbox.Config[msg]{Table: fmt.Sprintf("%s_%d", b.table, seq), Columns: inbox.GroupColumns(), Logger: quiet()}
+		var q *inbox.Queue[msg]
+		var err error
+		switch db := db.(type) {
+		case *sql.DB:
+			q, err = inbox.NewSQLite(db, cfg)
+		case *pgxpool.Pool:
+			q, err = inbox.NewPostgres(db, cfg)
+			t.Cleanup(func() {
+				for _, s := range []string{"", "_limits", "_periodic"} {
+					_, _ = db.Exec(context.Background(), `DROP TABLE IF EXISTS "`+cfg.Table+s+`"`)
+				}
+				_, _ = db.Exec(context.Background(), `DELETE FROM gotp_schema WHERE key = $1`, "inbox:"+cfg.Table)
+			})
+			inbox.ClaimHeads(q, rapid.Bool().Draw(rt, "heads"))
+		}
 		if err != nil {
 			rt.Fatal(err)
 		}
 		if err := q.CreateTable(ctx); err != nil {
 			rt.Fatal(err)
 		}
-		inbox.ClaimHeads(q, rapid.Bool().Draw(rt, "heads"))
 		n := rapid.IntRange(1, 12).Draw(rt, "jobs")
 		groups := make([]string, n)
 		fails := make([]int, n)

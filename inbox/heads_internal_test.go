@@ -2,10 +2,7 @@ package inbox
 
 import (
 	"context"
-	"database/sql"
 	"fmt"
-	"log/slog"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -73,77 +70,57 @@ func fillHeadsState[T any](ctx context.Context, t testing.TB, q *Queue[T], exec 
 // crashed, dead rows before and behind, rows without a group, priorities, and
 // any limit.
 func TestHeadsClaimTakesWhatAClaimInOrderTakes(t *testing.T) {
-	for _, dialect := range []string{"sqlite", "postgres"} {
-		t.Run(dialect, func(t *testing.T) {
-			q, exec, query := headsQueue(t, dialect)
-			ctx := context.Background()
-			rapid.Check(t, func(rt *rapid.T) {
-				groups := rapid.SampledFrom([]string{"", "a", "b", "c", "d"})
-				n := rapid.IntRange(0, 24).Draw(rt, "rows")
-				rows := make([]headsRow, n)
-				claimed := map[string]bool{}
-				for i := range rows {
-					r := headsRow{group: groups.Draw(rt, "group"), state: rapid.IntRange(0, rowStates-1).Draw(rt, "state"), priority: rapid.IntRange(0, 1).Draw(rt, "priority")}
-					if (r.state == rowInWork || r.state == rowCrashed) && r.group != "" {
-						if claimed[r.group] {
-							r.state = rowReady // one claimed row a group (Postgres's unique index)
-						}
-						claimed[r.group] = true
-					}
-					rows[i] = r
+	q, exec, query := headsQueue(t)
+	ctx := context.Background()
+	rapid.Check(t, func(rt *rapid.T) {
+		groups := rapid.SampledFrom([]string{"", "a", "b", "c", "d"})
+		n := rapid.IntRange(0, 24).Draw(rt, "rows")
+		rows := make([]headsRow, n)
+		claimed := map[string]bool{}
+		for i := range rows {
+			r := headsRow{group: groups.Draw(rt, "group"), state: rapid.IntRange(0, rowStates-1).Draw(rt, "state"), priority: rapid.IntRange(0, 1).Draw(rt, "priority")}
+			if (r.state == rowInWork || r.state == rowCrashed) && r.group != "" {
+				if claimed[r.group] {
+					r.state = rowReady // one claimed row a group (Postgres's unique index)
 				}
-				now := time.Now()
-				fillHeadsState(ctx, t, q, exec, rows, now)
-				limit := rapid.IntRange(1, 30).Draw(rt, "limit")
-				pick := func(mode int32) []int64 {
-					q.census.force.Store(mode)
-					text, args := q.candidatesSQL(now, limit)
-					if strings.Contains(text, headsCTE) != (mode == 1) {
-						rt.Fatalf("mode %d: claim text %q", mode, text)
-					}
-					ids, err := query(text, args...)
-					if err != nil {
-						rt.Fatalf("mode %d: %v\n%s", mode, err, text)
-					}
-					return ids
-				}
-				inOrder, heads := pick(2), pick(1)
-				if !slices.Equal(inOrder, heads) {
-					rt.Fatalf("claim in order took %v, claim of heads %v, limit %d", inOrder, heads, limit)
-				}
-			})
-		})
-	}
+				claimed[r.group] = true
+			}
+			rows[i] = r
+		}
+		now := time.Now()
+		fillHeadsState(ctx, t, q, exec, rows, now)
+		limit := rapid.IntRange(1, 30).Draw(rt, "limit")
+		pick := func(mode int32) []int64 {
+			q.census.force.Store(mode)
+			text, args := q.candidatesSQL(now, limit)
+			if strings.Contains(text, headsMark) != (mode == 1) {
+				rt.Fatalf("mode %d: claim text %q", mode, text)
+			}
+			ids, err := query(text, args...)
+			if err != nil {
+				rt.Fatalf("mode %d: %v\n%s", mode, err, text)
+			}
+			return ids
+		}
+		inOrder, heads := pick(2), pick(1)
+		if !slices.Equal(inOrder, heads) {
+			rt.Fatalf("claim in order took %v, claim of heads %v, limit %d", inOrder, heads, limit)
+		}
+	})
 }
 
-// headsQueue makes a queue with GroupColumns on a table of the default schema
-// (SQLite in a temporary directory, or Postgres on POSTGRES_TEST_URL), with
-// functions to run a statement and to read a column of ids.
-func headsQueue(t *testing.T, dialect string) (*Queue[struct{}], func(string, ...any) error, func(string, ...any) ([]int64, error)) {
+// headsQueue makes a queue with GroupColumns on a Postgres table of the default
+// schema (pgGroupQueue), with functions to run a statement and to read a column
+// of ids.
+func headsQueue(t *testing.T) (*Queue[struct{}], func(string, ...any) error, func(string, ...any) ([]int64, error)) {
 	t.Helper()
 	ctx := context.Background()
-	if dialect == "postgres" {
-		q, pool, _ := pgGroupQueue(t, "heads")
-		return q, func(s string, args ...any) error { _, err := pool.Exec(ctx, s, args...); return err },
-			func(s string, args ...any) ([]int64, error) { return pgIDs(ctx, q, pool, s, args) }
+	q, pool, _ := pgGroupQueue(t, "heads")
+	if err := q.checkGroupColumns(ctx); err != nil || !q.headsIndexed.Load() {
+		t.Fatalf("check of a table at version %d: %v, indexed for heads %v", SchemaVersion, err, q.headsIndexed.Load())
 	}
-	db, err := OpenSQLite(ctx, filepath.Join(t.TempDir(), "heads.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
-	if _, err := Migrate(ctx, db, "heads"); err != nil {
-		t.Fatal(err)
-	}
-	q, err := NewSQLite(db, Config[struct{}]{Table: "heads", Columns: GroupColumns(), Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := q.checkGroupColumns(ctx); err != nil {
-		t.Fatal(err)
-	}
-	return q, func(s string, args ...any) error { _, err := db.ExecContext(ctx, s, args...); return err },
-		func(s string, args ...any) ([]int64, error) { return sqliteIDs(ctx, db, s, args) }
+	return q, func(s string, args ...any) error { _, err := pool.Exec(ctx, s, args...); return err },
+		func(s string, args ...any) ([]int64, error) { return pgIDs(ctx, q, pool, s, args) }
 }
 
 func pgIDs(ctx context.Context, q *Queue[struct{}], pool *pgxpool.Pool, text string, args []any) ([]int64, error) {
@@ -155,102 +132,166 @@ func pgIDs(ctx context.Context, q *Queue[struct{}], pool *pgxpool.Pool, text str
 	return ids, err
 }
 
-func sqliteIDs(ctx context.Context, db *sql.DB, text string, args []any) ([]int64, error) {
-	r, err := db.QueryContext(ctx, text, args...)
-	if err != nil {
-		return nil, err
-	}
-	defer r.Close()
-	var ids []int64
-	for r.Next() {
-		var id int64
-		if err := r.Scan(&id); err != nil {
-			return nil, err
-		}
-		ids = append(ids, id)
-	}
-	return ids, r.Err()
-}
-
 // The census makes claims read heads while the table has few groups and many
 // ready rows a group, and in order otherwise; a claim of heads looks for rows
 // without a group when the last census found one ready, and so takes a row
 // without a group behind a backlog of groups at the next census at the latest.
 func TestGroupCensusChoosesHeadsUnderABacklog(t *testing.T) {
-	for _, dialect := range []string{"sqlite", "postgres"} {
-		t.Run(dialect, func(t *testing.T) {
-			q, exec, query := headsQueue(t, dialect)
-			ctx := context.Background()
-			census := func() {
-				t.Helper()
-				q.census.next.Store(0) // due now
-				q.groupCensus(ctx)
-			}
-			mode := func(wantHeads, wantLoose bool) {
-				t.Helper()
-				text, _ := q.candidatesSQL(time.Now(), 10)
-				if heads := strings.Contains(text, headsCTE); heads != wantHeads || q.census.loose.Load() != wantLoose {
-					t.Fatalf("claims read heads %v (want %v), look for rows without a group %v (want %v)", heads, wantHeads, q.census.loose.Load(), wantLoose)
-				}
-				if wantHeads && strings.Contains(text, `"fifo_group" IS NULL AND "locked_until"`) != wantLoose {
-					t.Fatalf("a claim of heads looks for rows without a group: %v, want %v:\n%s", !wantLoose, wantLoose, text)
-				}
-			}
-			insert := func(rows, groups int, offset int) {
-				t.Helper()
-				values := make([]string, rows)
-				for i := range values {
-					values[i] = fmt.Sprintf("(%s, 'g%d')", q.p(1), offset+i%groups)
-				}
-				if err := exec("INSERT INTO "+q.table+" (payload, fifo_group) VALUES "+strings.Join(values, ", "), []byte("{}")); err != nil {
-					t.Fatal(err)
-				}
-			}
-			census()
-			mode(false, false) // empty
+	q, exec, query := headsQueue(t)
+	ctx := context.Background()
+	census := func() {
+		t.Helper()
+		q.census.next.Store(0) // due now
+		q.groupCensus(ctx, Limits{})
+	}
+	mode := func(wantHeads, wantLoose bool) {
+		t.Helper()
+		text, _ := q.candidatesSQL(time.Now(), 10)
+		_, loose := q.census.headsOn()
+		if heads := strings.Contains(text, headsMark); heads != wantHeads || loose != wantLoose {
+			t.Fatalf("claims read heads %v (want %v), look for rows without a group %v (want %v)", heads, wantHeads, loose, wantLoose)
+		}
+		if wantHeads && strings.Contains(text, `"fifo_group" IS NULL AND "locked_until"`) != wantLoose {
+			t.Fatalf("a claim of heads looks for rows without a group: %v, want %v:\n%s", !wantLoose, wantLoose, text)
+		}
+	}
+	insert := func(rows, groups int, offset int) {
+		t.Helper()
+		values := make([]string, rows)
+		for i := range values {
+			values[i] = fmt.Sprintf("(%s, 'g%d')", q.p(1), offset+i%groups)
+		}
+		if err := exec("INSERT INTO "+q.table+" (payload, fifo_group) VALUES "+strings.Join(values, ", "), []byte("{}")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	census()
+	mode(false, false) // empty
 
-			insert(100*headsRowsPerGroup-1, 100, 0)
-			census()
-			mode(false, false) // a ready row short of the backlog that pays
+	insert(100*headsRowsPerGroup-1, 100, 0)
+	census()
+	mode(false, false) // a ready row short of the backlog that pays
 
-			insert(1, 100, 0)
-			census()
-			mode(true, false)
+	insert(1, 100, 0)
+	census()
+	mode(true, false)
 
-			// A row without a group, published behind the backlog: the claims of
-			// heads do not see it until the next census.
-			if err := exec("INSERT INTO "+q.table+" (payload) VALUES ("+q.p(1)+")", []byte("{}")); err != nil {
-				t.Fatal(err)
-			}
-			var loose int64
-			if err := func() error {
-				ids, err := query("SELECT max(id) FROM " + q.table)
-				loose = ids[0]
-				return err
-			}(); err != nil {
-				t.Fatal(err)
-			}
-			takes := func() bool {
-				text, args := q.candidatesSQL(time.Now(), 200)
-				ids, err := query(text, args...)
-				if err != nil {
-					t.Fatal(err)
-				}
-				return slices.Contains(ids, loose)
-			}
-			if takes() {
-				t.Fatal("a claim of heads took a row without a group before a census found one")
-			}
-			census()
-			mode(true, true)
-			if !takes() {
-				t.Fatal("a claim of heads after the census did not take the row without a group")
-			}
+	// A row without a group, published behind the backlog: the claims of
+	// heads do not see it until the next census.
+	if err := exec("INSERT INTO "+q.table+" (payload) VALUES ("+q.p(1)+")", []byte("{}")); err != nil {
+		t.Fatal(err)
+	}
+	var loose int64
+	if err := func() error {
+		ids, err := query("SELECT max(id) FROM " + q.table)
+		loose = ids[0]
+		return err
+	}(); err != nil {
+		t.Fatal(err)
+	}
+	takes := func() bool {
+		text, args := q.candidatesSQL(time.Now(), 200)
+		ids, err := query(text, args...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return slices.Contains(ids, loose)
+	}
+	if takes() {
+		t.Fatal("a claim of heads took a row without a group before a census found one")
+	}
+	census()
+	mode(true, true)
+	if !takes() {
+		t.Fatal("a claim of heads after the census did not take the row without a group")
+	}
 
-			// More groups than a claim of heads reads.
-			insert((headsMaxGroups+1)*headsRowsPerGroup, headsMaxGroups+1, 1000)
-			census()
-			mode(false, true)
-		})
+	// A census that fails (here its context is done) makes claims go in order.
+	done, cancel := context.WithCancel(ctx)
+	cancel()
+	q.census.next.Store(0)
+	q.groupCensus(done, Limits{})
+	mode(false, false)
+	census()
+	mode(true, true)
+
+	// Fair claims never read heads, and take no census.
+	q.census.next.Store(0)
+	q.groupCensus(ctx, Limits{Fair: true})
+	if q.census.next.Load() != 0 {
+		t.Fatal("a fair subscription took a census")
+	}
+
+	// More groups than a claim of heads reads: the census does not look for
+	// rows without a group.
+	insert((headsMaxGroups+1)*headsRowsPerGroup, headsMaxGroups+1, 1000)
+	census()
+	mode(false, false)
+
+	// Without the index of version 6, no census: claims go in order.
+	if err := exec(`DROP INDEX "` + strings.Trim(q.table, `"`) + `_group_live"`); err != nil {
+		t.Fatal(err)
+	}
+	if err := q.checkGroupColumns(ctx); err != nil || q.headsIndexed.Load() {
+		t.Fatalf("check without the index: %v, indexed for heads %v", err, q.headsIndexed.Load())
+	}
+}
+
+// A claim of heads that runs beside another claim passes over the rows without a
+// group that the other holds, and takes the next ones, as a claim in order does:
+// it locks them as it lists them (SKIP LOCKED). Listed without a lock, every
+// overlapping claim listed the same first rows, and came back empty when another
+// held them.
+func TestHeadsClaimBesideAnotherTakesOtherRowsWithoutAGroup(t *testing.T) {
+	q, exec, _ := headsQueue(t)
+	ctx := context.Background()
+	var rows []headsRow
+	for _, g := range []string{"a", "b", "c", "d", "e"} {
+		rows = append(rows, headsRow{group: g, state: rowInWork}, headsRow{group: g})
+	}
+	for range 20 {
+		rows = append(rows, headsRow{})
+	}
+	now := time.Now()
+	fillHeadsState(ctx, t, q, exec, rows, now)
+	pool := q.pool
+	for _, heads := range []bool{false, true} {
+		q.census.force.Store(2)
+		if heads {
+			q.census.force.Store(1)
+		}
+		// The first claim holds its rows, uncommitted.
+		tx, err := pool.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		text, args := q.rowClaimSQL(now, time.Minute, 5)
+		r, err := tx.Query(ctx, text, args...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		first := 0
+		for r.Next() {
+			first++
+		}
+		r.Close()
+		if r.Err() != nil || first != 5 {
+			t.Fatalf("heads %v: the first claim took %d rows (%v), want 5", heads, first, r.Err())
+		}
+		text, args = q.rowClaimSQL(now, time.Minute, 5)
+		var second int
+		if err := q.pgClaimQuery(ctx, pool, "WITH c AS ("+text+") SELECT count(*) FROM c", args, func(r pgx.Rows) error {
+			r.Next()
+			return r.Scan(&second)
+		}); err != nil {
+			t.Fatal(err)
+		}
+		if second != 5 {
+			t.Errorf("heads %v: a claim beside the first took %d rows, want the next 5 without a group", heads, second)
+		}
+		if err := tx.Rollback(ctx); err != nil {
+			t.Fatal(err)
+		}
+		fillHeadsState(ctx, t, q, exec, rows, now)
 	}
 }

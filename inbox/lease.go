@@ -802,7 +802,7 @@ func (s *Subscription[T]) cycle(l *lane, batch []settlement, want int) (got []*l
 			return nil, lost, true
 		}
 		if want > 0 {
-			q.groupCensus(ctx)
+			q.groupCensus(s.claimCtx, s.o.Limits)
 		}
 		now := q.now()
 		deadline := trunc(now.Add(s.o.Lease))

@@ -93,7 +93,7 @@ func releaseHeld(conn *pgxpool.Conn, healthy *bool) {
 // through observe).
 func (s *Subscription[T]) rowLockOnce() (found bool, err error) {
 	q := s.q
-	q.groupCensus(s.claimCtx) // before the claim's connection: the census takes one of its own
+	q.groupCensus(s.claimCtx, s.o.Limits) // before the claim's connection: the census takes one of its own
 	conn, err := q.pool.Acquire(s.claimCtx)
 	if err != nil {
 		return false, err
@@ -294,7 +294,7 @@ func (q *Queue[T]) lockKey() int32 {
 // false when no row was claimable; err is a failure of the claim.
 func (s *Subscription[T]) advisoryOnce() (found bool, err error) {
 	q := s.q
-	q.groupCensus(s.claimCtx) // before the claim's connection: the census takes one of its own
+	q.groupCensus(s.claimCtx, s.o.Limits) // before the claim's connection: the census takes one of its own
 	conn, err := q.pool.Acquire(s.claimCtx)
 	if err != nil {
 		return false, err

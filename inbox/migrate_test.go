@@ -72,7 +72,10 @@ func schemaAt(d inbox.Dialect, v int) []string {
 			stmts = append(stmts, `CREATE UNIQUE INDEX {T}_group_work ON {T} (fifo_group) WHERE fifo_group IS NOT NULL AND claimed_at IS NOT NULL`)
 		}
 	}
-	if v >= 5 {
+	if v >= 5 && d == inbox.SQLite {
+		stmts = append(stmts, `CREATE INDEX {T}_group_work ON {T} (fifo_group) WHERE fifo_group IS NOT NULL AND claimed_at IS NOT NULL`)
+	}
+	if v >= 6 {
 		panic("no fixture for this version")
 	}
 	return append(stmts,

@@ -159,9 +159,11 @@ type Queue[T any] struct {
 	// pass the rows of groups in work by a lookup in their set (groupReady).
 	// Postgres requires one (checkGroupColumns).
 	groupIndexed atomic.Bool
-	// census decides how claims of a queue with FIFO groups find their rows
-	// (heads.go).
-	census groupCensus
+	// headsIndexed is set when a subscription's Start found, on Postgres, the
+	// index of the groups' live rows (schema version 6): claims may then read
+	// heads (heads.go), as census decides.
+	headsIndexed atomic.Bool
+	census       groupCensus
 
 	// outcomes counts settled attempts by Outcome (index) and lost leases (index 0).
 	outcomes [lastOutcome + 1]atomic.Int64
