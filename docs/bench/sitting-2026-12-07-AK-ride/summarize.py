@@ -25,7 +25,7 @@ for c in cases:
             line += '%26s' % ('%.2fx (%.2fx, %d of %d)' % (med(c, a) / med(c, 'main'), st.median(rs), sum(x > 1 for x in rs), len(rs)))
     print(line)
 print('limit / no limit, same arm: median of medians (per-round median; range)')
-pairs = [('fifo100', 'plain'), ('limit40', 'nolimit'), ('perpart2limit40', 'nolimit20'), ('perpart2', 'nolimit20'), ('rate', 'nolimit20'), ('perpart2k', 'nolimit2k')]
+pairs = [('fifo100', 'plain'), ('fifo2k', 'plain'), ('limit40', 'nolimit'), ('perpart2limit40', 'nolimit20'), ('perpart2', 'nolimit20'), ('rate', 'nolimit20'), ('perpart2k', 'nolimit2k')]
 for lim, base in [(db + '/' + l, db + '/' + b) for db in ('sqlite', 'postgres') for l, b in pairs]:
     for a in arms:
         rs = [v[(lim, a)] / v[(base, a)] for v in byround.values() if (lim, a) in v and (base, a) in v]
