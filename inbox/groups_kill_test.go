@@ -67,8 +67,15 @@ func TestFIFOGroupsKilledProcess(t *testing.T) {
 			var firstA time.Time
 			var errs []string
 			done := newTally(len(jobs))
-			// The second instance, in this process.
-			start(t, newQueue(t, b, inbox.Config[msg]{Columns: inbox.GroupColumns()}), func(ctx context.Context, j inbox.Job[msg]) error {
+			// The second instance, in this process; on Postgres its claims read the
+			// groups' heads (the child's read the claim index in order), so that the
+			// claim the child left is taken again through the heads' list of
+			// claimed rows.
+			live := newQueue(t, b, inbox.Config[msg]{Columns: inbox.GroupColumns()})
+			if b.dialect == inbox.Postgres {
+				inbox.ClaimHeads(live, true)
+			}
+			start(t, live, func(ctx context.Context, j inbox.Job[msg]) error {
 				g := groupOf[j.Payload.N]
 				mu.Lock()
 				inWork[g]++
