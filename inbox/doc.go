@@ -130,16 +130,19 @@
 // those rows, the groups' claimed rows and the first ready rows without a group
 // (locked as it lists them), taking them in claim order: the rows a claim in
 // order would take, at a cost that follows the number of groups, not the
-// backlog. Which way claims go is decided by a census of the table that each
-// [Queue] takes at most once a second, from the claims of subscriptions that are
-// not fair: heads while the table has at most 512 groups with unfinished rows
-// and at least 16 ready rows a group; a census that fails sends claims back in
-// order until one succeeds. A claim of heads looks for ready rows without a
-// group only when the last census found one (the census then reads the table
-// until it finds one: all of it, once a second, when there is none), so that under a backlog of groups such a row may wait up to a second
-// longer for its claim; while some are ready behind the backlog in claim order,
-// each claim reads up to them. SQLite, whose claims cannot run beside each
-// other, always claims in order (heads made its drains slower).
+// backlog (a fair claim ranks them, with each key's first ready rows without a
+// group, as it ranks each key's first rows). Which way claims go is decided by
+// a census of the table that each [Queue] takes at most once a second, from the
+// claims of subscriptions without PerPartition (whose claims take each key's
+// rows in order): heads while the table has at most 512 groups with unfinished
+// rows and at least 16 ready rows a group; a census that fails sends claims
+// back in order until one succeeds. A claim of heads looks for ready rows
+// without a group only when the last census found one (the census then reads
+// the table until it finds one: all of it, once a second, when there is none),
+// so that under a backlog of groups such a row may wait up to a second longer
+// for its claim; while some are ready behind the backlog in claim order, each
+// claim reads up to them. SQLite, whose claims cannot run beside each other,
+// always claims in order (heads made its drains slower).
 //
 // On Postgres a claim of a queue with groups runs in a transaction of its own
 // with JIT, bitmap scans and sequential scans off, and, for a claim in order,

@@ -272,12 +272,14 @@ func (q *Queue[T]) pickSQL(s *stmt[T], l Limits, at time.Time, now, extra, limit
 	asked := limit
 	limit = q.limitedBy(s, l, at, now, limit)
 	heads, loose := false, false
-	if q.dialect == Postgres && !l.fair() && q.c.Group != "" {
+	if q.dialect == Postgres && l.PerPartition == 0 && q.c.Group != "" {
 		heads, loose = q.census.headsOn()
 	}
 	where := q.claimable(now) + q.groupReady("r", !heads) + extra
+	base := where
 	if heads {
-		where = q.headsIn("r", now, extra, asked, loose, skipLocked) + " AND " + where
+		// A fair claim looks for each key's first rows without a group itself.
+		where = q.headsIn("r", now, extra, asked, loose && !l.fair(), skipLocked) + " AND " + where
 	}
 	if !l.fair() {
 		return "SELECT " + col(q.c.ID) + " FROM " + q.table + " AS r WHERE " + where +
@@ -296,9 +298,23 @@ func (q *Queue[T]) pickSQL(s *stmt[T], l Limits, at time.Time, now, extra, limit
 		// each key's first rows in claim order.
 		keys := "WITH RECURSIVE k(v) AS (SELECT min(" + pk + ") FROM " + q.table + " WHERE " + pk + " IS NOT NULL" +
 			" UNION ALL SELECT (SELECT min(" + pk + ") FROM " + q.table + " WHERE " + pk + " > k.v) FROM k WHERE k.v IS NOT NULL)"
-		cand = keys + " SELECT r.* FROM k CROSS JOIN LATERAL (SELECT " + cols + " FROM " + q.table + " AS r WHERE r." + pk + " = k.v AND " + where +
-			" ORDER BY " + q.order() + " LIMIT " + limit + ") r" +
-			" UNION ALL (SELECT " + cols + " FROM " + q.table + " AS r WHERE r." + pk + " IS NULL AND " + where + " ORDER BY " + q.order() + " LIMIT " + limit + ")"
+		perKey := func(where string) string {
+			return " SELECT r.* FROM k CROSS JOIN LATERAL (SELECT " + cols + " FROM " + q.table + " AS r WHERE r." + pk + " = k.v AND " + where +
+				" ORDER BY " + q.order() + " LIMIT " + limit + ") r" +
+				" UNION ALL (SELECT " + cols + " FROM " + q.table + " AS r WHERE r." + pk + " IS NULL AND " + where + " ORDER BY " + q.order() + " LIMIT " + limit + ")"
+		}
+		switch {
+		case !heads:
+			cand = keys + perKey(where)
+		case loose:
+			// The groups' heads (each key's first rows of a group are among
+			// them; more of a key than limit rank behind and are not taken),
+			// and each key's first rows without a group.
+			g := col(q.c.Group)
+			cand = keys + " SELECT " + cols + " FROM " + q.table + " AS r WHERE " + where + " UNION ALL" + perKey("r."+g+" IS NULL AND "+base)
+		default:
+			cand = "SELECT " + cols + " FROM " + q.table + " AS r WHERE " + where
+		}
 	} else {
 		// SQLite ranks every ready row: its partition index yields them in key
 		// and claim order.

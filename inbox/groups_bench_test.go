@@ -22,7 +22,9 @@ import (
 //     no group, or a queue with GroupColumns and the jobs spread round-robin
 //     over 100 FIFO groups (published in that order, as interleaved producers
 //     would). fifo2k: the same over 2,000 groups (more than a claim of heads
-//     reads: claims read the claim index in order).
+//     reads: claims read the claim index in order). fifo100fair and fifo100pp:
+//     the 100 groups with the jobs also round-robin over 20 partition keys,
+//     with Limits{Fair: true} or Limits{PerPartition: 2}.
 //   - nolimit and limit40: 32 workers each (64 in all); no limit, or
 //     Limits{Concurrency: 40} across both instances.
 //   - perpart2, perpart2limit40 and rate: 32 workers each; the jobs spread
@@ -48,6 +50,8 @@ func BenchmarkDrainGroups(b *testing.B) {
 		{"plain", 0, 8, inbox.Limits{}, 0},
 		{"fifo100", 100, 8, inbox.Limits{}, 0},
 		{"fifo2k", 2000, 8, inbox.Limits{}, 0},
+		{"fifo100pp", 100, 8, inbox.Limits{PerPartition: 2}, 20},
+		{"fifo100fair", 100, 8, inbox.Limits{Fair: true}, 20},
 		{"nolimit", 0, 32, inbox.Limits{}, 0},
 		{"limit40", 0, 32, inbox.Limits{Concurrency: 40}, 0},
 		{"nolimit20", 0, 32, inbox.Limits{}, 20},
@@ -59,6 +63,8 @@ func BenchmarkDrainGroups(b *testing.B) {
 	}
 	columns := func(groups, keys int) inbox.Columns {
 		switch {
+		case keys > 0 && groups > 0:
+			return inbox.GroupColumns()
 		case keys > 0:
 			c := inbox.GroupColumns()
 			c.Group = ""

@@ -73,15 +73,15 @@ func (c *groupCensus) headsOn() (heads, loose bool) {
 	return st&censusHeads != 0, st&censusLoose != 0
 }
 
-// groupCensus takes the table's census if one is due and the claims of sub may
-// read heads (they are not fair), on Postgres, on a table with the group index
-// of schema version 6 (headsIndexed). One claim takes it while the others go on
-// with the last (a census slower than censusEvery may overlap the next, and the
-// later to end is kept). A census that fails makes claims go in order, which
-// take every row, until one succeeds, and is logged at WARN; the claim that took
-// it goes on.
+// groupCensus takes the table's census if one is due and claims under l may read
+// heads (l has no PerPartition, whose claims take each key's rows in order), on
+// Postgres, on a table with the group index of schema version 6 (headsIndexed).
+// One claim takes it while the others go on with the last (a census slower than
+// censusEvery may overlap the next, and the later to end is kept). A census that
+// fails makes claims go in order, which take every row, until one succeeds, and
+// is logged at WARN; the claim that took it goes on.
 func (q *Queue[T]) groupCensus(ctx context.Context, l Limits) {
-	if q.c.Group == "" || q.dialect != Postgres || l.fair() || !q.headsIndexed.Load() || q.census.force.Load() != 0 {
+	if q.c.Group == "" || q.dialect != Postgres || l.PerPartition > 0 || !q.headsIndexed.Load() || q.census.force.Load() != 0 {
 		return
 	}
 	now := time.Now()

@@ -18,6 +18,7 @@ import (
 // dead, or cancelled.
 type headsRow struct {
 	group    string
+	key      string // partition key, "" for none
 	state    int
 	priority int
 }
@@ -53,13 +54,16 @@ func fillHeadsState[T any](ctx context.Context, t testing.TB, q *Queue[T], exec 
 		case rowCancelled:
 			cancelled = q.ts(now)
 		}
-		var grp any
+		var grp, key any
 		if r.group != "" {
 			grp = r.group
 		}
-		if err := exec("INSERT INTO "+q.table+" (payload, priority, locked_until, fifo_group, claimed_at, dead_at, cancelled_at) VALUES ("+
-			q.p(1)+", "+q.p(2)+", "+q.p(3)+", "+q.p(4)+", "+q.p(5)+", "+q.p(6)+", "+q.p(7)+")",
-			[]byte("{}"), r.priority, lu, grp, claimed, dead, cancelled); err != nil {
+		if r.key != "" {
+			key = r.key
+		}
+		if err := exec("INSERT INTO "+q.table+" (payload, priority, locked_until, fifo_group, claimed_at, dead_at, cancelled_at, partition_key) VALUES ("+
+			q.p(1)+", "+q.p(2)+", "+q.p(3)+", "+q.p(4)+", "+q.p(5)+", "+q.p(6)+", "+q.p(7)+", "+q.p(8)+")",
+			[]byte("{}"), r.priority, lu, grp, claimed, dead, cancelled, key); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -68,17 +72,20 @@ func fillHeadsState[T any](ctx context.Context, t testing.TB, q *Queue[T], exec 
 // A claim of heads takes the rows a claim in order takes, in the same order,
 // whatever the table's state: groups with a head ready, delayed, in work or
 // crashed, dead rows before and behind, rows without a group, priorities, and
-// any limit.
+// any limit. A fair claim (Limits.Fair, over partition keys) takes as many rows,
+// of those a fair claim in order could take (keys level in turn are taken in a
+// random order), and the same rows when it takes them all.
 func TestHeadsClaimTakesWhatAClaimInOrderTakes(t *testing.T) {
 	q, exec, query := headsQueue(t)
 	ctx := context.Background()
 	rapid.Check(t, func(rt *rapid.T) {
 		groups := rapid.SampledFrom([]string{"", "a", "b", "c", "d"})
+		keys := rapid.SampledFrom([]string{"", "k1", "k2", "k3"})
 		n := rapid.IntRange(0, 24).Draw(rt, "rows")
 		rows := make([]headsRow, n)
 		claimed := map[string]bool{}
 		for i := range rows {
-			r := headsRow{group: groups.Draw(rt, "group"), state: rapid.IntRange(0, rowStates-1).Draw(rt, "state"), priority: rapid.IntRange(0, 1).Draw(rt, "priority")}
+			r := headsRow{group: groups.Draw(rt, "group"), key: keys.Draw(rt, "key"), state: rapid.IntRange(0, rowStates-1).Draw(rt, "state"), priority: rapid.IntRange(0, 1).Draw(rt, "priority")}
 			if (r.state == rowInWork || r.state == rowCrashed) && r.group != "" {
 				if claimed[r.group] {
 					r.state = rowReady // one claimed row a group (Postgres's unique index)
@@ -90,21 +97,39 @@ func TestHeadsClaimTakesWhatAClaimInOrderTakes(t *testing.T) {
 		now := time.Now()
 		fillHeadsState(ctx, t, q, exec, rows, now)
 		limit := rapid.IntRange(1, 30).Draw(rt, "limit")
-		pick := func(mode int32) []int64 {
+		fair := rapid.Bool().Draw(rt, "fair")
+		pick := func(mode int32, limit int) []int64 {
 			q.census.force.Store(mode)
-			text, args := q.candidatesSQL(now, limit)
+			s := &stmt[struct{}]{q: q}
+			text := q.pickSQL(s, Limits{Fair: fair}, now, s.now(now), "", s.arg(limit), false)
 			if strings.Contains(text, headsMark) != (mode == 1) {
 				rt.Fatalf("mode %d: claim text %q", mode, text)
 			}
-			ids, err := query(text, args...)
+			ids, err := query(text, s.args...)
 			if err != nil {
 				rt.Fatalf("mode %d: %v\n%s", mode, err, text)
 			}
 			return ids
 		}
-		inOrder, heads := pick(2), pick(1)
-		if !slices.Equal(inOrder, heads) {
-			rt.Fatalf("claim in order took %v, claim of heads %v, limit %d", inOrder, heads, limit)
+		inOrder, heads := pick(2, limit), pick(1, limit)
+		if !fair {
+			if !slices.Equal(inOrder, heads) {
+				rt.Fatalf("claim in order took %v, claim of heads %v, limit %d", inOrder, heads, limit)
+			}
+			return
+		}
+		all := pick(2, 100)
+		slices.Sort(all)
+		if len(heads) != len(inOrder) {
+			rt.Fatalf("fair claim in order took %v, fair claim of heads %v, limit %d", inOrder, heads, limit)
+		}
+		for _, id := range heads {
+			if !slices.Contains(all, id) {
+				rt.Fatalf("fair claim of heads took %d, which no fair claim in order takes (%v), limit %d", id, all, limit)
+			}
+		}
+		if every := pick(1, 100); !slices.Equal(all, slices.Sorted(slices.Values(every))) {
+			rt.Fatalf("fair claims of every row: in order %v, of heads %v", all, every)
 		}
 	})
 }
@@ -215,11 +240,11 @@ func TestGroupCensusChoosesHeadsUnderABacklog(t *testing.T) {
 	census()
 	mode(true, true)
 
-	// Fair claims never read heads, and take no census.
+	// PerPartition claims take each key's rows in order, and no census.
 	q.census.next.Store(0)
-	q.groupCensus(ctx, Limits{Fair: true})
+	q.groupCensus(ctx, Limits{PerPartition: 2})
 	if q.census.next.Load() != 0 {
-		t.Fatal("a fair subscription took a census")
+		t.Fatal("a PerPartition subscription took a census")
 	}
 
 	// More groups than a claim of heads reads: the census does not look for
