@@ -142,7 +142,11 @@
 // so that under a backlog of groups such a row may wait up to a second longer
 // for its claim; while some are ready behind the backlog in claim order, each
 // claim reads up to them. SQLite, whose claims cannot run beside each other,
-// always claims in order (heads made its drains slower).
+// always claims in order (heads made its drains slower). Claims with
+// PerPartition also read each key's rows in order, and under a backlog test
+// every row behind its groups' heads: with 100 groups over 20 keys and 20,000
+// jobs a Postgres drain ran at 1,500-2,000 jobs/s (8,000 with Fair instead,
+// 14,000-20,000 with neither).
 //
 // On Postgres a claim of a queue with groups runs in a transaction of its own
 // with JIT, bitmap scans and sequential scans off, and, for a claim in order,
