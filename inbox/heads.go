@@ -15,9 +15,10 @@ import (
 // fraction of its rate at 10,000. A claim of heads walks the index of the
 // groups' live rows (schema version 6) instead, one probe a group, and tests
 // only each group's head: its cost follows the number of groups, not the
-// backlog. It takes the rows a claim in order takes, but for rows without a
-// group, which it looks for only when the last census found one ready (up to
-// censusEvery late).
+// backlog. It takes the rows a claim in order takes (a fair claim: the rows a
+// fair claim in order could take, keys level in turn going in a random order),
+// but for rows without a group, which it looks for only when the last census
+// found one ready (up to censusEvery late).
 //
 // Which of the two a claim makes is decided by a census of the table, taken by
 // the queue's claims at most once per censusEvery: a claim of heads while the
