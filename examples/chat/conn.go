@@ -70,7 +70,6 @@ type conn struct {
 	waiting []any         // inbound and readEnd messages waiting for room in the outbox, or for a send in flight, in order
 	sending *sending      // the SEND whose message the history owner is committing (&sendBuf, or nil)
 	sendBuf sending       // what sending points to: one SEND in flight at a time, no allocation each
-	sendReq appendReq     // the history owner's copy of the SEND in flight (see appendReq)
 	history gotp.PID      // the history owner this connection monitors
 	histMon gotp.Ref      // that monitor
 	name    string
@@ -325,8 +324,7 @@ func (c *conn) startSend(p *gotp.Process, s Send) error {
 	if v, ok := c.svc.local.Load(to); ok {
 		toc = v.(*conn)
 	}
-	c.sendReq = appendReq{m: m, pid: p.Self(), ref: c.sending.ref, to: to, toc: toc}
-	p.Send(owner, &c.sendReq)
+	p.Send(owner, &appendReq{m: m, pid: p.Self(), ref: c.sending.ref, to: to, toc: toc})
 	return nil
 }
 

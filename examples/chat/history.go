@@ -510,10 +510,12 @@ type roomReq struct{ room string }
 // committed, the owner also hands it to the recipient's connection to
 // (when to is not zero) as a Delivery, just after the answer.
 //
-// A connection sends a *appendReq, its own (conn.sendReq), which the
-// owner copies when it handles it: the connection rewrites it only for
-// its next SEND, after the owner's appended or Down, so one SEND boxes
-// nothing in the message.
+// A connection sends a new *appendReq for each SEND, which the owner
+// copies when it handles it. It once reused one of its own for every
+// SEND, rewritten after the owner's appended or Down; but an owner
+// killed while it handled one still read it when its Down reached the
+// connection, which then rewrote it for its next SEND (a data race seen
+// by TestEverySendEndsWhenHistoryOwnerKilled under -race).
 type appendReq struct {
 	m   Message
 	pid gotp.PID
