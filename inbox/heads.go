@@ -112,8 +112,8 @@ func (q *Queue[T]) groupCensus(ctx context.Context, l Limits) {
 // table has at most headsMaxGroups groups with live rows (counted by a walk of
 // the group index of version 6, one probe a group) and at least
 // headsRowsPerGroup ready rows a group (counted in the claim index, up to that
-// many); and if so, whether a row without a group is ready, which reads the ready
-// rows until it finds one (the whole backlog when there is none, once a census).
+// many); and if so, whether a row without a group is ready, which reads the
+// table until it finds one (all of it when there is none, once a census).
 func (q *Queue[T]) takeCensus(ctx context.Context, at time.Time) (heads, loose bool, err error) {
 	s := &stmt[T]{q: q}
 	n := s.now(at)
