@@ -68,6 +68,7 @@ type childConfig struct {
 	Crash       string
 	MaxAttempts int
 	Groups      bool // the table has GroupColumns (FIFO groups)
+	Heads       bool // Postgres: claims read the groups' heads (inbox.ClaimHeads)
 	// Limits go to the subscription (the table then has GroupColumns, for
 	// Partition); each handler's return is recorded too ("X" records), so that
 	// the parent can count handlers in work at once. Block makes every handler
@@ -149,6 +150,9 @@ func faultChild(cfg childConfig) error {
 			return err
 		}
 	}
+	if cfg.Heads && cfg.DB == "postgres" {
+		inbox.ClaimHeads(q, true)
+	}
 	printed := make(chan struct{})
 	sub, err := q.Subscribe(func(ctx context.Context, j inbox.Job[msg]) error {
 		rec.write("S %d %d %s %d", j.ID, j.Attempt, cfg.Instance, time.Now().UnixNano())
@@ -158,7 +162,7 @@ func faultChild(cfg childConfig) error {
 			_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
 			select {} // the process is going
 		}
-		if cfg.Limits != (inbox.Limits{}) {
+		if cfg.Limits != (inbox.Limits{}) || cfg.Groups {
 			defer func() { rec.write("X %d %d %s %d", j.ID, j.Attempt, cfg.Instance, time.Now().UnixNano()) }()
 		}
 		if cfg.Block {
@@ -259,6 +263,7 @@ type faultRun struct {
 	lockStop bool // SQLite: stop an instance while another process holds the write lock
 	timeout  time.Duration
 	keys     int // with cfg.Limits: job i has partition key "k<i%keys>"
+	groups   int // with cfg.Groups: job i is in FIFO group "g<i%groups>"
 
 	dir      string
 	prefix   string // of every instance name
@@ -554,6 +559,16 @@ func (f *faultRun) run() faultSummary {
 			}
 			ids[id], keyOf[id] = true, k
 		}
+	} else if f.groups > 0 {
+		gq := newQueue(t, f.b, inbox.Config[msg]{Columns: inbox.GroupColumns()})
+		for i := range f.jobs {
+			g := fmt.Sprint("g", i%f.groups)
+			id, err := gq.Publish(t.Context(), msg{N: i}, &inbox.PublishOpts{Group: g})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ids[id], keyOf[id] = true, g
+		}
 	} else {
 		batch := make([]msg, f.jobs)
 		for i := range batch {
@@ -638,6 +653,20 @@ func (f *faultRun) run() faultSummary {
 	s.Lost += int(f.remaining())
 	for _, e := range s.Errors {
 		t.Error(e)
+	}
+	if f.groups > 0 {
+		// keyOf holds each job's group: at most one handler of a group in work at
+		// once, and each group's jobs first started in id order.
+		most, ofGroup := limitLoad(string(recs), keyOf, f.killed)
+		s.MostInWork, s.MostOfKey = most, ofGroup
+		if ofGroup > 1 {
+			t.Errorf("%d handlers of one FIFO group in work at once across the instances", ofGroup)
+		}
+		for g, ids := range firstStarts(string(recs), keyOf) {
+			if !slices.IsSorted(ids) {
+				t.Errorf("group %s: jobs first started in the order %v, not in id order", g, ids)
+			}
+		}
 	}
 	if l := f.cfg.Limits; l != (inbox.Limits{}) {
 		most, perKey := limitLoad(string(recs), keyOf, f.killed)
@@ -924,6 +953,31 @@ func limitLoad(log string, keyOf map[int64]string, killed map[string]time.Time) 
 		}
 	}
 	return most, mostOfKey
+}
+
+// firstStarts reads the handlers' starts (S) in an execution log and returns, by
+// group (keyOf, by job id), the jobs in the order of their first starts.
+func firstStarts(log string, keyOf map[int64]string) map[string][]int64 {
+	first := map[int64]int64{}
+	for line := range strings.Lines(log) {
+		f := strings.Fields(line)
+		if len(f) != 5 || f[0] != "S" {
+			continue
+		}
+		id, _ := strconv.ParseInt(f[1], 10, 64)
+		ns, _ := strconv.ParseInt(f[4], 10, 64)
+		if at, ok := first[id]; !ok || ns < at {
+			first[id] = ns
+		}
+	}
+	byGroup := map[string][]int64{}
+	for id := range first {
+		byGroup[keyOf[id]] = append(byGroup[keyOf[id]], id)
+	}
+	for _, ids := range byGroup {
+		slices.SortFunc(ids, func(a, b int64) int { return cmp.Compare(first[a], first[b]) })
+	}
+	return byGroup
 }
 
 // faultParams are the sizes of one fault run: the short one of the normal suite, or
