@@ -548,26 +548,24 @@ func (f *faultRun) run() faultSummary {
 	f.cfg.Table = f.b.table
 	f.cfg.Log = filepath.Join(f.dir, "executions.log")
 	ids := map[int64]bool{}
-	keyOf := map[int64]string{} // with keys: each job's partition key
-	if f.keys > 0 {
+	keyOf := map[int64]string{} // with keys or groups: each job's partition key or group
+	if f.keys > 0 || f.groups > 0 {
 		kq := newQueue(t, f.b, inbox.Config[msg]{Columns: inbox.GroupColumns()})
 		for i := range f.jobs {
-			k := fmt.Sprint("k", i%f.keys)
-			id, err := kq.Publish(t.Context(), msg{N: i}, &inbox.PublishOpts{Partition: k})
+			var o inbox.PublishOpts
+			k := ""
+			if f.keys > 0 {
+				k = fmt.Sprint("k", i%f.keys)
+				o.Partition = k
+			} else {
+				k = fmt.Sprint("g", i%f.groups)
+				o.Group = k
+			}
+			id, err := kq.Publish(t.Context(), msg{N: i}, &o)
 			if err != nil {
 				t.Fatal(err)
 			}
 			ids[id], keyOf[id] = true, k
-		}
-	} else if f.groups > 0 {
-		gq := newQueue(t, f.b, inbox.Config[msg]{Columns: inbox.GroupColumns()})
-		for i := range f.jobs {
-			g := fmt.Sprint("g", i%f.groups)
-			id, err := gq.Publish(t.Context(), msg{N: i}, &inbox.PublishOpts{Group: g})
-			if err != nil {
-				t.Fatal(err)
-			}
-			ids[id], keyOf[id] = true, g
 		}
 	} else {
 		batch := make([]msg, f.jobs)

@@ -106,34 +106,7 @@ func TestPostgresGroupClaimReadsTheClaimIndexInOrder(t *testing.T) {
 	if _, err := pool.Exec(ctx, `INSERT INTO "`+table+`" (payload, fifo_group) SELECT '\x7b7d', 'g' || (i % 100) FROM generate_series(0, $1 - 1) AS i`, fifoBacklog); err != nil {
 		t.Fatal(err)
 	}
-	now := time.Now()
-	text, args := q.pgAckClaimSQL(Limits{}, []int64{}, []time.Time{}, now.Add(time.Minute), now, 16, nil)
-	if err := q.pgClaimQuery(ctx, pool, text, args, func(pgx.Rows) error { return nil }); err != nil {
-		t.Fatal(err)
-	}
-	for _, analyzed := range []bool{false, true} {
-		if analyzed {
-			if _, err := pool.Exec(ctx, `ANALYZE "`+table+`"`); err != nil {
-				t.Fatal(err)
-			}
-		}
-		text, args = q.pgAckClaimSQL(Limits{}, []int64{}, []time.Time{}, now.Add(time.Minute), now, 40, nil)
-		var plan []string
-		// EXPLAIN ANALYZE runs the claim: the transaction commits it, on a table
-		// that is claimed from again only by this test.
-		if err := q.pgClaimQuery(ctx, pool, "EXPLAIN (ANALYZE) "+text, args, func(r pgx.Rows) error {
-			for r.Next() {
-				var line string
-				if err := r.Scan(&line); err != nil {
-					return err
-				}
-				plan = append(plan, line)
-			}
-			return nil
-		}); err != nil {
-			t.Fatal(err)
-		}
-		all := strings.Join(plan, "\n")
+	claimPlans(t, q, pool, table, func(analyzed bool, all string) {
 		if !strings.Contains(all, "Index Scan using "+table+"_claim on "+table+" r") {
 			t.Errorf("analyzed %v: the claim does not read the claim index:\n%s", analyzed, all)
 		}
@@ -142,7 +115,7 @@ func TestPostgresGroupClaimReadsTheClaimIndexInOrder(t *testing.T) {
 				t.Errorf("analyzed %v: the claim's plan has %q:\n%s", analyzed, bad, all)
 			}
 		}
-	}
+	})
 }
 
 // On Postgres a cycle that acks the head of a group claims the group's next
@@ -236,6 +209,27 @@ func TestPostgresHeadsClaimReadsTheGroupIndex(t *testing.T) {
 		t.Fatal(err)
 	}
 	q.census.force.Store(1)
+	claimPlans(t, q, pool, table, func(analyzed bool, all string) {
+		for _, want := range []string{"Index Only Scan using " + table + "_group_live on " + table, "Index Cond: (id = ANY ("} {
+			if !strings.Contains(all, want) {
+				t.Errorf("analyzed %v: the claim's plan lacks %q:\n%s", analyzed, want, all)
+			}
+		}
+		for _, bad := range []string{"Seq Scan", "Bitmap", "JIT:", "Index Scan using " + table + "_claim on " + table + " r", "_group on " + table} {
+			if strings.Contains(all, bad) {
+				t.Errorf("analyzed %v: the claim's plan has %q:\n%s", analyzed, bad, all)
+			}
+		}
+	})
+}
+
+// claimPlans claims 16 rows of q's table (16 groups in work),
+// then runs check on the plan of a claim of 40 (EXPLAIN ANALYZE, which runs it:
+// its transaction commits the claim, on a table that only the test claims
+// from), before the table's statistics are gathered and after.
+func claimPlans(t *testing.T, q *Queue[struct{}], pool *pgxpool.Pool, table string, check func(analyzed bool, plan string)) {
+	t.Helper()
+	ctx := context.Background()
 	now := time.Now()
 	text, args := q.pgAckClaimSQL(Limits{}, []int64{}, []time.Time{}, now.Add(time.Minute), now, 16, nil)
 	if err := q.pgClaimQuery(ctx, pool, text, args, func(pgx.Rows) error { return nil }); err != nil {
@@ -261,16 +255,6 @@ func TestPostgresHeadsClaimReadsTheGroupIndex(t *testing.T) {
 		}); err != nil {
 			t.Fatal(err)
 		}
-		all := strings.Join(plan, "\n")
-		for _, want := range []string{"Index Only Scan using " + table + "_group_live on " + table, "Index Cond: (id = ANY ("} {
-			if !strings.Contains(all, want) {
-				t.Errorf("analyzed %v: the claim's plan lacks %q:\n%s", analyzed, want, all)
-			}
-		}
-		for _, bad := range []string{"Seq Scan", "Bitmap", "JIT:", "Index Scan using " + table + "_claim on " + table + " r", "_group on " + table} {
-			if strings.Contains(all, bad) {
-				t.Errorf("analyzed %v: the claim's plan has %q:\n%s", analyzed, bad, all)
-			}
-		}
+		check(analyzed, strings.Join(plan, "\n"))
 	}
 }

@@ -190,10 +190,15 @@ func (q *Queue[T]) groupReady(r string, set bool) string {
 // it keeps the sort.
 func pgGroupClaimSettings(sql string) []string {
 	if strings.Contains(sql, headsMark) {
-		return []string{"SET LOCAL jit = off", "SET LOCAL enable_bitmapscan = off", "SET LOCAL enable_seqscan = off"}
+		return pgHeadsSettings
 	}
-	return []string{"SET LOCAL jit = off", "SET LOCAL enable_sort = off", "SET LOCAL enable_bitmapscan = off", "SET LOCAL enable_seqscan = off"}
+	return pgInOrderSettings
 }
+
+var (
+	pgHeadsSettings   = []string{"SET LOCAL jit = off", "SET LOCAL enable_bitmapscan = off", "SET LOCAL enable_seqscan = off"}
+	pgInOrderSettings = []string{"SET LOCAL jit = off", "SET LOCAL enable_sort = off", "SET LOCAL enable_bitmapscan = off", "SET LOCAL enable_seqscan = off"}
+)
 
 // pgClaimQuery runs a claim statement (sql, args) on db, a Postgres pool or
 // connection, and hands its rows to read, which need not read them all. On a
