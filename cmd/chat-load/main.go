@@ -48,6 +48,7 @@ import (
 	"os/exec"
 	"runtime"
 	"runtime/pprof"
+	"runtime/trace"
 	"slices"
 	"strconv"
 	"strings"
@@ -88,6 +89,8 @@ type config struct {
 	data                    string
 	timeout                 time.Duration
 	cpuProfile, memProfile  string
+	traceFile               string
+	latencies               string
 	allocProfile            string
 	server                  string
 }
@@ -108,6 +111,8 @@ func run(args []string, out io.Writer) error {
 	fs.Float64Var(&c.commandRate, "command-rate", chat.DefaultCommandRate, "the gotp server's flood control: units a second per connection beyond -command-burst (see chat.Config.CommandRate; negative: off)")
 	fs.IntVar(&c.commandBurst, "command-burst", chat.DefaultCommandBurst, "the gotp server's flood control: units a connection may spend at once")
 	fs.StringVar(&c.cpuProfile, "cpuprofile", "", "write the server's CPU profile during the load to this file")
+	fs.StringVar(&c.latencies, "latencies", "", "write each message's send time (ns from the load's start) and send→receive latency (ns), one pair a line, to this file")
+	fs.StringVar(&c.traceFile, "trace", "", "write the server's execution trace during the load to this file (go tool trace)")
 	fs.StringVar(&c.memProfile, "memprofile", "", "write the server's heap profile, with the users connected and idle, to this file")
 	fs.StringVar(&c.allocProfile, "allocprofile", "", "write the server's allocations profile (all allocations since it started, the load's included) after the load to this file")
 	fs.StringVar(&c.server, "server", "gotp", `the in-process server: "gotp" (the chat service), or the baselines "bare" (plain Go, no history) and "bare-sqlite" (plain Go, the same SQLite history)`)
@@ -224,7 +229,7 @@ func serverAndClients(ctx context.Context, c config, out io.Writer) error {
 		"-addr", srv.addr, "-http-addr", srv.httpAddr, "-users", strconv.Itoa(c.users), "-ws", strconv.Itoa(c.ws),
 		"-messages", strconv.Itoa(c.messages), "-window", strconv.Itoa(c.window), "-rate", strconv.FormatFloat(c.rate, 'g', -1, 64),
 		"-flood", strconv.Itoa(c.flood), "-flood-ws", strconv.Itoa(c.floodWS), "-flood-read", strconv.Itoa(c.floodRead), "-flood-cmd", c.floodCmd,
-		"-timeout", c.timeout.String(),
+		"-timeout", c.timeout.String(), "-latencies", c.latencies,
 	}
 	cmd := exec.CommandContext(ctx, exe, args...)
 	cmd.Env = append(os.Environ(), childEnv+"=1")
@@ -278,14 +283,33 @@ func serverAndClients(ctx context.Context, c config, out io.Writer) error {
 			return err
 		}
 	}
+	if c.traceFile != "" {
+		f, err := os.Create(c.traceFile)
+		if err != nil {
+			peak()
+			return err
+		}
+		defer f.Close()
+		if err := trace.Start(f); err != nil {
+			peak()
+			return err
+		}
+	}
 	if _, err := io.WriteString(stdin, "GO\n"); err != nil {
 		peak()
 		return err
 	}
+	// The server's figures end with the load's last message (LOADED),
+	// before the users disconnect: the teardown is not the load's.
 	cpuBefore, rtBefore := cpuTime(), readRuntime()
-	result, err := next("RESULT ")
+	_, err = next("LOADED")
 	serverCPU, rtAfter := cpuTime()-cpuBefore, readRuntime()
 	pprof.StopCPUProfile()
+	trace.Stop()
+	var result string
+	if err == nil {
+		result, err = next("RESULT ")
+	}
 	peakRSS := peak()
 	if err != nil {
 		return err
@@ -402,11 +426,16 @@ func clientProcess(ctx context.Context, c config, in io.Reader, out io.Writer) e
 		return fmt.Errorf("waiting for GO: %w", err)
 	}
 	before := cpuTime()
+	var cpu time.Duration
+	l.loaded = func() {
+		cpu = cpuTime() - before
+		fmt.Fprintf(out, "LOADED\n")
+	}
 	res, err := l.run(ctx)
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(out, "RESULT %s %d\n", res, (cpuTime() - before).Nanoseconds())
+	fmt.Fprintf(out, "RESULT %s %d\n", res, cpu.Nanoseconds())
 	return nil
 }
 
@@ -453,6 +482,7 @@ type load struct {
 	users    []*user
 	floods   []*flooder
 	connTook time.Duration
+	loaded   func() // if set, called once the last message has arrived, before the users disconnect
 }
 
 // wire is a user's connection: the line protocol or JSON over a WebSocket.
@@ -470,6 +500,7 @@ type user struct {
 
 	window    chan struct{} // a token per message in flight
 	lat       []int64       // latencies of the messages received, ns
+	at        []int64       // with -latencies: their send times, ns since the Unix epoch
 	errs      []string      // ERROR lines, unexpected lines
 	received  chan struct{} // closed when all messages arrived
 	readerEnd chan struct{} // closed when the reader goroutine has returned
@@ -533,6 +564,9 @@ func connectUser(ctx context.Context, d *net.Dialer, hc *http.Client, c config, 
 		id: i, name: userName(i), to: userName((i + 1) % c.users),
 		window: make(chan struct{}, c.window), lat: make([]int64, 0, c.messages),
 		received: make(chan struct{}), readerEnd: make(chan struct{}),
+	}
+	if c.latencies != "" {
+		u.at = make([]int64, 0, c.messages)
 	}
 	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
@@ -691,6 +725,9 @@ func (u *user) read(expect int) {
 			}
 			at, _ := strconv.ParseInt(f[1], 10, 64)
 			u.lat = append(u.lat, now-at)
+			if u.at != nil {
+				u.at = append(u.at, at)
+			}
 			if len(u.lat) == expect {
 				close(u.received)
 			}
@@ -704,11 +741,11 @@ func (u *user) read(expect int) {
 	}
 }
 
-// send sends u's messages; with every > 0, the k-th one not before
-// start+offset+k·every.
+// send sends u's messages, the first not before start+offset; with
+// every > 0, the k-th one not before start+offset+k·every.
 func (u *user) send(ctx context.Context, messages int, start time.Time, offset, every time.Duration) error {
 	for k := range messages {
-		if every > 0 {
+		if every > 0 || k == 0 {
 			if d := time.Until(start.Add(offset + time.Duration(k)*every)); d > 0 {
 				t := time.NewTimer(d)
 				select {
@@ -928,6 +965,9 @@ func (f *flooder) run(cmd string, rate int, stop <-chan struct{}) (wait func()) 
 func (l *load) run(ctx context.Context) (string, error) {
 	m := l.c.messages
 	if m == 0 {
+		if l.loaded != nil {
+			l.loaded()
+		}
 		return "0 0 0 0 0 0 0 0", nil
 	}
 	stopFlood := make(chan struct{})
@@ -955,7 +995,10 @@ func (l *load) run(ctx context.Context) (string, error) {
 	for _, u := range l.users {
 		go u.read(m)
 	}
-	start := time.Now()
+	// The clock starts a little after the senders are launched, so that
+	// launching them (a few ms for a thousand) is not inside the load:
+	// every sender waits for its first turn from the same start.
+	start := time.Now().Add(startDelay)
 	var every time.Duration // each user's interval between two sends
 	if l.c.rate > 0 {
 		every = time.Duration(float64(len(l.users)) / l.c.rate * float64(time.Second))
@@ -982,6 +1025,9 @@ func (l *load) run(ctx context.Context) (string, error) {
 		}
 	}
 	took := time.Since(start)
+	if l.loaded != nil {
+		l.loaded()
+	}
 	floodReplies, floodBytes, floodEnded := endFlood()
 	wg.Wait()
 	close(errs)
@@ -1008,11 +1054,39 @@ func (l *load) run(ctx context.Context) (string, error) {
 		}
 		all = append(all, u.lat...)
 	}
+	if l.c.latencies != "" {
+		if err := l.writeLatencies(start); err != nil {
+			return "", err
+		}
+	}
 	slices.Sort(all)
 	q := func(p float64) int64 { return all[min(len(all)-1, int(p*float64(len(all))))] }
 	return fmt.Sprintf("%d %.3f %d %d %d %d %d %d", len(all), took.Seconds(), q(0.50), q(0.99), all[len(all)-1],
 		floodReplies, floodBytes, floodEnded), nil
 }
+
+// writeLatencies writes every message's send time, in ns from start, and
+// its latency, in ns, one message a line, to the -latencies file.
+func (l *load) writeLatencies(start time.Time) error {
+	f, err := os.Create(l.c.latencies)
+	if err != nil {
+		return err
+	}
+	w := bufio.NewWriter(f)
+	for _, u := range l.users {
+		for i, d := range u.lat {
+			fmt.Fprintf(w, "%d %d\n", u.at[i]-start.UnixNano(), d)
+		}
+	}
+	if err := w.Flush(); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+// startDelay is how long after its senders are launched a load starts.
+const startDelay = 50 * time.Millisecond
 
 // cpuTime is the CPU this process has used, user and system.
 func cpuTime() time.Duration {

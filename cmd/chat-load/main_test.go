@@ -45,7 +45,7 @@ func smallLoad(t *testing.T, server string) {
 		`messages: 300 in [0-9.]+ s = [0-9]+ messages/s`,
 		`send→receive latency: p50 \S+, p99 \S+, max \S+`,
 		`server bytes per connection: (-?[0-9]+) heap\+stack`,
-		`server runtime over the load: [0-9]+ GCs, [0-9.]+ allocations per message; scheduler latency p50 \S+, p99 \S+, p99.9 \S+`,
+		`server runtime over the load: [0-9]+ GCs \([0-9.]+ ms of CPU\), [0-9.]+ allocations \([0-9]+ B\) per message; scheduler latency p50 \S+, p99 \S+, p99.9 \S+`,
 	} {
 		if !regexp.MustCompile(re).MatchString(s) {
 			t.Errorf("output lacks %s", re)
