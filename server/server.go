@@ -435,6 +435,59 @@ type CastMessage struct{ Body any }
 // (nil is normal), running Terminate.
 type StopRequest struct{ Reason error }
 
+// genMessage reports whether msg is one that handleGen handles, not
+// (always) the behaviour's HandleInfo.
+func genMessage(msg any) bool {
+	switch msg.(type) {
+	case *call, Request, CastMessage, StopRequest, stateQuery, sysGetState, sysReplaceState, gotp.Exit:
+		return true
+	}
+	return false
+}
+
+// handleGen handles a message of genMessage's: a call, a cast, a stop, a
+// system message, or an exit signal, which stops the server if it comes
+// from its parent (otherwise HandleInfo gets it). For a call it sets
+// *reply, *from and *replying.
+//
+//go:noinline
+func (g *gen) handleGen(p *gotp.Process, msg any, reply *any, from *From, replying *bool) (err error) {
+	switch m := msg.(type) {
+	case *call:
+		*from, *replying = m.from, true
+		if m.inline { // on the caller's goroutine: see call1
+			m.proc = p
+		}
+		*reply, err = g.b.HandleCall(p, m.from, m.req)
+		if *reply == NoReply {
+			m.deferred.Store(true) // the caller now waits for Reply, from anywhere: see cycle.go
+		}
+		return err
+	case Request:
+		*from, *replying = From{n: p.Node(), pid: m.Caller, ref: m.Ref}, true
+		*reply, err = g.b.HandleCall(p, *from, m.Body)
+		return err
+	case CastMessage:
+		return g.b.HandleCast(p, m.Body)
+	case StopRequest:
+		return stopping{m.Reason}
+	case stateQuery:
+		m.a.set(g.formatState())
+		return nil
+	case sysGetState:
+		m.a.set(stateReply{g.b})
+		return nil
+	case sysReplaceState:
+		m.a.set(g.replaceState(m.fn))
+		return nil
+	case gotp.Exit:
+		if m.From == g.parent || m.From.IsZero() {
+			return stopping{m.Reason}
+		}
+	}
+	return g.b.HandleInfo(p, msg)
+}
+
 func (g *gen) HandleMessage(p *gotp.Process, msg any) (stop bool, reason error) {
 	if x := g.x.Load(); x != nil && x.timerSeq != 0 { // it has used timeouts: see timeout.go
 		var ok bool
@@ -451,40 +504,14 @@ func (g *gen) HandleMessage(p *gotp.Process, msg any) (stop bool, reason error) 
 				err = &gotp.PanicError{Value: v, Stack: debug.Stack()}
 			}
 		}()
-		switch m := msg.(type) {
-		case *call:
-			from, replying = m.from, true
-			if m.inline { // on the caller's goroutine: see call1
-				m.proc = p
-			}
-			reply, err = g.b.HandleCall(p, m.from, m.req)
-			if reply == NoReply {
-				m.deferred.Store(true) // the caller now waits for Reply, from anywhere: see cycle.go
-			}
-			return err
-		case Request:
-			from, replying = From{n: p.Node(), pid: m.Caller, ref: m.Ref}, true
-			reply, err = g.b.HandleCall(p, from, m.Body)
-			return err
-		case CastMessage:
-			return g.b.HandleCast(p, m.Body)
-		case StopRequest:
-			return stopping{m.Reason}
-		case stateQuery:
-			m.a.set(g.formatState())
-			return nil
-		case sysGetState:
-			m.a.set(stateReply{g.b})
-			return nil
-		case sysReplaceState:
-			m.a.set(g.replaceState(m.fn))
-			return nil
-		case gotp.Exit:
-			if m.From == g.parent || m.From.IsZero() {
-				return stopping{m.Reason}
-			}
+		if !genMessage(msg) {
+			// A plain message goes to HandleInfo from a small frame: a
+			// process run inline runs its handler on the stack of the
+			// goroutine that sent it (see gotp.Node.RunInline), which the
+			// locals of every case of handleGen would take a share of.
+			return g.b.HandleInfo(p, msg)
 		}
-		return g.b.HandleInfo(p, msg)
+		return g.handleGen(p, msg, &reply, &from, &replying)
 	}()
 	if replying && reply != NoReply && (err == nil || reply != nil) {
 		from.reply(reply)

@@ -190,6 +190,12 @@ func (c *conn) HandleInfo(p *gotp.Process, msg any) error {
 	return err
 }
 
+// handleInfo handles one message. Those of a SEND's path (its command,
+// the history's answer) are handled here, the others by handleOther: a
+// command the reader hands on inline runs on the reader's goroutine, and
+// must fit in the stack the reader has while it waits (see
+// TestSendRunsInTheReadersStack), which the locals of every case in one
+// function would overflow.
 func (c *conn) handleInfo(p *gotp.Process, msg any) error {
 	switch m := msg.(type) {
 	case inbound, readEnd:
@@ -206,6 +212,15 @@ func (c *conn) handleInfo(p *gotp.Process, msg any) error {
 		}
 		c.sent(p, m.err)
 		return c.resume(p)
+	}
+	return c.handleOther(p, msg)
+}
+
+// handleOther is handleInfo for the messages off a SEND's path.
+//
+//go:noinline
+func (c *conn) handleOther(p *gotp.Process, msg any) error {
+	switch m := msg.(type) {
 	case outFailed:
 		return server.StopReason(nil) // the client is gone
 	case Delivery:
@@ -268,11 +283,21 @@ func (c *conn) resume(p *gotp.Process) error {
 
 // input handles what the reader handed on: a command, or its end.
 func (c *conn) input(p *gotp.Process, m any) error {
-	switch m := m.(type) {
-	case inbound:
-		if s, ok := m.cmd.(Send); ok && m.err == nil && c.name != "" {
+	if in, ok := m.(inbound); ok && in.err == nil && c.name != "" {
+		if s, ok := in.cmd.(Send); ok {
 			return c.startSend(p, s) // answered, and its slot freed, once committed
 		}
+	}
+	return c.inputOther(p, m)
+}
+
+// inputOther is input for what is not a SEND. (Apart from input, which
+// runs on the reader's stack: see handleInfo.)
+//
+//go:noinline
+func (c *conn) inputOther(p *gotp.Process, m any) error {
+	switch m := m.(type) {
+	case inbound:
 		defer func() { <-c.slots }()
 		if m.err != nil {
 			r := ReasonOf(m.err)
@@ -301,31 +326,48 @@ func (c *conn) input(p *gotp.Process, m any) error {
 func (c *conn) startSend(p *gotp.Process, s Send) error {
 	to, ok := c.svc.find(c.inst, s.To)
 	if !ok {
-		c.reply(Error{Reason: UnknownRecipient})
-		<-c.slots
-		return nil
+		return c.refuseSend(UnknownRecipient)
 	}
 	owner, ok := p.Node().Whereis(historyName)
 	if !ok { // restarting
-		c.reply(Error{Reason: Unavailable})
-		<-c.slots
-		return nil
+		return c.refuseSend(Unavailable)
 	}
 	if owner != c.history {
-		if !c.histMon.IsZero() {
-			p.Demonitor(c.histMon, true)
-		}
-		c.history, c.histMon = owner, p.Monitor(owner)
+		c.watchHistory(p, owner)
 	}
-	c.sendBuf = sending{ref: p.Node().MakeRef(), send: s}
+	// Field by field, as below: a composite literal is built on the stack
+	// first (see handleInfo).
+	c.sendBuf.ref, c.sendBuf.send = p.Node().MakeRef(), s
 	c.sending = &c.sendBuf
-	m := Message{From: c.name, To: s.To, Text: s.Text, Time: time.Now().UTC()}
-	var toc *conn
+	r := new(appendReq)
+	r.m.From, r.m.To, r.m.Text, r.m.Time = c.name, s.To, s.Text, time.Now().UTC()
+	r.pid, r.ref, r.to = p.Self(), c.sendBuf.ref, to
 	if v, ok := c.svc.local.Load(to); ok {
-		toc = v.(*conn)
+		r.toc = v.(*conn)
 	}
-	p.Send(owner, &appendReq{m: m, pid: p.Self(), ref: c.sending.ref, to: to, toc: toc})
+	p.Send(owner, r)
 	return nil
+}
+
+// refuseSend answers a SEND that cannot start with ERROR why. (Apart from
+// startSend, whose frame is on the reader's stack: see handleInfo.)
+//
+//go:noinline
+func (c *conn) refuseSend(why Reason) error {
+	c.reply(Error{Reason: why})
+	<-c.slots
+	return nil
+}
+
+// watchHistory monitors owner, the history owner now, instead of the one
+// before it.
+//
+//go:noinline
+func (c *conn) watchHistory(p *gotp.Process, owner gotp.PID) {
+	if !c.histMon.IsZero() {
+		p.Demonitor(c.histMon, true)
+	}
+	c.history, c.histMon = owner, p.Monitor(owner)
 }
 
 // sent answers the SEND in flight: SENT once its message is committed

@@ -478,6 +478,14 @@ func (s *Service) find(inst *pg.Instance, name string) (gotp.PID, bool) {
 	if e, ok := s.users.Find(name); ok {
 		return e.PID, true
 	}
+	return s.findElsewhere(inst, name)
+}
+
+// findElsewhere is find for a user not online on this node. (Apart from
+// find, which runs on a reader's stack: see conn.handleInfo.)
+//
+//go:noinline
+func (s *Service) findElsewhere(inst *pg.Instance, name string) (gotp.PID, bool) {
 	if c := s.cfg.Cluster; c != nil {
 		if pid, ok := c.Names(UsersSpace).Whereis(name); ok {
 			return pid, true

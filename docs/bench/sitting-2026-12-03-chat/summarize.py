@@ -29,6 +29,9 @@ for f in glob.glob(os.path.join(d, '*-*-*.txt')):
     m = re.search(r'CPU per message: server ([0-9.]+)', t)
     if m:
         x['cpu'] = float(m.group(1))
+    m = re.search(r'GCs \(([0-9.]+) ms of CPU\)', t)  # chat-load from 2026-12-07
+    if m:
+        x['gc'] = float(m.group(1))
     m = re.search(r'(\d+) of 10 disconnected', t)
     if m:
         x['cut'] = int(m.group(1))
@@ -52,10 +55,10 @@ def ratios(pa, aa, pb, ab, key, label):
     print(f'{label:40}', ' · '.join(f'{v:.2f}' for v in q), f'→ median {st.median(q):.2f}×; < 1 in {below} of {len(q)}')
 
 arms = sorted({a for (_, a) in runs})
-for phase, keys in (('flat', ['rate', 'cpu']), ('rate', ['p50', 'p99', 'max', 'cpu']), ('hostile', ['p50', 'p99', 'rss', 'cut'])):
+for phase, keys in (('flat', ['rate', 'cpu']), ('rate', ['p50', 'p99', 'max', 'cpu', 'gc']), ('hostile', ['p50', 'p99', 'rss', 'cut'])):
     for a in arms:
         for k in keys:
-            row(phase, a, k, '{:.0f}' if k in ('rate', 'p50', 'cpu', 'cut') else '{:.2f}' if k != 'p99' and k != 'max' else '{:.0f}')
+            row(phase, a, k, '{:.0f}' if k in ('rate', 'p50', 'cpu', 'cut') else '{:.1f}' if k == 'gc' else '{:.2f}' if k != 'p99' and k != 'max' else '{:.0f}')
 print()
 for a in arms:
     if a.startswith('bare'):
@@ -65,11 +68,12 @@ for a in arms:
     ratios('rate', a, 'rate', 'bare-sqlite', 'p50', f'rate p50 {a}/bare-sqlite')
     base = a if ('rate', a) in runs else 'gotp'
     ratios('hostile', a, 'rate', base, 'p99', f'hostile p99 {a}/rate p99 of {base}')
+ref = os.environ.get('REF', 'gotp')  # the arm the others are compared with
 for a in arms:
-    if a.startswith('bare') or a == 'gotp':
+    if a.startswith('bare') or a == ref:
         continue
     for phase in ('rate', 'hostile'):
-        if (phase, a) not in runs or (phase, 'gotp') not in runs:
+        if (phase, a) not in runs or (phase, ref) not in runs:
             continue
-        ratios(phase, a, phase, 'gotp', 'p99', f'{phase} p99 {a}/gotp')
-        ratios(phase, a, phase, 'gotp', 'p50', f'{phase} p50 {a}/gotp')
+        ratios(phase, a, phase, ref, 'p99', f'{phase} p99 {a}/{ref}')
+        ratios(phase, a, phase, ref, 'p50', f'{phase} p50 {a}/{ref}')
