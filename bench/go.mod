@@ -10,6 +10,7 @@ require (
 	github.com/riverqueue/river v0.51.2
 	github.com/riverqueue/river/riverdriver/riverpgxv5 v0.51.2
 	github.com/riverqueue/river/riverdriver/riversqlite v0.51.2
+	golang.org/x/exp v0.0.0-20261113113407-e3970619a1a4
 	modernc.org/sqlite v1.62.0
 )
 

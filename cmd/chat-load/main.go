@@ -111,7 +111,7 @@ func run(args []string, out io.Writer) error {
 	fs.Float64Var(&c.commandRate, "command-rate", chat.DefaultCommandRate, "the gotp server's flood control: units a second per connection beyond -command-burst (see chat.Config.CommandRate; negative: off)")
 	fs.IntVar(&c.commandBurst, "command-burst", chat.DefaultCommandBurst, "the gotp server's flood control: units a connection may spend at once")
 	fs.StringVar(&c.cpuProfile, "cpuprofile", "", "write the server's CPU profile during the load to this file")
-	fs.StringVar(&c.latencies, "latencies", "", "write each message's send time (ns from the load's start) and send→receive latency (ns), one pair a line, to this file")
+	fs.StringVar(&c.latencies, "latencies", "", "write each message's send time (ns from the load's start, given on a first line \"# start <Unix ns>\") and send→receive latency (ns), one pair a line, to this file")
 	fs.StringVar(&c.traceFile, "trace", "", "write the server's execution trace during the load to this file (go tool trace)")
 	fs.StringVar(&c.memProfile, "memprofile", "", "write the server's heap profile, with the users connected and idle, to this file")
 	fs.StringVar(&c.allocProfile, "allocprofile", "", "write the server's allocations profile (all allocations since it started, the load's included) after the load to this file")
@@ -1065,14 +1065,16 @@ func (l *load) run(ctx context.Context) (string, error) {
 		floodReplies, floodBytes, floodEnded), nil
 }
 
-// writeLatencies writes every message's send time, in ns from start, and
-// its latency, in ns, one message a line, to the -latencies file.
+// writeLatencies writes the -latencies file: a first line "# start <ns>"
+// (start in ns since the Unix epoch), then every message's send time, in
+// ns from start, and its latency, in ns, one message a line.
 func (l *load) writeLatencies(start time.Time) error {
 	f, err := os.Create(l.c.latencies)
 	if err != nil {
 		return err
 	}
 	w := bufio.NewWriter(f)
+	fmt.Fprintf(w, "# start %d\n", start.UnixNano())
 	for _, u := range l.users {
 		for i, d := range u.lat {
 			fmt.Fprintf(w, "%d %d\n", u.at[i]-start.UnixNano(), d)
