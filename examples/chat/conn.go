@@ -335,8 +335,9 @@ func (c *conn) startSend(p *gotp.Process, s Send) error {
 	if owner != c.history {
 		c.watchHistory(p, owner)
 	}
-	// Field by field, as below: a composite literal is built on the stack
-	// first (see handleInfo).
+	// Field by field: the composite literals this replaced were built in
+	// startSend's frame, then copied (see handleInfo for why its frame
+	// matters).
 	c.sendBuf.ref, c.sendBuf.send = p.Node().MakeRef(), s
 	c.sending = &c.sendBuf
 	r := new(appendReq)
