@@ -99,12 +99,13 @@
 // flight go together in the next one, so a busy chat commits many
 // messages per transaction and a quiet one commits each message at once.
 // Every SEND ends in SENT or an ERROR, never silence: if the owner dies
-// with a message in flight, the sender gets ERROR unavailable. That error
-// then means "not known to be stored", not "not stored": an owner killed
-// while it commits finishes the transaction it is in, so the message may
-// still be in the history, and reach its recipient, as the work of a
-// gen_server that dies after doing it and before replying. A client that
-// sends again after ERROR unavailable may store the message twice.
+// with a message in flight, the sender gets ERROR unavailable. An owner
+// killed before its transaction starts none, and the message is not
+// stored; but one killed while it commits finishes the transaction it is
+// in, so the error means "not known to be stored": the message may still
+// be in the history, and reach its recipient, as the work of a gen_server
+// that dies after doing it and before replying. A client that sends again
+// after ERROR unavailable may store the message twice.
 //
 // # Clusters
 //

@@ -655,12 +655,22 @@ func (h *historyOwner) commit(p *gotp.Process, batch []pendingAppend) error {
 	if h.svc != nil && h.svc.cfg.onCommit != nil {
 		h.svc.cfg.onCommit(len(batch))
 	}
-	// Without the process's cancellation: with a context that can end,
-	// the SQLite driver starts a goroutine for every statement, to
-	// interrupt it should the context end. A transaction is bounded
-	// (maxBatch messages, maxBatchBytes) and the file is this process's
-	// alone, so it is let finish, as a kill lets it in OTP's DETS.
-	err := h.store.AppendBatch(context.WithoutCancel(p.Context()), h.ms, h.rooms)
+	// A killed owner goes on with the handler it is in (its goroutine is
+	// not stopped), but its senders have its Down already and answer
+	// ERROR unavailable: it starts no transaction then, so that the error
+	// means "not stored" unless the kill came during the transaction.
+	//
+	// The transaction itself runs without the process's cancellation:
+	// with a context that can end, the SQLite driver starts a goroutine
+	// for every statement, to interrupt it should the context end. A
+	// transaction is bounded (maxBatch messages, maxBatchBytes) and the
+	// file is this process's alone, so it is let finish.
+	var err error
+	if cause := context.Cause(p.Context()); cause != nil {
+		err = fmt.Errorf("history owner gone before the commit: %w", cause)
+	} else {
+		err = h.store.AppendBatch(context.WithoutCancel(p.Context()), h.ms, h.rooms)
+	}
 	clear(h.ms)
 	clear(h.rooms)
 	if err == nil && h.svc != nil {

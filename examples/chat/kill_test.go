@@ -1,6 +1,8 @@
 package chat
 
 import (
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -31,6 +33,41 @@ func TestHistoryOwnerKilled(t *testing.T) {
 	}
 	// Nothing of the service may outlive it, the killed owner's store
 	// included (an *sql.DB left open keeps a goroutine).
+	stopAndVerifyNone(t, ts, ana, bob)
+}
+
+// A history owner killed just before a transaction does not start it: the
+// sender's ERROR unavailable then means its message was not stored, and
+// the recipient never gets it. (Killed during the transaction, the owner
+// finishes it: the error then means "not known to be stored"; see the
+// package doc.)
+func TestHistoryOwnerKilledBeforeCommitStoresNothing(t *testing.T) {
+	var node atomic.Pointer[gotp.Node]
+	var kill atomic.Bool
+	ts := startServiceConfig(t, Config{onCommit: func(int) {
+		if kill.CompareAndSwap(true, false) { // on the owner's goroutine, as its handler would be killed
+			n := node.Load()
+			pid, _ := n.Whereis(historyName)
+			n.Exit(pid, gotp.ErrKill)
+		}
+	}})
+	node.Store(ts.n)
+	ana, bob := connect(t, ts, "ana"), connect(t, ts, "bob")
+	old, _ := ts.n.Whereis(historyName)
+	kill.Store(true)
+	ana.expect("SEND bob lost", "ERROR unavailable")
+	eventually(t, "a new history owner", func() bool {
+		pid, ok := ts.n.Whereis(historyName)
+		return ok && pid != old
+	})
+	ana.expect("SEND bob kept", "SENT bob")
+	if got := bob.line(); got != "MSG ana kept" {
+		t.Fatalf("bob got %q, want the message sent after the restart (the first was refused)", got)
+	}
+	bob.expect("HISTORY ana", "HISTORY 1")
+	if got := bob.line(); !strings.HasSuffix(got, "kept") {
+		t.Fatalf("history holds %q, want only the message sent after the restart", got)
+	}
 	stopAndVerifyNone(t, ts, ana, bob)
 }
 
