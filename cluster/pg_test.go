@@ -187,38 +187,83 @@ func TestPGConvergence(t *testing.T) {
 			targets = append(targets, pid)
 		}
 	}
-	waitConverged(t, scopes, "bc", 6)
-	before := ms[0].c.Stats().MessagesOut
-	obsOn(t, ms[0]).Do(t, func(p *gotp.Process) {
-		in, err := scopes[0].scope.Open(p)
-		gotptest.Must(t, err)
-		gotptest.Must(t, in.Broadcast("bc", "news", Ping{N: 5}))
-	})
-	got := map[gotp.PID]int{}
-	for range len(targets) {
-		select {
-		case pid := <-recvd:
-			got[pid]++
-		case <-time.After(5 * time.Second):
-			t.Fatalf("broadcast reached %d of %d members", len(got), len(targets))
+	// A connection of a's that drops and comes back while a's messages
+	// are counted (a loaded machine can miss heartbeats) adds its full
+	// sync to the count, and may cost members the broadcast: the count is
+	// then taken again, at most three times. (CI saw 4 messages once.)
+	events, _ := ms[0].c.Subscribe()
+	defer events.Close()
+	reconnected := func() bool { // whether a node event came since the last call
+		seen := false
+		for {
+			select {
+			case <-events.C():
+				seen = true
+			default:
+				return seen
+			}
 		}
 	}
-	for _, pid := range targets {
-		if got[pid] != 1 {
-			t.Fatalf("member %v received the broadcast %d times, want once (all: %v)", pid, got[pid], got)
+	for attempt := 1; ; attempt++ {
+		waitConverged(t, scopes, "bc", 6)
+		reconnected()
+		before, peersBefore := ms[0].c.Stats().MessagesOut, ms[0].c.Nodes()
+		obsOn(t, ms[0]).Do(t, func(p *gotp.Process) {
+			in, err := scopes[0].scope.Open(p)
+			gotptest.Must(t, err)
+			gotptest.Must(t, in.Broadcast("bc", "news", Ping{N: 5}))
+		})
+		got := map[gotp.PID]int{}
+		reached := 0
+	receive:
+		for range len(targets) {
+			select {
+			case pid := <-recvd:
+				got[pid]++
+				reached++
+			case <-time.After(5 * time.Second):
+				break receive
+			}
 		}
-	}
-	if sent := ms[0].c.Stats().MessagesOut - before; sent != 2 {
-		t.Fatalf("broadcast sent %d messages to other nodes, want 2 (one per node)", sent)
+		sent := ms[0].c.Stats().MessagesOut - before
+		once := reached == len(targets)
+		for _, pid := range targets {
+			once = once && got[pid] == 1
+		}
+		if once && sent == 2 {
+			break
+		}
+		if reconnected() && attempt < 3 {
+			t.Logf("attempt %d: a's connections changed while it broadcast (%d messages sent, reached %v): again", attempt, sent, got)
+			for len(recvd) > 0 {
+				<-recvd
+			}
+			continue
+		}
+		if !once {
+			t.Fatalf("broadcast reached %d deliveries for %d members, want each once (all: %v)", reached, len(targets), got)
+		}
+		t.Fatalf("broadcast sent %d messages to other nodes, want 2 (one per node); a's connections before %+v, after %+v", sent, peersBefore, ms[0].c.Nodes())
 	}
 	// BroadcastLocal stays on the node.
-	before = ms[0].c.Stats().MessagesOut
-	obsOn(t, ms[0]).Do(t, func(p *gotp.Process) {
-		in, err := scopes[0].scope.Open(p)
-		gotptest.Must(t, err)
-		gotptest.Must(t, in.BroadcastLocal("bc", "local", 1))
-	})
-	if sent := ms[0].c.Stats().MessagesOut - before; sent != 0 {
+	for attempt := 1; ; attempt++ {
+		reconnected()
+		before := ms[0].c.Stats().MessagesOut
+		obsOn(t, ms[0]).Do(t, func(p *gotp.Process) {
+			in, err := scopes[0].scope.Open(p)
+			gotptest.Must(t, err)
+			gotptest.Must(t, in.BroadcastLocal("bc", "local", 1))
+		})
+		sent := ms[0].c.Stats().MessagesOut - before
+		if sent == 0 {
+			break
+		}
+		if reconnected() && attempt < 3 {
+			t.Logf("attempt %d: a's connections changed while it broadcast locally (%d messages sent): again", attempt, sent)
+			gotptest.RecvWithin(t, 5*time.Second, localRecvd)
+			gotptest.RecvWithin(t, 5*time.Second, localRecvd)
+			continue
+		}
 		t.Fatalf("BroadcastLocal sent %d messages to other nodes", sent)
 	}
 	// It reaches the two members on a (the first two targets), once each.
