@@ -436,7 +436,8 @@ type CastMessage struct{ Body any }
 type StopRequest struct{ Reason error }
 
 // genMessage reports whether msg is one that handleGen handles, not
-// (always) the behaviour's HandleInfo.
+// (always) the behaviour's HandleInfo. Its types are handleGen's cases:
+// a case added there must be added here.
 func genMessage(msg any) bool {
 	switch msg.(type) {
 	case *call, Request, CastMessage, StopRequest, stateQuery, sysGetState, sysReplaceState, gotp.Exit:
@@ -448,7 +449,8 @@ func genMessage(msg any) bool {
 // handleGen handles a message of genMessage's: a call, a cast, a stop, a
 // system message, or an exit signal, which stops the server if it comes
 // from its parent (otherwise HandleInfo gets it). For a call it sets
-// *reply, *from and *replying.
+// *reply, *from and *replying. Its cases are genMessage's types: a case
+// added here must be added there.
 //
 //go:noinline
 func (g *gen) handleGen(p *gotp.Process, msg any, reply *any, from *From, replying *bool) (err error) {
