@@ -271,31 +271,33 @@ func serverAndClients(ctx context.Context, c config, out io.Writer) error {
 			return err
 		}
 	}
-	if c.cpuProfile != "" {
-		f, err := os.Create(c.cpuProfile)
+	// The CPU profile and the execution trace record the load; stopRec
+	// stops those started and closes their files.
+	stopRec := func() {}
+	for _, r := range []struct {
+		path  string
+		start func(io.Writer) error
+		stop  func()
+	}{{c.cpuProfile, pprof.StartCPUProfile, pprof.StopCPUProfile}, {c.traceFile, trace.Start, trace.Stop}} {
+		if r.path == "" {
+			continue
+		}
+		f, err := os.Create(r.path)
+		if err == nil {
+			if err = r.start(f); err != nil {
+				f.Close()
+			}
+		}
 		if err != nil {
+			stopRec()
 			peak()
 			return err
 		}
-		defer f.Close()
-		if err := pprof.StartCPUProfile(f); err != nil {
-			peak()
-			return err
-		}
-	}
-	if c.traceFile != "" {
-		f, err := os.Create(c.traceFile)
-		if err != nil {
-			peak()
-			return err
-		}
-		defer f.Close()
-		if err := trace.Start(f); err != nil {
-			peak()
-			return err
-		}
+		prev := stopRec
+		stopRec = func() { prev(); r.stop(); f.Close() }
 	}
 	if _, err := io.WriteString(stdin, "GO\n"); err != nil {
+		stopRec()
 		peak()
 		return err
 	}
@@ -304,8 +306,7 @@ func serverAndClients(ctx context.Context, c config, out io.Writer) error {
 	cpuBefore, rtBefore := cpuTime(), readRuntime()
 	_, err = next("LOADED")
 	serverCPU, rtAfter := cpuTime()-cpuBefore, readRuntime()
-	pprof.StopCPUProfile()
-	trace.Stop()
+	stopRec()
 	var result string
 	if err == nil {
 		result, err = next("RESULT ")
