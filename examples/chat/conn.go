@@ -68,8 +68,7 @@ type conn struct {
 	out     *outbox
 	slots   chan struct{} // one per command read and not yet answered
 	waiting []any         // inbound and readEnd messages waiting for room in the outbox, or for a send in flight, in order
-	sending *sending      // the SEND whose message the history owner is committing (&sendBuf, or nil)
-	sendBuf sending       // what sending points to: one SEND in flight at a time, no allocation each
+	sending *appendReq    // the SEND in flight: its message is with the history owner (nil if none)
 	history gotp.PID      // the history owner this connection monitors
 	histMon gotp.Ref      // that monitor
 	name    string
@@ -96,14 +95,6 @@ type conn struct {
 // slowNow tells a connection that the history owner could not queue a
 // message for its client (see deliverDirect): it is a slow consumer.
 type slowNow struct{}
-
-// sending is a SEND in flight: its message is with the history owner,
-// and the connection answers it (and runs the commands after it) once the
-// owner says it is committed, or has died.
-type sending struct {
-	ref  gotp.Ref
-	send Send
-}
 
 // maxReregister bounds how long a connection waits for the online registry
 // to come back (in attempts, 50 ms apart) before it gives up and closes.
@@ -199,18 +190,25 @@ func (c *conn) HandleInfo(p *gotp.Process, msg any) error {
 func (c *conn) handleInfo(p *gotp.Process, msg any) error {
 	switch m := msg.(type) {
 	case inbound, readEnd:
-		if len(c.waiting) > 0 || c.sending != nil || !c.out.room() {
+		if len(c.waiting) > 0 || c.inFlight() || !c.out.room() {
 			c.waiting = append(c.waiting, m)
+			if c.sending != nil && !c.awaitAnswer() {
+				return c.resume(p) // the owner answered meanwhile
+			}
 			return nil
 		}
 		return c.input(p, m)
 	case outReady:
 		return c.resume(p)
-	case appended:
-		if c.sending == nil || m.ref != c.sending.ref {
+	case *appendReq:
+		if m != c.sending {
 			return nil // answered already: the owner's Down came first
 		}
-		c.sent(p, m.err)
+		if m.state.CompareAndSwap(sendPending, sendAnswered) {
+			c.sent(p, m.err)
+		} else {
+			c.sending = nil // the owner answered it, and wakes us for the commands after it
+		}
 		return c.resume(p)
 	}
 	return c.handleOther(p, msg)
@@ -248,7 +246,10 @@ func (c *conn) handleOther(p *gotp.Process, msg any) error {
 	case gotp.Down:
 		if m.Ref == c.histMon {
 			c.history, c.histMon = gotp.PID{}, gotp.Ref{}
-			if c.sending != nil { // its owner died before it said: committed or not, we cannot tell
+			if s := c.sending; s != nil && s.state.CompareAndSwap(sendPending, sendAnswered) {
+				// Its owner died before it said: committed or not, we
+				// cannot tell. (A killed owner that claimed the answer
+				// first finishes it, and wakes us.)
 				c.sent(p, m.Reason)
 				return c.resume(p)
 			}
@@ -267,7 +268,13 @@ func (c *conn) handleOther(p *gotp.Process, msg any) error {
 // resume runs the commands that waited, in order, while there is room
 // for their replies and no send in flight.
 func (c *conn) resume(p *gotp.Process) error {
-	for len(c.waiting) > 0 && c.sending == nil && c.out.room() {
+	for len(c.waiting) > 0 {
+		if c.inFlight() && c.awaitAnswer() {
+			break // the owner wakes us once it has answered
+		}
+		if !c.out.room() {
+			break // outReady comes once there is
+		}
 		m := c.waiting[0]
 		c.waiting[0] = nil
 		c.waiting = c.waiting[1:]
@@ -318,8 +325,9 @@ func (c *conn) inputOther(p *gotp.Process, m any) error {
 }
 
 // startSend starts a SEND: the message goes to the history owner, which
-// answers with appended once it is committed, then hands it to the
-// recipient's connection (SENT means on disk, and so does a MSG); the
+// answers once it is committed (see appendReq for the two ways), then
+// hands it to the recipient's connection (SENT means on disk, and so does
+// a MSG); the
 // connection handles other messages meanwhile (deliveries to its user),
 // and the client's next commands wait. The owner is monitored, so that its
 // death answers the SEND too (ERROR unavailable).
@@ -335,19 +343,49 @@ func (c *conn) startSend(p *gotp.Process, s Send) error {
 	if owner != c.history {
 		c.watchHistory(p, owner)
 	}
-	// Field by field: the composite literals this replaced were built in
+	// Field by field: the composite literal this replaced was built in
 	// startSend's frame, then copied (see handleInfo for why its frame
 	// matters).
-	c.sendBuf.ref, c.sendBuf.send = p.Node().MakeRef(), s
-	c.sending = &c.sendBuf
 	r := new(appendReq)
 	r.m.From, r.m.To, r.m.Text, r.m.Time = c.name, s.To, s.Text, time.Now().UTC()
-	r.pid, r.ref, r.to = p.Self(), c.sendBuf.ref, to
+	r.pid, r.from, r.to = p.Self(), c, to
 	if v, ok := c.svc.local.Load(to); ok {
 		r.toc = v.(*conn)
 	}
+	c.sending = r
 	p.Send(owner, r)
 	return nil
+}
+
+// inFlight reports whether a SEND is in flight: its answer not yet queued,
+// by the process or by the history owner. It forgets one the owner has
+// answered.
+func (c *conn) inFlight() bool {
+	s := c.sending
+	if s == nil {
+		return false
+	}
+	if s.state.Load() == sendAnswered {
+		c.sending = nil
+		return false
+	}
+	return true
+}
+
+// awaitAnswer asks the history owner to wake the process once it has
+// answered the SEND in flight itself (commands wait behind it), and
+// reports whether the SEND is still in flight: false if the owner answered
+// it meanwhile, and may not have seen the request to wake us.
+//
+//go:noinline
+func (c *conn) awaitAnswer() bool {
+	s := c.sending
+	s.waits.Store(true)
+	if s.state.Load() == sendAnswered {
+		c.sending = nil
+		return false
+	}
+	return true
 }
 
 // refuseSend answers a SEND that cannot start with ERROR why. (Apart from
@@ -382,7 +420,28 @@ func (c *conn) sent(p *gotp.Process, err error) {
 		c.reply(Error{Reason: Unavailable})
 		return
 	}
-	c.out.reply(c.w.formatSent(s.send.To))
+	c.out.reply(c.w.formatSent(s.m.To))
+}
+
+// sentDirect answers r, the process's SEND, with SENT once its message is
+// committed, on the calling goroutine (the history owner's), without going
+// through the process: it queues SENT and starts writing it, frees the
+// SEND's slot, and wakes the process only if commands wait behind the
+// SEND (r.waits). It does nothing if the process has answered r already
+// (the owner's Down came first). It never waits.
+func (c *conn) sentDirect(r *appendReq) {
+	if !r.state.CompareAndSwap(sendPending, sendClaimed) {
+		return
+	}
+	c.out.reply(c.w.formatSent(r.m.To))
+	c.out.flush()
+	r.state.Store(sendAnswered)
+	<-c.slots
+	c.svc.sentDirects.Add(1)
+	if r.waits.Load() {
+		c.svc.sentWakes.Add(1)
+		c.svc.n.Send(c.self, r)
+	}
 }
 
 // reply queues r for the client.

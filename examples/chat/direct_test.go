@@ -106,3 +106,39 @@ func TestDeliveriesKeepEachSendersOrder(t *testing.T) {
 		}
 	}
 }
+
+// The history owner answers a quiet chat's SENDs itself (conn.sentDirect),
+// without waking the sender's process. Commands a client pipelines behind
+// a SEND wait for its SENT, and the owner wakes the process for them once
+// it has answered: every reply comes, in the order of the commands.
+func TestSentDirectKeepsRepliesInOrder(t *testing.T) {
+	ts := startServiceConfig(t, Config{CommandRate: -1})
+	a := connect(t, ts, "a")
+	r := connect(t, ts, "r")
+	const n = 200
+	var b bytes.Buffer
+	for k := range n {
+		fmt.Fprintf(&b, "SEND r m%d\nSEND nobody x\n", k)
+	}
+	if _, err := a.c.Write(b.Bytes()); err != nil {
+		t.Fatal(err)
+	}
+	for k := range n {
+		if got := a.line(); got != "SENT r" {
+			t.Fatalf("reply %d: %q, want SENT r", 2*k, got)
+		}
+		if got := a.line(); got != "ERROR unknown_recipient" {
+			t.Fatalf("reply %d: %q, want ERROR unknown_recipient", 2*k+1, got)
+		}
+	}
+	for k := range n {
+		if got, want := r.line(), fmt.Sprintf("MSG a m%d", k); got != want {
+			t.Fatalf("r got %q, want %q", got, want)
+		}
+	}
+	direct, wakes := ts.sentDirects.Load(), ts.sentWakes.Load()
+	t.Logf("%d of %d SENDs answered by the history owner, %d of them with a wake", direct, n, wakes)
+	if direct == 0 || wakes == 0 {
+		t.Fatalf("%d SENDs answered by the owner, %d woken: the test wants both", direct, wakes)
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/gotp/gotp"
@@ -493,6 +494,7 @@ type historyOwner struct {
 
 	// What commit hands p.Batch: answer, made once, and the batch it
 	// answers (set only while p.Batch runs it, on the owner's goroutine).
+	commitCtx context.Context // the owner's context without its cancellation (see commit), made once
 	answerFn  func(*gotp.Batch)
 	answering []pendingAppend
 	answerErr error
@@ -504,45 +506,67 @@ type betweenReq struct{ a, b string }
 type appendRoomMsg struct{ m RoomMsg }
 type roomReq struct{ room string }
 
-// appendReq asks the history owner to store m and answer pid with an
-// appended carrying ref once it is committed; it is how a connection
-// sends without waiting in a call (appendMsg is the call). Once m is
-// committed, the owner also hands it to the recipient's connection to
-// (when to is not zero) as a Delivery, just after the answer.
+// appendReq asks the history owner to store m for the connection process
+// pid, and to answer once it is committed; it is how a connection sends
+// without waiting in a call (appendMsg is the call). Once m is committed,
+// the owner also hands it to the recipient's connection to (when to is
+// not zero) as a Delivery, just after the answer.
 //
-// A connection sends a new *appendReq for each SEND, which the owner
-// copies when it handles it. It once reused one of its own for every
-// SEND, rewritten after the owner's appended or Down; but an owner
-// killed while it handled one still read it when its Down reached the
-// connection, which then rewrote it for its next SEND (a data race seen
-// by TestEverySendEndsWhenHistoryOwnerKilled under -race).
+// The owner answers in one of two ways, and state says which one won:
+//   - it sends the request itself back to pid, with err set (nil once
+//     committed): a pointer, so the answer allocates nothing;
+//   - or, for a small batch and a sender on this node (from), it answers
+//     the SEND itself: it queues SENT in the sender's outbox and frees
+//     its slot (conn.sentDirect), and wakes the process only if commands
+//     wait behind the SEND (waits). The process is not woken at all for
+//     a SEND in a quiet chat.
+//
+// The sender's process answers the SEND itself on the owner's Down
+// (ERROR unavailable), which may come while a killed owner's goroutine is
+// still committing: the two claim the answer with state, and only one
+// answers.
+//
+// A connection sends a new *appendReq for each SEND: an owner killed while
+// it handles one may still read it after the process has gone on to its
+// next SEND.
 type appendReq struct {
-	m   Message
-	pid gotp.PID
-	ref gotp.Ref
-	to  gotp.PID
-	toc *conn // to's connection, if on this node (nil in tests without a service)
+	m    Message
+	pid  gotp.PID
+	from *conn // pid's connection, if on this node (nil in tests without a service)
+	to   gotp.PID
+	toc  *conn // to's connection, if on this node (nil in tests without a service)
+	err  error // the answer's, set by the owner before it sends the request back
+
+	state atomic.Uint32 // sendPending, then sendClaimed (by the owner) or sendAnswered
+	waits atomic.Bool   // commands wait behind the SEND: the owner that answers it wakes the process
 }
 
-// appended is the answer to an appendMsg, an appendRoomMsg or an
-// appendReq: err is nil once the message is committed.
+// The states of an appendReq's answer. The owner claims the answer
+// (sendPending to sendClaimed), queues SENT, then marks it sendAnswered;
+// the process answers it (sendPending to sendAnswered) when its answer or
+// the owner's Down comes first. A SEND is in flight until sendAnswered:
+// the commands after it wait, so that their replies follow its SENT.
+const (
+	sendPending uint32 = iota
+	sendClaimed
+	sendAnswered
+)
+
+// appended is the answer to an appendMsg or an appendRoomMsg: err is nil
+// once the message is committed.
 type appended struct {
-	ref gotp.Ref
 	err error
 }
 
 // pendingAppend is an append waiting for its transaction: of a direct
 // message m, or of a room message (room, when room is true); from a call
-// (from), or from an appendReq (pid, ref, to).
+// (from), or from an appendReq (req).
 type pendingAppend struct {
 	m    Message
 	rm   RoomMsg
 	room bool
 	from server.From
-	pid  gotp.PID
-	ref  gotp.Ref
-	to   gotp.PID
-	toc  *conn
+	req  *appendReq
 }
 
 // size is the length of the append's text.
@@ -555,6 +579,7 @@ func (h *historyOwner) Init(ctx context.Context, p *gotp.Process) error {
 		return err
 	}
 	h.store = s
+	h.commitCtx = context.WithoutCancel(p.Context())
 	context.AfterFunc(p.Context(), func() { s.Close() }) // closed however the owner ends: a kill runs no Terminate
 	return nil
 }
@@ -634,8 +659,8 @@ func (h *historyOwner) commitNext(p *gotp.Process) error {
 
 // commit commits batch in one transaction, then answers each append of
 // it and hands each committed direct message to its recipient's
-// connection (see deliver: a small batch's messages the owner queues in
-// their recipients' outboxes itself, and starts writing).
+// connection (see answer and deliver: a small batch's SENTs and MSGs the
+// owner queues in their clients' outboxes itself, and starts writing).
 //
 // The answers and deliveries of one batch go out as a gotp.Batch: the
 // connections they wake (hundreds, flat out) are handled by a goroutine
@@ -669,7 +694,7 @@ func (h *historyOwner) commit(p *gotp.Process, batch []pendingAppend) error {
 	if cause := context.Cause(p.Context()); cause != nil {
 		err = fmt.Errorf("history owner gone before the commit: %w", cause)
 	} else {
-		err = h.store.AppendBatch(context.WithoutCancel(p.Context()), h.ms, h.rooms)
+		err = h.store.AppendBatch(h.commitCtx, h.ms, h.rooms)
 	}
 	clear(h.ms)
 	clear(h.rooms)
@@ -691,52 +716,57 @@ func (h *historyOwner) commit(p *gotp.Process, batch []pendingAppend) error {
 // committed or not as h.answerErr says.
 func (h *historyOwner) answer(b *gotp.Batch) {
 	batch, err := h.answering, h.answerErr
+	direct := len(batch) <= maxDirect
 	for i := range batch {
 		a := &batch[i]
-		if a.pid.IsZero() {
+		r := a.req
+		if r == nil {
 			server.Reply(a.from, appended{err: err})
 			continue
 		}
 		// The answer first: a user who sends to itself reads SENT,
 		// then the MSG, as the reply to a command comes before the
 		// events it causes.
-		b.Send(a.pid, appended{ref: a.ref, err: err})
-		if err == nil && !a.to.IsZero() {
-			h.deliver(b, a, h.origin, len(batch) <= maxDirect)
+		if c := r.from; direct && err == nil && c != nil {
+			c.sentDirect(r)
+		} else {
+			r.err = err
+			b.Send(r.pid, r)
+		}
+		if err == nil && !r.to.IsZero() {
+			h.deliver(b, r, h.origin, direct)
 		}
 	}
 }
 
-// maxDirect is the largest batch whose messages the history owner may
-// write to their recipients' clients itself (see deliver). A small batch
-// is a quiet chat, where the hop through the recipient's process is most
-// of a message's time on the server; in a busy one's large batches the
-// owner's time is the commits', and the recipients' processes write in
-// parallel on the Batch's goroutines.
+// maxDirect is the largest batch whose SENTs and MSGs the history owner
+// may write to their clients itself (see conn.sentDirect and deliver). A
+// small batch is a quiet chat, where the hops through the sender's and the
+// recipient's processes are most of a message's time on the server; in a
+// busy one's large batches the owner's time is the commits', and the
+// processes write in parallel on the Batch's goroutines.
 const maxDirect = 8
 
-// deliver hands the committed message of a to its recipient. With direct
+// deliver hands the committed message of r to its recipient. With direct
 // set, a recipient on this node other than the sender, with no message of
 // the owner's still in its mailbox, gets it queued in its outbox and
 // written at once by the owner (conn.deliverDirect): one goroutine
-// hand-off less, and the MSG goes out before the Batch's goroutines start
-// (the sender's SENT follows; the server answers the sender once the
-// message is committed either way). Otherwise it goes as a Delivery to the
-// recipient's mailbox, counted in its mailed while it waits there. A user
-// who sends to itself always gets the Delivery: its SENT comes first.
-func (h *historyOwner) deliver(b *gotp.Batch, a *pendingAppend, origin string, direct bool) {
-	if c := a.toc; c != nil && a.to != a.pid {
+// hand-off less. Otherwise it goes as a Delivery to the recipient's
+// mailbox, counted in its mailed while it waits there. A user who sends
+// to itself always gets the Delivery: its SENT comes first.
+func (h *historyOwner) deliver(b *gotp.Batch, r *appendReq, origin string, direct bool) {
+	if c := r.toc; c != nil && r.to != r.pid {
 		if direct && c.mailed.Load() == 0 {
-			c.deliverDirect(Msg{From: a.m.From, Text: a.m.Text, Time: a.m.Time})
+			c.deliverDirect(Msg{From: r.m.From, Text: r.m.Text, Time: r.m.Time})
 			c.svc.directs.Add(1)
 			return
 		}
 		c.mailed.Add(1)
 		c.svc.mails.Add(1)
-		b.Send(a.to, Delivery{From: a.m.From, To: a.m.To, Text: a.m.Text, Origin: origin, Time: a.m.Time, mailed: true})
+		b.Send(r.to, Delivery{From: r.m.From, To: r.m.To, Text: r.m.Text, Origin: origin, Time: r.m.Time, mailed: true})
 		return
 	}
-	b.Send(a.to, Delivery{From: a.m.From, To: a.m.To, Text: a.m.Text, Origin: origin, Time: a.m.Time})
+	b.Send(r.to, Delivery{From: r.m.From, To: r.m.To, Text: r.m.Text, Origin: origin, Time: r.m.Time})
 }
 
 // HandleInfo handles a message, then commits the pending appends if it
@@ -752,10 +782,7 @@ func (h *historyOwner) HandleInfo(p *gotp.Process, msg any) error {
 func (h *historyOwner) handleInfo(p *gotp.Process, msg any) error {
 	switch m := msg.(type) {
 	case *appendReq:
-		h.pending = append(h.pending, pendingAppend{m: m.m, pid: m.pid, ref: m.ref, to: m.to, toc: m.toc})
-		return nil
-	case appendReq:
-		h.pending = append(h.pending, pendingAppend{m: m.m, pid: m.pid, ref: m.ref, to: m.to, toc: m.toc})
+		h.pending = append(h.pending, pendingAppend{m: m.m, req: m})
 		return nil
 	}
 	return h.Defaults.HandleInfo(p, msg)

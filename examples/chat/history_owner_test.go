@@ -29,8 +29,8 @@ func TestHistoryOwnerCommitsEveryPendingBatch(t *testing.T) {
 			if err != nil {
 				return nil
 			}
-			if a, ok := m.(appended); ok {
-				answers <- a.err
+			if r, ok := m.(*appendReq); ok {
+				answers <- r.err
 			}
 		}
 	})
@@ -42,7 +42,7 @@ func TestHistoryOwnerCommitsEveryPendingBatch(t *testing.T) {
 	// mailbox, so they are pending together when its mailbox empties.
 	n.Batch(func(b *gotp.Batch) {
 		for range count {
-			b.Send(owner, appendReq{m: Message{From: "a", To: "b", Text: text}, pid: rcv, ref: n.MakeRef()})
+			b.Send(owner, &appendReq{m: Message{From: "a", To: "b", Text: text}, pid: rcv})
 		}
 	})
 	deadline := time.After(20 * time.Second)

@@ -198,6 +198,8 @@ type Service struct {
 	committed     atomic.Uint64 // messages in them
 	directs       atomic.Uint64 // committed messages the history owner queued in their recipient's outbox itself
 	mails         atomic.Uint64 // and those it sent to their recipient's mailbox as a Delivery
+	sentDirects   atomic.Uint64 // SENDs the history owner answered itself (SENT queued in the sender's outbox)
+	sentWakes     atomic.Uint64 // of those, the ones it woke the sender's process for (commands waited behind them)
 
 	mu       sync.Mutex // guards stopping and err
 	stopping bool
