@@ -724,15 +724,27 @@ func (h *historyOwner) answer(b *gotp.Batch) {
 			server.Reply(a.from, appended{err: err})
 			continue
 		}
-		// The answer first: a user who sends to itself reads SENT,
-		// then the MSG, as the reply to a command comes before the
-		// events it causes.
 		if c := r.from; direct && err == nil && c != nil {
+			// The owner writes both itself: the MSG first (its
+			// latency is the one users wait for), then the SENT, as
+			// the bare server does. The sender's and the recipient's
+			// are two clients, which cannot tell the order; but a
+			// user who sends to itself reads SENT, then the MSG, as
+			// the reply to a command comes before the events it
+			// causes, so its MSG (which goes by its mailbox) waits.
+			self := r.to == r.pid
+			if !self && !r.to.IsZero() {
+				h.deliver(b, r, h.origin, true)
+			}
 			c.sentDirect(r)
-		} else {
-			r.err = err
-			b.Send(r.pid, r)
+			if self {
+				h.deliver(b, r, h.origin, true)
+			}
+			continue
 		}
+		// The answer first, for the same reason.
+		r.err = err
+		b.Send(r.pid, r)
 		if err == nil && !r.to.IsZero() {
 			h.deliver(b, r, h.origin, direct)
 		}
