@@ -283,9 +283,14 @@ func pairKey(a, b string) string {
 const insertMessage = `INSERT INTO messages (sender, recipient, body, pair, at) VALUES (?, ?, ?, ?, ?)`
 
 // Append stores one message durably: when it returns nil, the message is
-// committed.
+// committed. It uses the prepared statement AppendBatch uses for one
+// message, in a transaction of its own.
 func (s *Store) Append(ctx context.Context, m Message) error {
-	_, err := s.db.ExecContext(ctx, insertMessage, m.From, m.To, m.Text, pairKey(m.From, m.To), millis(m.Time))
+	st, err := s.insert(ctx, 1)
+	if err != nil {
+		return err
+	}
+	_, err = st.ExecContext(ctx, m.From, m.To, m.Text, pairKey(m.From, m.To), millis(m.Time))
 	if err == nil {
 		s.wroteLog()
 	}
