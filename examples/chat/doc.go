@@ -98,6 +98,13 @@
 // owner commits in groups: messages that arrive while a transaction is in
 // flight go together in the next one, so a busy chat commits many
 // messages per transaction and a quiet one commits each message at once.
+// In a quiet chat (a transaction of a few messages) the owner also writes
+// the committed message to its recipient and the SENT to its sender
+// itself, recipient first, as a server without processes would; a busy
+// chat's transactions are answered through the connections' processes,
+// which write in parallel. (A departure from a strict process design, in
+// which only a connection's process touches its socket: the outbox that
+// both use is safe for it, and keeps each client's replies in order.)
 // Every SEND ends in SENT or an ERROR, never silence: if the owner dies
 // with a message in flight, the sender gets ERROR unavailable. An owner
 // killed before its transaction starts none, and the message is not
