@@ -433,6 +433,9 @@ func (c *conn) sentDirect(r *appendReq) {
 	if !r.state.CompareAndSwap(sendPending, sendClaimed) {
 		return
 	}
+	if h := c.svc.cfg.onClaim; h != nil {
+		h(r)
+	}
 	c.out.reply(c.w.formatSent(r.m.To))
 	c.out.flush()
 	r.state.Store(sendAnswered)

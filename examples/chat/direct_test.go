@@ -5,10 +5,14 @@ package chat
 import (
 	"bytes"
 	"fmt"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
+
+	"github.com/gotp/gotp"
 )
 
 // While a Delivery the history owner mailed to a connection is still in
@@ -140,5 +144,93 @@ func TestSentDirectKeepsRepliesInOrder(t *testing.T) {
 	t.Logf("%d of %d SENDs answered by the history owner, %d of them with a wake", direct, n, wakes)
 	if direct == 0 || wakes == 0 {
 		t.Fatalf("%d SENDs answered by the owner, %d woken: the test wants both", direct, wakes)
+	}
+}
+
+// A command read while the history owner answers the SEND before it (the
+// owner has claimed the answer and not yet queued the SENT) waits for the
+// SENT: its reply comes second. The test holds the owner between its claim
+// and its SENT until the next command has either been set waiting (right)
+// or answered (its reply would overtake the SENT).
+func TestCommandAfterClaimedSendWaits(t *testing.T) {
+	var ct connTracker
+	claimed := make(chan *appendReq, 1)
+	proceed := make(chan struct{})
+	ts := startServiceConfig(t, Config{CommandRate: -1, onConn: ct.add, onClaim: func(r *appendReq) {
+		select {
+		case claimed <- r:
+			<-proceed
+		default: // only the first SEND is held
+		}
+	}})
+	a := connect(t, ts, "a")
+	connect(t, ts, "r")
+	_, ac := ct.of(t, ts, "a")
+	a.send("SEND r one")
+	r := <-claimed
+	before := ac.out.replied.Load()
+	a.send("SEND nobody x")
+	for !r.waits.Load() && ac.out.replied.Load() == before {
+		runtime.Gosched() // until the second command has been handled one way or the other
+	}
+	close(proceed)
+	if got := a.line(); got != "SENT r" {
+		t.Fatalf("first reply %q, want SENT r (the command after the SEND was answered first)", got)
+	}
+	if got := a.line(); got != "ERROR unknown_recipient" {
+		t.Fatalf("second reply %q, want ERROR unknown_recipient", got)
+	}
+}
+
+// An owner killed after it has claimed a SEND's answer still gives it (its
+// goroutine goes on with the handler it is in): the sender's process, told
+// of the owner's Down meanwhile, does not answer it too. The client reads
+// one SENT and no ERROR unavailable, and the restarted owner takes the
+// next SEND.
+func TestOwnerKilledAfterClaimAnswersOnce(t *testing.T) {
+	var ct connTracker
+	var held atomic.Bool
+	claimed := make(chan *appendReq, 1)
+	proceed := make(chan struct{})
+	ts := startServiceConfig(t, Config{CommandRate: -1, onConn: ct.add, onClaim: func(r *appendReq) {
+		if held.CompareAndSwap(false, true) {
+			claimed <- r
+			<-proceed
+		}
+	}})
+	a := connect(t, ts, "a")
+	r := connect(t, ts, "r")
+	_, ac := ct.of(t, ts, "a")
+	a.send("SEND r one")
+	req := <-claimed
+	before := ac.out.replied.Load()
+	owner, _ := ts.n.Whereis(historyName)
+	ts.n.Exit(owner, gotp.ErrKill)
+	a.send("SEND nobody x")
+	for !req.waits.Load() && ac.out.replied.Load() == before {
+		runtime.Gosched() // until the command waits behind the SEND, or (wrongly) has run
+	}
+	close(proceed)
+	if got := a.line(); got != "SENT r" {
+		t.Fatalf("first reply %q, want SENT r", got)
+	}
+	if got := a.line(); got != "ERROR unknown_recipient" {
+		t.Fatalf("second reply %q, want ERROR unknown_recipient (one answer to the SEND)", got)
+	}
+	if got := r.line(); got != "MSG a one" {
+		t.Fatalf("r got %q", got)
+	}
+	// The restarted owner takes the next SEND (ERROR unavailable while
+	// it restarts is the protocol's answer too).
+	for {
+		a.send("SEND r two")
+		if got := a.line(); got == "SENT r" {
+			break
+		} else if got != "ERROR unavailable" {
+			t.Fatalf("a SEND after the restart: %q", got)
+		}
+	}
+	if got := r.line(); got != "MSG a two" {
+		t.Fatalf("r got %q", got)
 	}
 }

@@ -123,6 +123,7 @@ type Config struct {
 	onConn   func(gotp.PID, *conn) // tests: told of every connection process as it starts
 	onSlow   func(name string)     // tests: told of every slow consumer as it is cut off, before its last words are queued
 	onCommit func(n int)           // tests: called by the history owner before each transaction of n appends (may block it)
+	onClaim  func(r *appendReq)    // tests: called by the history owner when it has claimed the answer to r, before it queues the SENT (may block it)
 }
 
 // Defaults of the connection limits in Config.
