@@ -204,10 +204,14 @@ func (c *conn) handleInfo(p *gotp.Process, msg any) error {
 		if m != c.sending {
 			return nil // answered already: the owner's Down came first
 		}
-		if m.state.CompareAndSwap(sendPending, sendAnswered) {
+		switch {
+		case m.state.Load() == sendClaimed: // committed: the owner's answer
+			c.sent(p, nil)
+			m.state.Store(sendAnswered)
+		case m.state.CompareAndSwap(sendPending, sendAnswered): // not committed
 			c.sent(p, m.err)
-		} else {
-			c.sending = nil // the owner answered it, and wakes us for the commands after it
+		default: // the owner answered it itself, and wakes us for the commands after it
+			c.sending = nil
 		}
 		return c.resume(p)
 	}
@@ -249,7 +253,7 @@ func (c *conn) handleOther(p *gotp.Process, msg any) error {
 			if s := c.sending; s != nil && s.state.CompareAndSwap(sendPending, sendAnswered) {
 				// Its owner died before it said: committed or not, we
 				// cannot tell. (A killed owner that claimed the answer
-				// first finishes it, and wakes us.)
+				// first finishes it: its answer, or its wake, comes.)
 				c.sent(p, m.Reason)
 				return c.resume(p)
 			}
@@ -424,15 +428,12 @@ func (c *conn) sent(p *gotp.Process, err error) {
 }
 
 // sentDirect answers r, the process's SEND, with SENT once its message is
-// committed, on the calling goroutine (the history owner's), without going
-// through the process: it queues SENT and starts writing it, frees the
-// SEND's slot, and wakes the process only if commands wait behind the
-// SEND (r.waits). It does nothing if the process has answered r already
-// (the owner's Down came first). It never waits.
+// committed and the owner has claimed the answer (r.state sendClaimed), on
+// the calling goroutine (the history owner's), without going through the
+// process: it queues SENT and starts writing it, frees the SEND's slot,
+// and wakes the process only if commands wait behind the SEND (r.waits).
+// It never waits.
 func (c *conn) sentDirect(r *appendReq) {
-	if !r.state.CompareAndSwap(sendPending, sendClaimed) {
-		return
-	}
 	if h := c.svc.cfg.onClaim; h != nil {
 		h(r)
 	}

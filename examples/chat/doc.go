@@ -110,9 +110,16 @@
 // killed before its transaction starts none, and the message is not
 // stored; but one killed while it commits finishes the transaction it is
 // in, so the error means "not known to be stored": the message may still
-// be in the history, and reach its recipient, as the work of a gen_server
-// that dies after doing it and before replying. A client that sends again
-// after ERROR unavailable may store the message twice.
+// be in the history, as the work of a gen_server that dies after doing it
+// and before replying. It is not pushed to its recipient as a MSG then
+// (delivered late, it could come after the sender's next messages, which
+// the restarted owner commits); the recipient sees it in HISTORY. A
+// client that sends again after ERROR unavailable may store the message
+// twice. Each sender's messages that got SENT reach their recipient in the
+// order sent, across restarts of the owner. A test kills the owner 20
+// times under clients that pipeline; GOTP_STRESS=1 makes it 300:
+//
+//	GOTP_STRESS=1 go test -race -run TestSendsEndUnderRepeatedOwnerKills -v ./examples/chat/
 //
 // # Clusters
 //

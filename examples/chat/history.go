@@ -517,19 +517,22 @@ type roomReq struct{ room string }
 // the owner also hands it to the recipient's connection to (when to is
 // not zero) as a Delivery, just after the answer.
 //
-// The owner answers in one of two ways, and state says which one won:
-//   - it sends the request itself back to pid, with err set (nil once
-//     committed): a pointer, so the answer allocates nothing;
+// Once m is committed the owner claims the answer (state: sendPending to
+// sendClaimed), then answers in one of two ways:
+//   - it sends the request itself back to pid (a pointer: the answer
+//     allocates nothing), and the process queues SENT;
 //   - or, for a small batch and a sender on this node (from), it answers
 //     the SEND itself: it queues SENT in the sender's outbox and frees
 //     its slot (conn.sentDirect), and wakes the process only if commands
 //     wait behind the SEND (waits). The process is not woken at all for
 //     a SEND in a quiet chat.
 //
-// The sender's process answers the SEND itself on the owner's Down
-// (ERROR unavailable), which may come while a killed owner's goroutine is
-// still committing: the two claim the answer with state, and only one
-// answers.
+// A commit that failed is sent back with err set, unclaimed. The sender's
+// process answers the SEND itself (ERROR unavailable) from sendPending
+// only: on such an answer, or on the owner's Down, which may come while a
+// killed owner's goroutine is still committing. Whoever moves the state
+// from sendPending answers; an owner that finds it answered already
+// neither answers nor delivers the message.
 //
 // A connection sends a new *appendReq for each SEND: an owner killed while
 // it handles one may still read it after the process has gone on to its
@@ -547,10 +550,11 @@ type appendReq struct {
 }
 
 // The states of an appendReq's answer. The owner claims the answer
-// (sendPending to sendClaimed), queues SENT, then marks it sendAnswered;
-// the process answers it (sendPending to sendAnswered) when its answer or
-// the owner's Down comes first. A SEND is in flight until sendAnswered:
-// the commands after it wait, so that their replies follow its SENT.
+// (sendPending to sendClaimed) once the message is committed; SENT is
+// queued, by the owner or by the process, and then the state is
+// sendAnswered. The process answers an error itself (sendPending to
+// sendAnswered). A SEND is in flight until sendAnswered: the commands
+// after it wait, so that their replies follow its SENT.
 const (
 	sendPending uint32 = iota
 	sendClaimed
@@ -729,28 +733,39 @@ func (h *historyOwner) answer(b *gotp.Batch) {
 			server.Reply(a.from, appended{err: err})
 			continue
 		}
-		if c := r.from; direct && err == nil && c != nil {
-			// The owner writes both itself: the MSG first (its
-			// latency is the one users wait for), then the SENT, as
-			// the bare server does. The sender's and the recipient's
-			// are two clients, which cannot tell the order; but a
-			// user who sends to itself reads SENT, then the MSG, as
-			// the reply to a command comes before the events it
-			// causes, so its MSG (which goes by its mailbox) waits.
-			self := r.to == r.pid
-			if !self && !r.to.IsZero() {
-				h.deliver(b, r, h.origin, true)
-			}
-			c.sentDirect(r)
-			if self {
-				h.deliver(b, r, h.origin, true)
-			}
+		if err != nil {
+			r.err = err
+			b.Send(r.pid, r)
 			continue
 		}
-		// The answer first, for the same reason.
-		r.err = err
-		b.Send(r.pid, r)
-		if err == nil && !r.to.IsZero() {
+		// Committed: the owner claims the answer before it hands the
+		// message on. A sender's process that has answered it already
+		// (it was told of the owner's death: this owner was killed
+		// during the commit) said ERROR unavailable, and may have sent
+		// its next message to the next owner; delivered now, this one
+		// could reach the recipient after that one. It stays in the
+		// history, and goes to nobody.
+		if !r.state.CompareAndSwap(sendPending, sendClaimed) {
+			continue
+		}
+		// The MSG first, then the SENT: the sender's next message
+		// cannot overtake the MSG, and its latency is the one users
+		// wait for (the bare server writes them in this order). But a
+		// user who sends to itself reads SENT, then the MSG, as the
+		// reply to a command comes before the events it causes; its
+		// MSG goes by its mailbox, after the answer.
+		self := r.to == r.pid
+		c := r.from
+		direct := direct && c != nil
+		if !self && !r.to.IsZero() {
+			h.deliver(b, r, h.origin, direct)
+		}
+		if direct {
+			c.sentDirect(r)
+		} else {
+			b.Send(r.pid, r)
+		}
+		if self {
 			h.deliver(b, r, h.origin, direct)
 		}
 	}

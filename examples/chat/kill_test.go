@@ -1,7 +1,11 @@
 package chat
 
 import (
+	"fmt"
+	"os"
+	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -140,4 +144,125 @@ func stopAndVerifyNone(t *testing.T, ts *testService, clients ...*client) {
 	}
 	ts.stop(t)
 	goleak.VerifyNone(t)
+}
+
+// Every SEND ends in exactly one reply while the history owner is killed
+// again and again in the middle of quiet batches, which it answers itself:
+// its claims race the Downs its senders get. Each client pipelines a SEND
+// and a command behind it, round after round, and must read, in order, one
+// answer to the SEND (SENT or ERROR unavailable) and then the command's
+// reply; each recipient gets every message that was acknowledged, once
+// and in order. GOTP_STRESS=1 kills the owner 300 times instead of 20.
+func TestSendsEndUnderRepeatedOwnerKills(t *testing.T) {
+	kills := 20
+	if os.Getenv("GOTP_STRESS") != "" {
+		kills = 300
+	}
+	ts := startServiceConfig(t, Config{CommandRate: -1, Intensity: 10 * kills, Period: time.Minute})
+	const users = 6
+	clients := make([]*client, users)
+	for i := range clients {
+		clients[i] = connect(t, ts, fmt.Sprintf("q%d", i))
+	}
+	var killed atomic.Bool
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		defer killed.Store(true)
+		for k := range kills {
+			// Each owner answers a few SENDs itself before it is killed,
+			// at a point that varies, so that kills land in claims.
+			answered := ts.sentDirects.Load()
+			for ts.sentDirects.Load() < answered+uint64(1+k%4) {
+				if t.Failed() {
+					return
+				}
+				time.Sleep(100 * time.Microsecond)
+			}
+			if pid, ok := ts.n.Whereis(historyName); ok {
+				ts.n.Exit(pid, gotp.ErrKill)
+			}
+		}
+	})
+	acked := make([][]int, users)    // acked[i]: the messages of q<i> that got SENT, in order
+	received := make([][]int, users) // received[i]: the MSGs q<i> read, in order
+	unavailable := make([]int, users)
+	for i, c := range clients {
+		to := fmt.Sprintf("q%d", (i+1)%users)
+		wg.Go(func() {
+			c.c.SetDeadline(time.Now().Add(time.Minute))
+			// next reads one line that is not a MSG (noting the MSGs).
+			next := func() (string, bool) {
+				for {
+					l, err := c.rd.ReadString('\n')
+					if err != nil {
+						t.Errorf("q%d: read: %v", i, err)
+						return "", false
+					}
+					l = strings.TrimSuffix(l, "\n")
+					var k int
+					if _, err := fmt.Sscanf(l, "MSG q%d m%d", new(int), &k); err == nil {
+						received[i] = append(received[i], k)
+						continue
+					}
+					return l, true
+				}
+			}
+			for k := 0; !killed.Load() || k < 20; k++ {
+				if _, err := fmt.Fprintf(c.c, "SEND %s m%d\nSEND nobody x\n", to, k); err != nil {
+					t.Errorf("q%d: write: %v", i, err)
+					return
+				}
+				switch l, ok := next(); {
+				case !ok:
+					return
+				case l == "SENT "+to:
+					acked[i] = append(acked[i], k)
+				case l == "ERROR unavailable":
+					unavailable[i]++
+				default:
+					t.Errorf("q%d: the answer to SEND m%d: %q", i, k, l)
+					return
+				}
+				if l, ok := next(); !ok {
+					return
+				} else if l != "ERROR unknown_recipient" {
+					t.Errorf("q%d: the reply after SEND m%d: %q, want ERROR unknown_recipient", i, k, l)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if t.Failed() {
+		return
+	}
+	for i, c := range clients {
+		from := (i + users - 1) % users
+		want := acked[from]
+		// The MSGs of the last acknowledged messages may still be on their way.
+		for len(want) > 0 && (len(received[i]) == 0 || received[i][len(received[i])-1] < want[len(want)-1]) {
+			var k int
+			if _, err := fmt.Sscanf(c.line(), "MSG q%d m%d", new(int), &k); err != nil {
+				t.Fatalf("q%d: %v", i, err)
+			}
+			received[i] = append(received[i], k)
+		}
+		if !slices.IsSorted(received[i]) || len(slices.Compact(slices.Clone(received[i]))) != len(received[i]) {
+			t.Fatalf("q%d received q%d's messages out of order or twice: %v (acknowledged: %v)", i, from, received[i], want)
+		}
+		for _, k := range want {
+			if _, found := slices.BinarySearch(received[i], k); !found {
+				t.Fatalf("q%d never received q%d's m%d, which got SENT", i, from, k)
+			}
+		}
+	}
+	total, errs := 0, 0
+	for i := range users {
+		total += len(acked[i]) + unavailable[i]
+		errs += unavailable[i]
+	}
+	t.Logf("%d kills, %d SENDs: %d SENT, %d ERROR unavailable; %d answered by the owner itself", kills, total, total-errs, errs, ts.sentDirects.Load())
+	if errs == 0 || errs == total {
+		t.Fatalf("%d of %d SENDs met a dead owner: the test wants some of each", errs, total)
+	}
 }
