@@ -190,6 +190,9 @@ func (c *conn) HandleInfo(p *gotp.Process, msg any) error {
 func (c *conn) handleInfo(p *gotp.Process, msg any) error {
 	switch m := msg.(type) {
 	case inbound, readEnd:
+		// len(c.waiting) first: inFlight forgets a SEND the owner has
+		// answered, and commands already waiting must then run (resume)
+		// rather than wait for a wake that may have come and gone.
 		if len(c.waiting) > 0 || c.inFlight() || !c.out.room() {
 			c.waiting = append(c.waiting, m)
 			if c.sending != nil && !c.awaitAnswer() {
@@ -202,12 +205,15 @@ func (c *conn) handleInfo(p *gotp.Process, msg any) error {
 		return c.resume(p)
 	case *appendReq:
 		if m != c.sending {
-			return nil // answered already: the owner's Down came first
+			// Answered already (the owner's Down came first), or a wake
+			// for a SEND this process has seen answered meanwhile.
+			return nil
 		}
 		switch {
 		case m.state.Load() == sendClaimed: // committed: the owner's answer
-			c.sent(p, nil)
-			m.state.Store(sendAnswered)
+			if err := c.committed(p, m); err != nil {
+				return err
+			}
 		case m.state.CompareAndSwap(sendPending, sendAnswered): // not committed
 			c.sent(p, m.err)
 		default: // the owner answered it itself, and wakes us for the commands after it
@@ -226,14 +232,17 @@ func (c *conn) handleOther(p *gotp.Process, msg any) error {
 	case outFailed:
 		return server.StopReason(nil) // the client is gone
 	case Delivery:
-		if m.mailed {
-			c.mailed.Add(-1)
-		}
 		if m.Origin != p.Node().Name() {
 			// Kept on the recipient's node too, so both users see it in HISTORY.
 			c.svc.appendHistory(p.Context(), Message{From: m.From, To: m.To, Text: m.Text, Time: m.Time})
 		}
-		return c.pushEncoded(c.w.formatMsg(Msg{From: m.From, Text: m.Text, Time: m.Time}))
+		err := c.pushEncoded(c.w.formatMsg(Msg{From: m.From, Text: m.Text, Time: m.Time}))
+		if m.mailed {
+			// Only once it is queued: the owner may queue the next
+			// ones itself when none it mailed is left (see deliver).
+			c.mailed.Add(-1)
+		}
+		return err
 	case slowNow:
 		return c.slow()
 	case pg.Message:
@@ -329,9 +338,8 @@ func (c *conn) inputOther(p *gotp.Process, m any) error {
 }
 
 // startSend starts a SEND: the message goes to the history owner, which
-// answers once it is committed (see appendReq for the two ways), then
-// hands it to the recipient's connection (SENT means on disk, and so does
-// a MSG); the
+// hands it to the recipient's connection once it is committed, and
+// answers (see appendReq; SENT means on disk, and so does a MSG); the
 // connection handles other messages meanwhile (deliveries to its user),
 // and the client's next commands wait. The owner is monitored, so that its
 // death answers the SEND too (ERROR unavailable).
@@ -414,8 +422,8 @@ func (c *conn) watchHistory(p *gotp.Process, owner gotp.PID) {
 }
 
 // sent answers the SEND in flight: SENT once its message is committed
-// (the history owner hands it to the recipient's connection just after
-// the answer), ERROR unavailable if it could not be.
+// (the history owner has handed it to the recipient's connection then),
+// ERROR unavailable if it could not be.
 func (c *conn) sent(p *gotp.Process, err error) {
 	s := c.sending
 	c.sending = nil
@@ -425,6 +433,24 @@ func (c *conn) sent(p *gotp.Process, err error) {
 		return
 	}
 	c.out.reply(c.w.formatSent(s.m.To))
+}
+
+// committed answers the process's SEND r, committed and claimed by the
+// history owner, which sent it back: SENT, then, for a message to the
+// user itself, its MSG, both queued before the SEND counts as answered
+// and the commands after it run. (Mailed separately, the MSG could come
+// after the user's next message to itself, were this owner killed and
+// the next one quick.)
+//
+//go:noinline
+func (c *conn) committed(p *gotp.Process, r *appendReq) error {
+	c.sent(p, nil)
+	var err error
+	if r.to == r.pid {
+		err = c.pushEncoded(c.w.formatMsg(Msg{From: r.m.From, Text: r.m.Text, Time: r.m.Time}))
+	}
+	r.state.Store(sendAnswered)
+	return err
 }
 
 // sentDirect answers r, the process's SEND, with SENT once its message is

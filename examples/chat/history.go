@@ -515,7 +515,7 @@ type roomReq struct{ room string }
 // pid, and to answer once it is committed; it is how a connection sends
 // without waiting in a call (appendMsg is the call). Once m is committed,
 // the owner also hands it to the recipient's connection to (when to is
-// not zero) as a Delivery, just after the answer.
+// not zero), before the answer (see historyOwner.answer).
 //
 // Once m is committed the owner claims the answer (state: sendPending to
 // sendClaimed), then answers in one of two ways:
@@ -725,7 +725,7 @@ func (h *historyOwner) commit(p *gotp.Process, batch []pendingAppend) error {
 // committed or not as h.answerErr says.
 func (h *historyOwner) answer(b *gotp.Batch) {
 	batch, err := h.answering, h.answerErr
-	direct := len(batch) <= maxDirect
+	direct := len(batch) <= maxDirect && (h.svc == nil || !h.svc.cfg.noDirect)
 	for i := range batch {
 		a := &batch[i]
 		r := a.req
@@ -750,23 +750,23 @@ func (h *historyOwner) answer(b *gotp.Batch) {
 		}
 		// The MSG first, then the SENT: the sender's next message
 		// cannot overtake the MSG, and its latency is the one users
-		// wait for (the bare server writes them in this order). But a
-		// user who sends to itself reads SENT, then the MSG, as the
-		// reply to a command comes before the events it causes; its
-		// MSG goes by its mailbox, after the answer.
-		self := r.to == r.pid
+		// wait for (the bare server writes them in this order). A user
+		// who sends to itself reads SENT, then the MSG, as the reply to
+		// a command comes before the events it causes: its process
+		// queues both when it gets the answer (conn.committed).
+		if r.to == r.pid {
+			b.Send(r.pid, r)
+			continue
+		}
 		c := r.from
 		direct := direct && c != nil
-		if !self && !r.to.IsZero() {
+		if !r.to.IsZero() {
 			h.deliver(b, r, h.origin, direct)
 		}
 		if direct {
 			c.sentDirect(r)
 		} else {
 			b.Send(r.pid, r)
-		}
-		if self {
-			h.deliver(b, r, h.origin, direct)
 		}
 	}
 }
@@ -784,10 +784,10 @@ const maxDirect = 8
 // the owner's still in its mailbox, gets it queued in its outbox and
 // written at once by the owner (conn.deliverDirect): one goroutine
 // hand-off less. Otherwise it goes as a Delivery to the recipient's
-// mailbox, counted in its mailed while it waits there. A user who sends
-// to itself always gets the Delivery: its SENT comes first.
+// mailbox, counted in its mailed while it waits there. (A message to the
+// sender itself does not come here: see answer.)
 func (h *historyOwner) deliver(b *gotp.Batch, r *appendReq, origin string, direct bool) {
-	if c := r.toc; c != nil && r.to != r.pid {
+	if c := r.toc; c != nil {
 		if direct && c.mailed.Load() == 0 {
 			c.deliverDirect(Msg{From: r.m.From, Text: r.m.Text, Time: r.m.Time})
 			c.svc.directs.Add(1)

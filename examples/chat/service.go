@@ -123,7 +123,8 @@ type Config struct {
 	onConn   func(gotp.PID, *conn) // tests: told of every connection process as it starts
 	onSlow   func(name string)     // tests: told of every slow consumer as it is cut off, before its last words are queued
 	onCommit func(n int)           // tests: called by the history owner before each transaction of n appends (may block it)
-	onClaim  func(r *appendReq)    // tests: called by the history owner when it has claimed the answer to r, before it queues the SENT (may block it)
+	onClaim  func(r *appendReq)    // tests: called by the history owner when it answers r itself, after the MSG and before the SENT (may block it)
+	noDirect bool                  // tests: the history owner answers every SEND through the sender's process, as for a large batch
 }
 
 // Defaults of the connection limits in Config.
