@@ -391,13 +391,8 @@ func (c *conn) inFlight() bool {
 //
 //go:noinline
 func (c *conn) awaitAnswer() bool {
-	s := c.sending
-	s.waits.Store(true)
-	if s.state.Load() == sendAnswered {
-		c.sending = nil
-		return false
-	}
-	return true
+	c.sending.waits.Store(true)
+	return c.inFlight() // read after the store: see sentDirect
 }
 
 // refuseSend answers a SEND that cannot start with ERROR why. (Apart from

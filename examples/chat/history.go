@@ -759,11 +759,11 @@ func (h *historyOwner) answer(b *gotp.Batch) {
 			continue
 		}
 		c := r.from
-		direct := direct && c != nil
+		itself := direct && c != nil // the owner writes this one's MSG and SENT
 		if !r.to.IsZero() {
-			h.deliver(b, r, h.origin, direct)
+			h.deliver(b, r, h.origin, itself)
 		}
-		if direct {
+		if itself {
 			c.sentDirect(r)
 		} else {
 			b.Send(r.pid, r)

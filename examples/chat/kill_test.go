@@ -256,9 +256,9 @@ func sendsUnderOwnerKills(t *testing.T, kills int, noDirect bool) {
 	if t.Failed() {
 		return
 	}
-	for from, c := range clients {
+	for from := range clients {
 		i := target(from) // q<i> receives the messages of q<from>
-		c = clients[i]
+		c := clients[i]
 		want := acked[from]
 		// The MSGs of the last acknowledged messages may still be on their way.
 		for len(want) > 0 && (len(received[i]) == 0 || received[i][len(received[i])-1] < want[len(want)-1]) {
