@@ -41,11 +41,12 @@ func (c *bareConn) write(b []byte) {
 	c.mu.Unlock()
 }
 
-// startBare serves on a loopback port; withStore opens dir/history.db.
-func startBare(ctx context.Context, dir string, withStore bool) (*bareServer, error) {
+// startBare serves on a loopback port; withStore opens dir/history.db, whose
+// commits reach the disk as sync says (as the gotp server's history).
+func startBare(ctx context.Context, dir string, withStore bool, sync chat.Sync) (*bareServer, error) {
 	s := &bareServer{users: map[string]*bareConn{}, conns: map[*bareConn]struct{}{}}
 	if withStore {
-		st, err := chat.OpenStore(ctx, filepath.Join(dir, "history.db"))
+		st, err := chat.OpenStore(ctx, filepath.Join(dir, "history.db"), sync)
 		if err != nil {
 			return nil, err
 		}

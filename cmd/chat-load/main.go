@@ -82,9 +82,10 @@ type config struct {
 	floodWS                 int // of them, over the WebSocket
 	floodRead               int // bytes/s each flooding client reads
 	floodCmd                string
-	sendBuffer              int     // the gotp server's Config.SendBuffer
-	commandRate             float64 // the gotp server's Config.CommandRate
-	commandBurst            int     // and CommandBurst
+	sendBuffer              int       // the gotp server's Config.SendBuffer
+	commandRate             float64   // the gotp server's Config.CommandRate
+	commandBurst            int       // and CommandBurst
+	sync                    chat.Sync // the history's, gotp's and bare-sqlite's
 	addr, httpAddr          string
 	data                    string
 	timeout                 time.Duration
@@ -110,6 +111,10 @@ func run(args []string, out io.Writer) error {
 	fs.IntVar(&c.sendBuffer, "send-buffer", chat.DefaultSendBuffer, "the gotp server's socket send buffer per connection, bytes (negative: the kernel's autotuned default)")
 	fs.Float64Var(&c.commandRate, "command-rate", chat.DefaultCommandRate, "the gotp server's flood control: units a second per connection beyond -command-burst (see chat.Config.CommandRate; negative: off)")
 	fs.IntVar(&c.commandBurst, "command-burst", chat.DefaultCommandBurst, "the gotp server's flood control: units a connection may spend at once")
+	fs.Func("history-sync", `when the history's commits reach the disk, for the gotp and bare-sqlite servers: "full" (each flushed, the chat's default) or "normal" (flushed at checkpoints; see chat.Sync)`, func(v string) (err error) {
+		c.sync, err = chat.ParseSync(v)
+		return err
+	})
 	fs.StringVar(&c.cpuProfile, "cpuprofile", "", "write the server's CPU profile during the load to this file")
 	fs.StringVar(&c.latencies, "latencies", "", "write each message's send time (ns from the load's start, given on a first line \"# start <Unix ns>\") and send→receive latency (ns), one pair a line, to this file")
 	fs.StringVar(&c.traceFile, "trace", "", "write the server's execution trace during the load to this file (go tool trace)")
@@ -359,14 +364,14 @@ type server struct {
 func startServer(ctx context.Context, kind, dir string, conns int, c config) (*server, error) {
 	switch kind {
 	case "bare", "bare-sqlite":
-		s, err := startBare(ctx, dir, kind == "bare-sqlite")
+		s, err := startBare(ctx, dir, kind == "bare-sqlite", c.sync)
 		if err != nil {
 			return nil, err
 		}
 		return &server{addr: s.addr(), stop: func() { s.stop() }}, nil
 	}
 	n := gotp.NewNode(gotp.Options{Name: "chat-load", Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))})
-	svc, err := chat.Start(ctx, n, chat.Config{DataDir: dir, TCPAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", MaxConnections: conns, SendBuffer: c.sendBuffer,
+	svc, err := chat.Start(ctx, n, chat.Config{DataDir: dir, HistorySync: c.sync, TCPAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", MaxConnections: conns, SendBuffer: c.sendBuffer,
 		CommandRate: c.commandRate, CommandBurst: c.commandBurst})
 	if err != nil {
 		n.Stop(context.Background())

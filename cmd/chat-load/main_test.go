@@ -107,7 +107,7 @@ func TestBadFlags(t *testing.T) {
 // address, at an offered rate: 20 users × 5 messages at 200 messages/s
 // take at least 4 intervals of 100 ms.
 func TestAgainstAddrWithRate(t *testing.T) {
-	s, err := startBare(t.Context(), t.TempDir(), false)
+	s, err := startBare(t.Context(), t.TempDir(), false, chat.SyncFull)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -93,11 +93,15 @@
 // # History
 //
 // SENT means the message is on disk: committed to the SQLite history (in
-// WAL mode, synchronous=NORMAL: a crash of the process loses nothing
-// acknowledged; a power cut may lose the last transactions). The history
+// WAL mode) and flushed to the disk (synchronous=FULL), so neither a crash
+// of the process nor a power cut loses an acknowledged message.
+// Config.HistorySync = SyncNormal (cmd/chat -history-sync normal) flushes
+// at checkpoints instead: a crash of the process still loses nothing
+// acknowledged, a power cut may lose the last 100 ms or so. The history
 // owner commits in groups: messages that arrive while a transaction is in
-// flight go together in the next one, so a busy chat commits many
-// messages per transaction and a quiet one commits each message at once.
+// flight go together in the next one, so a busy chat commits (and
+// flushes) many messages per transaction and a quiet one commits each
+// message at once.
 // In a quiet chat (a transaction of a few messages) the owner also writes
 // the committed message to its recipient and the SENT to its sender
 // itself, recipient first, as a server without processes would; a busy

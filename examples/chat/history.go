@@ -78,11 +78,63 @@ const (
 	walLimit        = 16384
 )
 
-// OpenStore opens (creating if needed) the history database at path.
-func OpenStore(ctx context.Context, path string) (*Store, error) {
+// Sync says when a commit of the history reaches the disk, and so what
+// SENT promises.
+type Sync int
+
+const (
+	// SyncFull flushes each transaction to the disk (fsync of SQLite's
+	// write-ahead log, synchronous=FULL) before its messages get SENT:
+	// neither a crash of the process nor a power cut or a crash of the
+	// operating system loses an acknowledged message. The default. It costs
+	// a flush per transaction, which the history owner's group commit
+	// shares among the messages that arrive together.
+	SyncFull Sync = iota
+	// SyncNormal writes each transaction to the operating system before its
+	// messages get SENT and flushes the log to the disk at checkpoints, at
+	// most every 100 ms (synchronous=NORMAL): a crash of the process loses
+	// nothing acknowledged, but a power cut or a crash of the operating
+	// system may lose the messages acknowledged since the last checkpoint.
+	// For a disk whose flushes are slow.
+	SyncNormal
+)
+
+// String returns "full" or "normal", as ParseSync reads them.
+func (s Sync) String() string {
+	switch s {
+	case SyncFull:
+		return "full"
+	case SyncNormal:
+		return "normal"
+	}
+	return fmt.Sprintf("Sync(%d)", int(s))
+}
+
+// ParseSync reads "full" or "normal" (as cmd/chat's -history-sync).
+func ParseSync(s string) (Sync, error) {
+	switch s {
+	case "full":
+		return SyncFull, nil
+	case "normal":
+		return SyncNormal, nil
+	}
+	return 0, fmt.Errorf("chat: history sync %q: want full or normal", s)
+}
+
+// OpenStore opens (creating if needed) the history database at path, whose
+// commits reach the disk as sync says.
+func OpenStore(ctx context.Context, path string, sync Sync) (*Store, error) {
 	// The project's SQLite set-up (WAL, busy timeout, immediate writes) is
 	// the inbox's: one way to open SQLite in gotp.
-	db, err := inbox.OpenSQLite(ctx, path)
+	open := inbox.OpenSQLiteFull
+	switch sync {
+	case SyncFull:
+	case SyncNormal:
+		open = inbox.OpenSQLite
+	default:
+		return nil, fmt.Errorf("chat: open history %s: unknown %v", path, sync)
+	}
+	db, err := open(ctx, path)
 	if err != nil {
 		return nil, fmt.Errorf("chat: open history %s: %w", path, err)
 	}
@@ -102,7 +154,7 @@ func OpenStore(ctx context.Context, path string) (*Store, error) {
 	if _, err := migrate.SQLite(ctx, db, historySchema); err != nil {
 		return fail("migrate", err)
 	}
-	ckpt, err := inbox.OpenSQLite(ctx, path)
+	ckpt, err := open(ctx, path)
 	if err != nil {
 		return fail("open the checkpointer of", err)
 	}
@@ -491,6 +543,7 @@ type historyOwner struct {
 	server.Defaults
 	svc      *Service
 	path     string
+	sync     Sync
 	store    *Store
 	pending  []pendingAppend // appends not yet committed, oldest first
 	deferred int             // messages handled since the pending appends could have gone
@@ -583,7 +636,7 @@ func (a *pendingAppend) size() int { return len(a.m.Text) + len(a.rm.Text) }
 
 func (h *historyOwner) Init(ctx context.Context, p *gotp.Process) error {
 	p.TrapExit(true) // so that Terminate closes the store on shutdown
-	s, err := OpenStore(ctx, h.path)
+	s, err := OpenStore(ctx, h.path, h.sync)
 	if err != nil {
 		return err
 	}

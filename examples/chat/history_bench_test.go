@@ -8,10 +8,17 @@ import (
 )
 
 // BenchmarkAppendBatch is the history owner's transaction: 256 messages
-// committed together (ns/op per message).
+// committed together (ns/op per message), flushed to the disk (full) or not
+// (normal).
 func BenchmarkAppendBatch(b *testing.B) {
+	for _, sync := range []Sync{SyncFull, SyncNormal} {
+		b.Run(sync.String(), func(b *testing.B) { benchAppendBatch(b, sync) })
+	}
+}
+
+func benchAppendBatch(b *testing.B, sync Sync) {
 	ctx := context.Background()
-	s, err := OpenStore(ctx, filepath.Join(b.TempDir(), "h.db"))
+	s, err := OpenStore(ctx, filepath.Join(b.TempDir(), "h.db"), sync)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -93,7 +93,7 @@ func TestMigrateHistoryRefusesForeignTable(t *testing.T) {
 			if !errors.Is(err, ErrNotHistory) || !strings.Contains(err.Error(), sh.missing) {
 				t.Fatalf("MigrateHistory = %v, want ErrNotHistory naming %s", err, sh.missing)
 			}
-			if s, err := OpenStore(ctx, path); !errors.Is(err, ErrNotHistory) {
+			if s, err := OpenStore(ctx, path, SyncFull); !errors.Is(err, ErrNotHistory) {
 				if err == nil {
 					s.Close()
 				}

@@ -44,6 +44,10 @@ type Config struct {
 	// DataDir holds the durable data (history.db). Created if missing.
 	// Defaults to "data".
 	DataDir string
+	// HistorySync says when a commit of the history reaches the disk, and
+	// so what SENT promises: SyncFull (the zero value) flushes every
+	// transaction, SyncNormal flushes at checkpoints (see Sync).
+	HistorySync Sync
 	// TCPAddr is where the line protocol listens ("127.0.0.1:4000"); empty: no TCP.
 	TCPAddr string
 	// HTTPAddr is where the web page and the WebSocket listen ("127.0.0.1:8080");
@@ -269,7 +273,7 @@ func (s *Service) children() []supervisor.ChildSpec {
 		supervisor.Server("online", func() server.Behaviour { return &online{svc: s} }, server.Named(onlineName)),
 		// The history owner handles a message for every SEND: a goroutine
 		// of its own keeps its grown stack (see server.Dedicated).
-		supervisor.Server("history", func() server.Behaviour { return &historyOwner{svc: s, path: path} }, server.Named(historyName), server.Dedicated()),
+		supervisor.Server("history", func() server.Behaviour { return &historyOwner{svc: s, path: path, sync: s.cfg.HistorySync} }, server.Named(historyName), server.Dedicated()),
 		conns.ChildSpec("connections", server.Named(connectionsName)),
 	}
 }
