@@ -485,6 +485,13 @@ func TestProgramBadStart(t *testing.T) {
 		}
 		p.waitLog(`flag provided but not defined: -no-such-flag`)
 	})
+	t.Run("history sync", func(t *testing.T) {
+		p := launch(t, "-history-sync", "off", "-data", t.TempDir(), "-tcp", "127.0.0.1:0", "-http", "127.0.0.1:0")
+		if code := p.exit(); code != 2 {
+			t.Fatalf("exit status %d, want 2", code)
+		}
+		p.waitLog(`level=ERROR msg="chat: -history-sync" err=".*want full or normal`)
+	})
 	t.Run("help", func(t *testing.T) {
 		p := launch(t, "-h")
 		if code := p.exit(); code != 0 {

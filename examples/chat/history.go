@@ -641,6 +641,9 @@ func (h *historyOwner) Init(ctx context.Context, p *gotp.Process) error {
 		return err
 	}
 	h.store = s
+	if h.svc != nil && h.svc.cfg.onOpen != nil {
+		h.svc.cfg.onOpen(s)
+	}
 	h.commitCtx = context.WithoutCancel(p.Context())
 	context.AfterFunc(p.Context(), func() { s.Close() }) // closed however the owner ends: a kill runs no Terminate
 	return nil

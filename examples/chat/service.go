@@ -129,6 +129,7 @@ type Config struct {
 	onCommit func(n int)           // tests: called by the history owner before each transaction of n appends (may block it)
 	onClaim  func(r *appendReq)    // tests: called by the history owner when it answers r itself, after the MSG and before the SENT (may block it)
 	noDirect bool                  // tests: the history owner answers every SEND through the sender's process, as for a large batch
+	onOpen   func(*Store)          // tests: told of the history owner's store each time the owner opens it
 }
 
 // Defaults of the connection limits in Config.
