@@ -101,7 +101,16 @@ func launch(t *testing.T, args ...string) *program {
 // the test's environment.
 func launchEnv(t *testing.T, env []string, args ...string) *program {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], args...)
+	return launchWith(t, env, nil, args...)
+}
+
+// launchWith runs cmd/chat with exactly args, under the command wrap (such
+// as strace and its flags) if there is one, and env added to the test's
+// environment.
+func launchWith(t *testing.T, env, wrap []string, args ...string) *program {
+	t.Helper()
+	argv := append(append(slices.Clone(wrap), os.Args[0]), args...)
+	cmd := exec.Command(argv[0], argv[1:]...)
 	// The secrets' variables come from env only, never from the
 	// environment the tests run in.
 	base := slices.DeleteFunc(os.Environ(), func(kv string) bool {
