@@ -42,11 +42,11 @@ func (c *bareConn) write(b []byte) {
 }
 
 // startBare serves on a loopback port; withStore opens dir/history.db, whose
-// commits reach the disk as sync says (as the gotp server's history).
-func startBare(ctx context.Context, dir string, withStore bool, sync chat.Sync) (*bareServer, error) {
+// commits reach the disk as mode says (as the gotp server's history).
+func startBare(ctx context.Context, dir string, withStore bool, mode chat.Sync) (*bareServer, error) {
 	s := &bareServer{users: map[string]*bareConn{}, conns: map[*bareConn]struct{}{}}
 	if withStore {
-		st, err := chat.OpenStore(ctx, filepath.Join(dir, "history.db"), sync)
+		st, err := chat.OpenStore(ctx, filepath.Join(dir, "history.db"), mode)
 		if err != nil {
 			return nil, err
 		}

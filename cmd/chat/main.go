@@ -113,7 +113,7 @@ func run(args []string) int {
 		}
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
-	sync, err := chat.ParseSync(*histSync)
+	histMode, err := chat.ParseSync(*histSync)
 	if err != nil {
 		log.Error("chat: -history-sync", "err", err)
 		return 2
@@ -188,7 +188,7 @@ func run(args []string) int {
 	svc, err := chat.Start(ctx, n, chat.Config{
 		Cluster:     cl,
 		DataDir:     *data,
-		HistorySync: sync,
+		HistorySync: histMode,
 		TCPAddr:     *tcpAddr,
 		HTTPAddr:    *httpAddr,
 

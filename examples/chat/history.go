@@ -122,17 +122,17 @@ func ParseSync(s string) (Sync, error) {
 }
 
 // OpenStore opens (creating if needed) the history database at path, whose
-// commits reach the disk as sync says.
-func OpenStore(ctx context.Context, path string, sync Sync) (*Store, error) {
+// commits reach the disk as mode says.
+func OpenStore(ctx context.Context, path string, mode Sync) (*Store, error) {
 	// The project's SQLite set-up (WAL, busy timeout, immediate writes) is
 	// the inbox's: one way to open SQLite in gotp.
 	open := inbox.OpenSQLiteFull
-	switch sync {
+	switch mode {
 	case SyncFull:
 	case SyncNormal:
 		open = inbox.OpenSQLite
 	default:
-		return nil, fmt.Errorf("chat: open history %s: unknown %v", path, sync)
+		return nil, fmt.Errorf("chat: open history %s: unknown %v", path, mode)
 	}
 	db, err := open(ctx, path)
 	if err != nil {

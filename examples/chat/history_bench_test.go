@@ -11,14 +11,14 @@ import (
 // committed together (ns/op per message), flushed to the disk (full) or not
 // (normal).
 func BenchmarkAppendBatch(b *testing.B) {
-	for _, sync := range []Sync{SyncFull, SyncNormal} {
-		b.Run(sync.String(), func(b *testing.B) { benchAppendBatch(b, sync) })
+	for _, mode := range []Sync{SyncFull, SyncNormal} {
+		b.Run(mode.String(), func(b *testing.B) { benchAppendBatch(b, mode) })
 	}
 }
 
-func benchAppendBatch(b *testing.B, sync Sync) {
+func benchAppendBatch(b *testing.B, mode Sync) {
 	ctx := context.Background()
-	s, err := OpenStore(ctx, filepath.Join(b.TempDir(), "h.db"), sync)
+	s, err := OpenStore(ctx, filepath.Join(b.TempDir(), "h.db"), mode)
 	if err != nil {
 		b.Fatal(err)
 	}
