@@ -220,8 +220,15 @@ type Service struct {
 //	├── online         gen_server, permanent: the registry of online users and the pg scope "chat"
 //	├── history        gen_server, permanent: owns the SQLite history store
 //	└── connections    dynamic supervisor: one temporary child per connected client
+//
+// It fails, starting nothing, on a Config.HistorySync it does not know; and
+// with the error of the part that failed (the data directory, the history,
+// a listener), having stopped what it had started.
 func Start(ctx context.Context, n *gotp.Node, cfg Config) (*Service, error) {
 	cfg = cfg.withDefaults()
+	if cfg.HistorySync != SyncFull && cfg.HistorySync != SyncNormal {
+		return nil, fmt.Errorf("chat: Config.HistorySync %v: want SyncFull or SyncNormal", cfg.HistorySync)
+	}
 	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
 		return nil, fmt.Errorf("chat: data directory: %w", err)
 	}

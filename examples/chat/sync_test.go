@@ -3,7 +3,9 @@ package chat
 import (
 	"context"
 	"database/sql"
+	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/gotp/gotp"
@@ -93,6 +95,22 @@ func TestServiceHistorySync(t *testing.T) {
 				t.Errorf("synchronous = %d, want %d", got, c.want)
 			}
 		})
+	}
+}
+
+// Start refuses a HistorySync it does not know, before it starts anything.
+func TestServiceUnknownHistorySync(t *testing.T) {
+	n := gotp.NewNode(gotp.Options{Name: "sync-test"})
+	defer n.Stop(context.Background())
+	dir := filepath.Join(t.TempDir(), "data")
+	if svc, err := Start(t.Context(), n, Config{DataDir: dir, HistorySync: Sync(7)}); err == nil {
+		svc.Stop(context.Background())
+		t.Fatal("Start with HistorySync Sync(7) succeeded")
+	} else if !strings.Contains(err.Error(), "HistorySync Sync(7)") {
+		t.Fatalf("Start: %v, want it to name HistorySync Sync(7)", err)
+	}
+	if _, err := os.Stat(dir); !os.IsNotExist(err) {
+		t.Fatalf("the data directory was made: %v", err)
 	}
 }
 
