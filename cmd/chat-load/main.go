@@ -111,7 +111,7 @@ func run(args []string, out io.Writer) error {
 	fs.IntVar(&c.sendBuffer, "send-buffer", chat.DefaultSendBuffer, "the gotp server's socket send buffer per connection, bytes (negative: the kernel's autotuned default)")
 	fs.Float64Var(&c.commandRate, "command-rate", chat.DefaultCommandRate, "the gotp server's flood control: units a second per connection beyond -command-burst (see chat.Config.CommandRate; negative: off)")
 	fs.IntVar(&c.commandBurst, "command-burst", chat.DefaultCommandBurst, "the gotp server's flood control: units a connection may spend at once")
-	fs.Func("history-sync", `when the history's commits reach the disk, for the gotp and bare-sqlite servers: "full" (each flushed, the chat's default) or "normal" (flushed at checkpoints; see chat.Sync)`, func(v string) (err error) {
+	fs.Func("history-sync", `when the history's commits reach the disk, for the gotp and bare-sqlite servers: "full" (each flushed, the chat's default) or "normal" (flushed at checkpoints; see chat.Sync) (default full)`, func(v string) (err error) {
 		c.sync, err = chat.ParseSync(v)
 		return err
 	})

@@ -96,7 +96,7 @@ func TestIdleConnections(t *testing.T) {
 
 func TestBadFlags(t *testing.T) {
 	var out strings.Builder
-	for _, args := range [][]string{{"-users", "1"}, {"-window", "0"}, {"-nope"}, {"-server", "erlang"}, {"-server", "bare", "-ws", "1"}, {"-ws", "5", "-users", "4"}} {
+	for _, args := range [][]string{{"-users", "1"}, {"-window", "0"}, {"-nope"}, {"-server", "erlang"}, {"-server", "bare", "-ws", "1"}, {"-ws", "5", "-users", "4"}, {"-history-sync", "off"}} {
 		if err := run(args, &out); err == nil {
 			t.Errorf("run(%q) = nil, want an error", args)
 		}

@@ -102,11 +102,11 @@ func TestProgramSentSurvivesKill9(t *testing.T) {
 	}
 }
 
-// SENT means on disk: the program, under strace, writes each SENT only
-// after it has flushed (fsync) SQLite's write-ahead log since its last
-// write to it. With -history-sync normal the writer never flushes the log,
-// and every SENT goes before a flush: the check can tell the two apart.
-// Skipped where strace is missing or cannot trace.
+// SENT means on disk: the program, under strace, writes each message's
+// SENT only after the message's page went to SQLite's write-ahead log and
+// that file was flushed (fsync). With -history-sync normal the writer never
+// flushes the log, and no SENT follows a flush: the check can tell the two
+// apart. Skipped where strace is missing or cannot trace.
 func TestProgramSentAfterFlush(t *testing.T) {
 	if _, err := exec.LookPath("strace"); err != nil {
 		t.Skip("no strace")
@@ -114,11 +114,12 @@ func TestProgramSentAfterFlush(t *testing.T) {
 	if err := exec.Command("strace", "-o", os.DevNull, "true").Run(); err != nil {
 		t.Skipf("strace cannot trace here: %v", err)
 	}
-	for _, sync := range []string{"full", "normal"} {
-		t.Run(sync, func(t *testing.T) {
+	for _, mode := range []string{"full", "normal"} {
+		t.Run(mode, func(t *testing.T) {
 			trace := filepath.Join(t.TempDir(), "trace")
-			p := launchWith(t, nil, []string{"strace", "-f", "-qq", "-s", "64", "-o", trace, "-e", "trace=pwrite64,fsync,fdatasync,write,writev"},
-				"-tcp", "127.0.0.1:0", "-http", "127.0.0.1:0", "-data", t.TempDir(), "-history-sync", sync)
+			// -s 8192: a page written whole, so that its messages' texts show.
+			p := launchWith(t, nil, []string{"strace", "-f", "-qq", "-s", "8192", "-o", trace, "-e", "trace=pwrite64,fsync,fdatasync,write,writev"},
+				"-tcp", "127.0.0.1:0", "-http", "127.0.0.1:0", "-data", t.TempDir(), "-history-sync", mode)
 			p.tcp = p.waitLog(`msg="chat: line protocol listening" tcp=(\S+)`)[1]
 			// The traced program is strace's child. Stop it, not strace,
 			// which would detach and leave it running; strace ends with it.
@@ -129,7 +130,8 @@ func TestProgramSentAfterFlush(t *testing.T) {
 			b.expect("CONNECT b", "OK")
 			const count = 20
 			for i := range count {
-				a.expect(fmt.Sprintf("SEND b m%d", i), "SENT b")
+				// One at a time: the i-th SENT written is message i's.
+				a.expect(fmt.Sprintf("SEND b "+noteText, i), "SENT b")
 			}
 			a.c.Close()
 			b.c.Close()
@@ -144,15 +146,23 @@ func TestProgramSentAfterFlush(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer f.Close()
-			after, before := sentsAfterFlush(t, f)
-			t.Logf("-history-sync %s: %d SENT after the log's flush, %d before", sync, after, before)
+			why := flushedBeforeSent(t, f, count)
+			flushed := 0
+			for _, w := range why {
+				if w == "" {
+					flushed++
+				}
+			}
+			t.Logf("-history-sync %s: %d of %d SENT after their message was flushed", mode, flushed, count)
 			switch {
-			case after+before != count:
-				t.Fatalf("%d SENT writes traced, want %d", after+before, count)
-			case sync == "full" && before > 0:
-				t.Fatalf("%d SENT written before the write-ahead log was flushed", before)
-			case sync == "normal" && before == 0:
-				t.Fatal("every SENT followed a flush of the log with -history-sync normal: the check cannot tell")
+			case mode == "full" && flushed < count:
+				for i, w := range why {
+					if w != "" {
+						t.Errorf("message %d: %s", i, w)
+					}
+				}
+			case mode == "normal" && flushed > 0:
+				t.Fatalf("%d SENT after a flush of the log with -history-sync normal: the check cannot tell", flushed)
 			}
 		})
 	}
@@ -182,60 +192,91 @@ func childOf(t *testing.T, pid int) int {
 	return 0
 }
 
-// Lines of `strace -f -qq -s N` that sentsAfterFlush reads: a write of a
-// frame's 24-byte header to the write-ahead log (SQLite writes no other
-// 24-byte piece), a flush of a file descriptor, or a reply starting SENT.
+// noteText is the text of TestProgramSentAfterFlush's messages: one
+// number, unique, and not a part of another message's text.
+const noteText = "note-%03d-end"
+
+// Lines of `strace -f -qq -s 8192` that flushedBeforeSent reads: a write to
+// a file at an offset (SQLite's), a flush of a file, and a reply to the
+// sender.
 var (
-	frameWrite  = regexp.MustCompile(`pwrite64\((\d+), .*, 24, \d+`)
-	flushStart  = regexp.MustCompile(`f(?:data)?sync\((\d+)`)
-	flushDone   = regexp.MustCompile(`f(?:data)?sync\((\d+)\)\s+= 0|<\.\.\. f(?:data)?sync resumed>\)\s+= 0`)
-	sentWritten = regexp.MustCompile(`write\(\d+, "(?:[^"]*\\n)?SENT `)
+	fileWrite   = regexp.MustCompile(`^\d+\s+pwrite64\((\d+), `)
+	noteNumber  = regexp.MustCompile(`note-(\d{3})-end`)
+	flushDone   = regexp.MustCompile(`^(\d+)\s+f(?:data)?sync\((\d+)\)\s+= 0`)
+	flushStart  = regexp.MustCompile(`^(\d+)\s+f(?:data)?sync\((\d+) <unfinished`)
+	flushResume = regexp.MustCompile(`^(\d+)\s+<\.\.\. f(?:data)?sync resumed>\)\s+= 0`)
+	sentWrite   = regexp.MustCompile(`^\d+\s+writev?\(.*SENT b\\n`)
 )
 
-// sentsAfterFlush reads an strace log and counts the SENT replies written
-// after the write-ahead log's last frame was flushed (after) and those
-// written while a frame had not been (before). A frame write that strace
-// shows unfinished counts from its start, a flush only once it has
-// returned 0: the count errs towards before.
-func sentsAfterFlush(t *testing.T, r io.Reader) (after, before int) {
+// flushedBeforeSent reads the strace log of a run in which message i (text
+// noteText with i) was acknowledged by the i-th SENT b written, and says
+// for each message why its SENT did not come after it was on disk, or ""
+// if it did: the message's first write to a file (its page's frame in the
+// write-ahead log) must come before the SENT, and a flush of that file
+// descriptor must have returned in between. A write strace shows unfinished
+// counts from its start, a flush only once it has returned 0.
+func flushedBeforeSent(t *testing.T, r io.Reader, count int) []string {
 	t.Helper()
-	log := ""                       // the write-ahead log's file descriptor
-	dirty := false                  // a frame written and not yet flushed
+	type at struct {
+		line int
+		fd   string
+	}
+	frames := map[int]at{}          // message → its first write to a file
+	var flushes []at                // flushes that returned, in order
 	flushing := map[string]string{} // thread → the descriptor it is flushing
+	var sents []int                 // lines of the SENT writes, in order
 	sc := bufio.NewScanner(r)
 	sc.Buffer(nil, 1<<20)
-	for sc.Scan() {
+	for line := 0; sc.Scan(); line++ {
 		l := sc.Text()
-		tid, _, _ := strings.Cut(l, " ")
-		if m := frameWrite.FindStringSubmatch(l); m != nil {
-			log, dirty = m[1], true
+		if m := fileWrite.FindStringSubmatch(l); m != nil {
+			for _, n := range noteNumber.FindAllStringSubmatch(l, -1) {
+				i, _ := strconv.Atoi(n[1])
+				if _, ok := frames[i]; !ok {
+					frames[i] = at{line, m[1]}
+				}
+			}
 			continue
 		}
 		if m := flushDone.FindStringSubmatch(l); m != nil {
-			fd := m[1]
-			if fd == "" {
-				fd = flushing[tid]
-				delete(flushing, tid)
-			}
-			if fd == log {
-				dirty = false
+			flushes = append(flushes, at{line, m[2]})
+			continue
+		}
+		if m := flushStart.FindStringSubmatch(l); m != nil {
+			flushing[m[1]] = m[2]
+			continue
+		}
+		if m := flushResume.FindStringSubmatch(l); m != nil {
+			if fd, ok := flushing[m[1]]; ok {
+				flushes = append(flushes, at{line, fd})
+				delete(flushing, m[1])
 			}
 			continue
 		}
-		if m := flushStart.FindStringSubmatch(l); m != nil && strings.Contains(l, "<unfinished") {
-			flushing[tid] = m[1]
-			continue
-		}
-		if sentWritten.MatchString(l) {
-			if dirty {
-				before++
-			} else {
-				after++
-			}
+		if sentWrite.MatchString(l) {
+			sents = append(sents, line)
 		}
 	}
 	if err := sc.Err(); err != nil {
 		t.Fatal(err)
 	}
-	return after, before
+	if len(sents) != count {
+		t.Fatalf("%d SENT writes traced, want %d", len(sents), count)
+	}
+	why := make([]string, count)
+	for i, sent := range sents {
+		f, ok := frames[i]
+		if !ok || f.line > sent {
+			why[i] = "SENT written before the message was written to a file"
+			continue
+		}
+		why[i] = "SENT written before the message's write-ahead log was flushed"
+		for _, fl := range flushes {
+			if fl.fd == f.fd && fl.line > f.line && fl.line < sent {
+				why[i] = ""
+				break
+			}
+		}
+	}
+	return why
 }

@@ -68,7 +68,7 @@ func run(args []string) int {
 	fs := flag.NewFlagSet("chat", flag.ContinueOnError)
 	var (
 		data         = fs.String("data", "./data", "directory of the durable data (history.db)")
-		histSync     = fs.String("history-sync", "full", `when a commit of the history reaches the disk: "full" flushes each before SENT (a power cut loses no acknowledged message); "normal" flushes at checkpoints (a power cut may lose the last 100 ms or so), for a disk whose flushes are slow`)
+		histSync     = fs.String("history-sync", "full", `when a commit of the history reaches the disk: "full" flushes each before SENT (a power cut loses no acknowledged message); "normal" flushes at checkpoints, at least 100 ms apart (a power cut may lose what was acknowledged since the last), for a disk whose flushes are slow`)
 		tcpAddr      = fs.String("tcp", "127.0.0.1:4000", "address of the line protocol (empty: none; \":4000\": every interface)")
 		httpAddr     = fs.String("http", "127.0.0.1:8080", "address of the web page, WebSocket, observer and /metrics (empty: none)")
 		nodeName     = fs.String("node", "chat", "name of this node (unique in a cluster)")

@@ -97,7 +97,9 @@
 // of the process nor a power cut loses an acknowledged message.
 // Config.HistorySync = SyncNormal (cmd/chat -history-sync normal) flushes
 // at checkpoints instead: a crash of the process still loses nothing
-// acknowledged, a power cut may lose the last 100 ms or so. The history
+// acknowledged, a power cut may lose what was acknowledged since the last
+// checkpoint (they start at least 100 ms apart: the last 100 ms or more,
+// more under load, whose checkpoints take longer). The history
 // owner commits in groups: messages that arrive while a transaction is in
 // flight go together in the next one, so a busy chat commits (and
 // flushes) many messages per transaction and a quiet one commits each

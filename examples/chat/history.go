@@ -84,18 +84,22 @@ type Sync int
 
 const (
 	// SyncFull flushes each transaction to the disk (fsync of SQLite's
-	// write-ahead log, synchronous=FULL) before its messages get SENT:
-	// neither a crash of the process nor a power cut or a crash of the
-	// operating system loses an acknowledged message. The default. It costs
+	// write-ahead log, synchronous=FULL; on macOS F_FULLFSYNC, which also
+	// flushes the drive's cache) before its messages get SENT: neither a
+	// crash of the process nor a power cut or a crash of the operating
+	// system loses an acknowledged message, on a disk that honours the
+	// flush. The default. It costs
 	// a flush per transaction, which the history owner's group commit
 	// shares among the messages that arrive together.
 	SyncFull Sync = iota
 	// SyncNormal writes each transaction to the operating system before its
-	// messages get SENT and flushes the log to the disk at checkpoints, at
-	// most every 100 ms (synchronous=NORMAL): a crash of the process loses
-	// nothing acknowledged, but a power cut or a crash of the operating
-	// system may lose the messages acknowledged since the last checkpoint.
-	// For a disk whose flushes are slow.
+	// messages get SENT and flushes the log to the disk at checkpoints
+	// (synchronous=NORMAL), which start at least checkpointEvery (100 ms)
+	// apart and flush what was committed when they started: a crash of the
+	// process loses nothing acknowledged, but a power cut or a crash of the
+	// operating system may lose the messages acknowledged since the last
+	// checkpoint, the last 100 ms or more (more under load, whose
+	// checkpoints take longer). For a disk whose flushes are slow.
 	SyncNormal
 )
 
@@ -110,9 +114,10 @@ func (s Sync) String() string {
 	return fmt.Sprintf("Sync(%d)", int(s))
 }
 
-// ParseSync reads "full" or "normal" (as cmd/chat's -history-sync).
+// ParseSync reads "full" or "normal", in any case (as cmd/chat's
+// -history-sync).
 func ParseSync(s string) (Sync, error) {
-	switch s {
+	switch strings.ToLower(s) {
 	case "full":
 		return SyncFull, nil
 	case "normal":
@@ -206,8 +211,9 @@ func (s *Store) checkpoints() {
 // MigrateHistory bring a file to.
 const HistoryVersion = 1
 
-// MigrateHistory brings the history database db (opened with inbox.OpenSQLite)
-// to HistoryVersion in one transaction, creating it if empty, and reports the
+// MigrateHistory brings the history database db (opened with
+// inbox.OpenSQLite, or inbox.OpenSQLiteFull as OpenStore does by default) to
+// HistoryVersion in one transaction, creating it if empty, and reports the
 // versions before and after: 0 for a file made before versions were recorded.
 // OpenStore does it too.
 func MigrateHistory(ctx context.Context, db *sql.DB) (from, to int, err error) {
