@@ -111,7 +111,7 @@ func run(args []string, out io.Writer) error {
 	fs.IntVar(&c.sendBuffer, "send-buffer", chat.DefaultSendBuffer, "the gotp server's socket send buffer per connection, bytes (negative: the kernel's autotuned default)")
 	fs.Float64Var(&c.commandRate, "command-rate", chat.DefaultCommandRate, "the gotp server's flood control: units a second per connection beyond -command-burst (see chat.Config.CommandRate; negative: off)")
 	fs.IntVar(&c.commandBurst, "command-burst", chat.DefaultCommandBurst, "the gotp server's flood control: units a connection may spend at once")
-	fs.Func("history-sync", `when the history's commits reach the disk, for the gotp and bare-sqlite servers: "full" (each flushed, the chat's default) or "normal" (flushed at checkpoints; see chat.Sync) (default full)`, func(v string) (err error) {
+	fs.Func("history-sync", `when the history's commits reach the disk, for the gotp and bare-sqlite servers (and bare-sqlite-group): "full" (each flushed, the chat's default) or "normal" (flushed at checkpoints; see chat.Sync) (default full)`, func(v string) (err error) {
 		c.sync, err = chat.ParseSync(v)
 		return err
 	})
@@ -120,7 +120,7 @@ func run(args []string, out io.Writer) error {
 	fs.StringVar(&c.traceFile, "trace", "", "write the server's execution trace during the load to this file (go tool trace)")
 	fs.StringVar(&c.memProfile, "memprofile", "", "write the server's heap profile, with the users connected and idle, to this file")
 	fs.StringVar(&c.allocProfile, "allocprofile", "", "write the server's allocations profile (all allocations since it started, the load's included) after the load to this file")
-	fs.StringVar(&c.server, "server", "gotp", `the in-process server: "gotp" (the chat service), or the baselines "bare" (plain Go, no history) and "bare-sqlite" (plain Go, the same SQLite history)`)
+	fs.StringVar(&c.server, "server", "gotp", `the in-process server: "gotp" (the chat service), or the baselines "bare" (plain Go, no history), "bare-sqlite" (plain Go, the same SQLite history, a transaction per message) and "bare-sqlite-group" (the same with group commit, one committer goroutine)`)
 	fs.StringVar(&c.addr, "addr", "", "TCP address of a running chat (empty: start one in this process)")
 	fs.StringVar(&c.httpAddr, "http-addr", "", "HTTP address of the running chat's WebSocket, with -addr and -ws")
 	fs.StringVar(&c.data, "data", "", "data directory of the in-process chat (empty: a temporary one)")
@@ -131,7 +131,7 @@ func run(args []string, out io.Writer) error {
 	if c.users < 2 || c.messages < 0 || c.window < 1 || c.ws < 0 || c.ws > c.users || c.flood < 0 || c.floodWS < 0 || c.floodWS > c.flood || c.floodRead < 1 {
 		return errors.New("need -users ≥ 2, -messages ≥ 0, -window ≥ 1, 0 ≤ -ws ≤ -users, -flood ≥ 0, 0 ≤ -flood-ws ≤ -flood, -flood-read ≥ 1")
 	}
-	if c.server != "gotp" && c.server != "bare" && c.server != "bare-sqlite" {
+	if c.server != "gotp" && c.server != "bare" && c.server != "bare-sqlite" && c.server != "bare-sqlite-group" {
 		return errBadServer
 	}
 	if c.server != "gotp" && (c.ws > 0 || c.flood > 0) {
@@ -363,8 +363,8 @@ type server struct {
 // c's sendBuffer, commandRate and commandBurst are the gotp server's.
 func startServer(ctx context.Context, kind, dir string, conns int, c config) (*server, error) {
 	switch kind {
-	case "bare", "bare-sqlite":
-		s, err := startBare(ctx, dir, kind == "bare-sqlite", c.sync)
+	case "bare", "bare-sqlite", "bare-sqlite-group":
+		s, err := startBare(ctx, dir, kind != "bare", c.sync, kind == "bare-sqlite-group")
 		if err != nil {
 			return nil, err
 		}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"os"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
@@ -13,6 +14,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/gotp/gotp/examples/chat"
+	"github.com/gotp/gotp/inbox"
 	"github.com/gotp/gotp/internal/fdlimit"
 )
 
@@ -28,15 +30,28 @@ func TestMain(m *testing.M) {
 // process, at a small size, and checks that every message was counted and
 // every figure reported.
 func TestSmallLoad(t *testing.T) {
-	for _, server := range []string{"gotp", "bare", "bare-sqlite"} {
+	for _, server := range []string{"gotp", "bare", "bare-sqlite", "bare-sqlite-group"} {
 		t.Run(server, func(t *testing.T) { smallLoad(t, server) })
 	}
 }
 
 func smallLoad(t *testing.T, server string) {
 	var out strings.Builder
-	if err := run([]string{"-server", server, "-users", "20", "-messages", "15", "-window", "3", "-data", t.TempDir()}, &out); err != nil {
+	data := t.TempDir()
+	if err := run([]string{"-server", server, "-users", "20", "-messages", "15", "-window", "3", "-data", data}, &out); err != nil {
 		t.Fatalf("%v\n%s", err, out.String())
+	}
+	if server != "bare" { // every message acknowledged is in the history
+		db, err := inbox.OpenSQLite(t.Context(), filepath.Join(data, "history.db"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var n int
+		err = db.QueryRowContext(t.Context(), `SELECT count(*) FROM messages`).Scan(&n)
+		db.Close()
+		if err != nil || n != 300 {
+			t.Errorf("the history holds %d messages (%v), want 300", n, err)
+		}
 	}
 	s := out.String()
 	t.Log(s)
@@ -107,7 +122,7 @@ func TestBadFlags(t *testing.T) {
 // address, at an offered rate: 20 users × 5 messages at 200 messages/s
 // take at least 4 intervals of 100 ms.
 func TestAgainstAddrWithRate(t *testing.T) {
-	s, err := startBare(t.Context(), t.TempDir(), false, chat.SyncFull)
+	s, err := startBare(t.Context(), t.TempDir(), false, chat.SyncFull, false)
 	if err != nil {
 		t.Fatal(err)
 	}
