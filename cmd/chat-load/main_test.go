@@ -148,7 +148,7 @@ func TestAgainstAddrWithRate(t *testing.T) {
 // with the clients in another process). Each iteration is a whole run:
 // 1,000 users × 100 messages, closed loop, window 1 (100 × 10 with
 // -short). It reports messages/s and the p50 and p99 send-to-receive
-// latency, for the chat and its two bare-Go baselines:
+// latency, for the chat and its bare-Go baselines:
 //
 //	go test -run '^$' -bench H1 -benchtime 1x -count 3 ./cmd/chat-load
 func BenchmarkH1Chat(b *testing.B) {
@@ -156,7 +156,7 @@ func BenchmarkH1Chat(b *testing.B) {
 	if testing.Short() {
 		users, messages = 100, 10
 	}
-	for _, server := range []string{"gotp", "bare-sqlite", "bare"} {
+	for _, server := range []string{"gotp", "bare-sqlite", "bare-sqlite-group", "bare"} {
 		b.Run(server, func(b *testing.B) {
 			if _, err := fdlimit.Raise(uint64(2*users + 256)); err != nil {
 				b.Fatal(err)
