@@ -27,35 +27,37 @@ const sqliteBusyTimeout = 10 * time.Second
 // a lock SQLite will not wait for under the busy timeout, is retried until it
 // succeeds or the busy timeout has passed.
 func OpenSQLite(ctx context.Context, path string) (*sql.DB, error) {
-	return openSQLite(ctx, path, "NORMAL")
+	return openSQLite(ctx, path, false)
 }
 
 // OpenSQLiteFull is OpenSQLite with synchronous=FULL: each commit flushes the
 // write-ahead log to the disk (fsync; on macOS F_FULLFSYNC, fullfsync=1, which
 // also flushes the drive's cache) before it returns, so a power cut or a crash
 // of the operating system loses no committed transaction, on a disk that
-// honours the flush. With
-// OpenSQLite's NORMAL the log is flushed at checkpoints: a crash of the process
-// loses nothing committed, a power cut may lose the last transactions. Every
-// connection of the returned pool has the setting.
+// honours the flush. With OpenSQLite's NORMAL the log is flushed at
+// checkpoints: a crash of the process loses nothing committed, a power cut
+// may lose the last transactions. Every connection of the returned pool has
+// the setting.
 func OpenSQLiteFull(ctx context.Context, path string) (*sql.DB, error) {
-	return openSQLite(ctx, path, "FULL")
+	return openSQLite(ctx, path, true)
 }
 
-// openSQLite opens path with the given synchronous setting.
-func openSQLite(ctx context.Context, path, synchronous string) (*sql.DB, error) {
+// openSQLite opens path with synchronous=FULL (full) or NORMAL.
+func openSQLite(ctx context.Context, path string, full bool) (*sql.DB, error) {
 	if path == "" || strings.Contains(path, "?") {
 		return nil, &ConfigError{Field: "path", Reason: "empty or carries its own query string"}
 	}
 	v := url.Values{}
 	// Not journal_mode(WAL) here: see walMode.
 	v.Add("_pragma", fmt.Sprintf("busy_timeout(%d)", sqliteBusyTimeout.Milliseconds()))
-	v.Add("_pragma", "synchronous("+synchronous+")")
-	if synchronous == "FULL" {
+	if full {
+		v.Add("_pragma", "synchronous(FULL)")
 		// Where fsync leaves data in the drive's cache (macOS), flush that
 		// too, at commits and checkpoints; elsewhere SQLite ignores both.
 		v.Add("_pragma", "fullfsync(1)")
 		v.Add("_pragma", "checkpoint_fullfsync(1)")
+	} else {
+		v.Add("_pragma", "synchronous(NORMAL)")
 	}
 	v.Add("_txlock", "immediate")
 	db, err := sql.Open("sqlite", "file:"+path+"?"+v.Encode())

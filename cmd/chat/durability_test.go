@@ -124,7 +124,12 @@ func TestProgramSentAfterFlush(t *testing.T) {
 			// The traced program is strace's child. Stop it, not strace,
 			// which would detach and leave it running; strace ends with it.
 			child := childOf(t, p.cmd.Process.Pid)
-			t.Cleanup(func() { syscall.Kill(child, syscall.SIGKILL) })
+			exited := false // then its pid may be another process's
+			t.Cleanup(func() {
+				if !exited {
+					syscall.Kill(child, syscall.SIGKILL)
+				}
+			})
 			a, b := dialLine(t, p.tcp), dialLine(t, p.tcp)
 			a.expect("CONNECT a", "OK")
 			b.expect("CONNECT b", "OK")
@@ -138,7 +143,9 @@ func TestProgramSentAfterFlush(t *testing.T) {
 			if err := syscall.Kill(child, syscall.SIGTERM); err != nil {
 				t.Fatal(err)
 			}
-			if code := p.exit(); code != 0 {
+			code := p.exit()
+			exited = true
+			if code != 0 {
 				t.Fatalf("exit status %d", code)
 			}
 			f, err := os.Open(trace)

@@ -88,9 +88,9 @@ const (
 	// flushes the drive's cache) before its messages get SENT: neither a
 	// crash of the process nor a power cut or a crash of the operating
 	// system loses an acknowledged message, on a disk that honours the
-	// flush. The default. It costs
-	// a flush per transaction, which the history owner's group commit
-	// shares among the messages that arrive together.
+	// flush. The default. It costs a flush per transaction, which the
+	// history owner's group commit shares among the messages that arrive
+	// together.
 	SyncFull Sync = iota
 	// SyncNormal writes each transaction to the operating system before its
 	// messages get SENT and flushes the log to the disk at checkpoints
@@ -114,6 +114,9 @@ func (s Sync) String() string {
 	return fmt.Sprintf("Sync(%d)", int(s))
 }
 
+// valid reports whether s is one of the Syncs above.
+func (s Sync) valid() bool { return s == SyncFull || s == SyncNormal }
+
 // ParseSync reads "full" or "normal", in any case (as cmd/chat's
 // -history-sync).
 func ParseSync(s string) (Sync, error) {
@@ -131,13 +134,12 @@ func ParseSync(s string) (Sync, error) {
 func OpenStore(ctx context.Context, path string, mode Sync) (*Store, error) {
 	// The project's SQLite set-up (WAL, busy timeout, immediate writes) is
 	// the inbox's: one way to open SQLite in gotp.
-	open := inbox.OpenSQLiteFull
-	switch mode {
-	case SyncFull:
-	case SyncNormal:
-		open = inbox.OpenSQLite
-	default:
+	if !mode.valid() {
 		return nil, fmt.Errorf("chat: open history %s: unknown %v", path, mode)
+	}
+	open := inbox.OpenSQLiteFull
+	if mode == SyncNormal {
+		open = inbox.OpenSQLite
 	}
 	db, err := open(ctx, path)
 	if err != nil {

@@ -226,7 +226,7 @@ type Service struct {
 // a listener), having stopped what it had started.
 func Start(ctx context.Context, n *gotp.Node, cfg Config) (*Service, error) {
 	cfg = cfg.withDefaults()
-	if cfg.HistorySync != SyncFull && cfg.HistorySync != SyncNormal {
+	if !cfg.HistorySync.valid() {
 		return nil, fmt.Errorf("chat: Config.HistorySync %v: want SyncFull or SyncNormal", cfg.HistorySync)
 	}
 	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
